@@ -1,0 +1,164 @@
+"""Counting: plan a corpus into chunks, validate and fingerprint it, and count words per chunk.
+
+Counting is a map step (a byte range of a file -> ``{word: count}``) and a reduce step (add the
+counts into the store). Nothing here touches the store; ``train`` drives both and makes each
+reduce durable, so a killed run never counts a chunk twice.
+
+Chunk boundaries never change the result. A chunk starts either
+
+* at a special token the full left-to-right special-token scan would also find (no other special
+  occurrence overlaps it from the left), or
+* for the GPT-2 pattern only, between a printable ASCII character and a following space or
+  newline, outside any special token. No GPT-2 pre-token spans such a point: a pre-token holding a
+  non-whitespace character holds whitespace only as its leading space, and matching before the
+  point looks at most one character ahead, which is whitespace either way.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import os
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import regex
+
+from .errors import InputError
+from .pretokenize import GPT2_PATTERN, count_words
+from .store import Source
+
+#: Default chunk size: large enough that per-chunk overhead vanishes, small enough that a kill
+#: loses little counting and every core gets work.
+DEFAULT_CHUNK_SIZE = 8 << 20
+_READ_BLOCK = 16 << 20
+_SEARCH_WINDOW = 1 << 20
+
+_SAFE_WS = regex.compile(rb"[\x21-\x7e](?=[ \n])")
+
+
+def scan_source(path: str | os.PathLike, invalid_utf8: str = "strict") -> Source:
+    """Check one input (exists, a readable non-empty file, valid UTF-8 unless ``invalid_utf8`` is
+    "replace") and fingerprint it. Raises InputError saying where the problem is."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such file")
+    if p.is_dir():
+        raise InputError(f"{p}: is a directory; give the files to train on")
+    try:
+        st = p.stat()
+        f = open(p, "rb")
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read ({exc.strerror})") from exc
+    if st.st_size == 0:
+        f.close()
+        raise InputError(f"{p}: is empty")
+    sha = hashlib.sha256()
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    offset = 0
+    lines = 1
+    with f:
+        while True:
+            try:
+                block = f.read(_READ_BLOCK)
+            except OSError as exc:
+                raise InputError(f"{p}: cannot read ({exc.strerror})") from exc
+            final = not block
+            sha.update(block)
+            if invalid_utf8 == "strict":
+                pending = len(decoder.getstate()[0])
+                try:
+                    decoder.decode(block, final)
+                except UnicodeDecodeError as exc:
+                    at = offset - pending + exc.start
+                    line = lines + (block[: max(exc.start - pending, 0)].count(b"\n"))
+                    raise InputError(
+                        f"{p}: invalid UTF-8 at byte {at} (line {line}): {exc.reason}; "
+                        "fix the file or pass --invalid-utf8 replace") from None
+            lines += block.count(b"\n")
+            offset += len(block)
+            if final:
+                break
+    return Source(str(p.resolve()), st.st_size, st.st_mtime_ns, sha.hexdigest())
+
+
+def _left_overlapped(data: bytes, pos: int, specials: Sequence[bytes]) -> bool:
+    """Whether some special token occurrence starts before ``pos`` and ends after it."""
+    # an occurrence starting in [pos - len + 1, pos - 1] ends inside (pos, pos + len - 1]
+    return any(data.find(s, max(pos - len(s) + 1, 0), pos + len(s) - 1) != -1 for s in specials)
+
+
+def _boundary_in(data: bytes, base: int, lo: int, specials: Sequence[bytes],
+                 special_re: regex.Pattern | None, safe_ws: bool) -> int | None:
+    """The first safe chunk start at or after ``lo`` within ``data`` (which begins at file offset
+    ``base``), as a file offset; None if this window has none."""
+    candidates = []
+    if special_re is not None:
+        for m in special_re.finditer(data, lo):
+            if not _left_overlapped(data, m.start(), specials):
+                candidates.append(m.start())
+                break
+    if safe_ws:
+        for m in _SAFE_WS.finditer(data, max(lo - 1, 0)):
+            p = m.start() + 1
+            if p >= lo and not _left_overlapped(data, p, specials):
+                candidates.append(p)
+                break
+    return base + min(candidates) if candidates else None
+
+
+def plan_chunks(path: str | os.PathLike, size: int, special_tokens: Sequence[str],
+                pattern: str = GPT2_PATTERN, chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[tuple[int, int]]:
+    """Split a file of ``size`` bytes into ``[(start, end)]`` chunks of about ``chunk_size``."""
+    specials = sorted({s.encode("utf-8") for s in special_tokens}, key=lambda s: (-len(s), s))
+    special_re = regex.compile(b"|".join(regex.escape(s) for s in specials)) if specials else None
+    safe_ws = pattern == GPT2_PATTERN
+    if special_re is None and not safe_ws:
+        return [(0, size)]
+    back = max((len(s) for s in specials), default=1)
+    bounds = [0]
+    target = chunk_size
+    with open(path, "rb") as f:
+        while target < size:
+            found = None
+            pos = target
+            while found is None and pos < size:
+                base = max(pos - back, 0)
+                f.seek(base)
+                data = f.read(_SEARCH_WINDOW + 2 * back)
+                found = _boundary_in(data, base, pos - base, specials, special_re, safe_ws)
+                if found is not None and found >= min(pos + _SEARCH_WINDOW, size):
+                    found = None  # beyond this window's own range: the next window decides
+                pos += _SEARCH_WINDOW
+            if found is None or found >= size:
+                break
+            bounds.append(found)
+            target = found + chunk_size
+    bounds.append(size)
+    return list(zip(bounds, bounds[1:]))
+
+
+def count_chunk(path: str, start: int, end: int, special_tokens: Sequence[str], pattern: str,
+                invalid_utf8: str = "strict") -> tuple[dict[bytes, int], int]:
+    """The map step: ``({word bytes: count}, number of pre-tokens)`` of ``path[start:end]``."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    if len(data) != end - start:
+        raise InputError(f"{path}: changed while training (shorter than when the run started)")
+    text = data.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict")
+    counts = count_words(text, special_tokens, pattern)
+    return dict(counts), sum(counts.values())
+
+
+def count_chunk_task(args: tuple) -> tuple[int, dict[bytes, int], int]:
+    """``count_chunk`` for a process pool: ``(chunk id, path, start, end, specials, pattern, policy)``."""
+    cid, *rest = args
+    counts, n = count_chunk(*rest)
+    return cid, counts, n
+
+
+def add_counts(total: Counter[bytes], counts: dict[bytes, int]) -> None:
+    """The reduce step in memory: ``total += counts``."""
+    total.update(counts)

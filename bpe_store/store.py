@@ -1,0 +1,435 @@
+"""The store: one SQLite file that holds a training run's whole state.
+
+A ``Store`` wraps one SQLAlchemy connection to the file. It checks on open that the file is a
+bpe_store store at this version's schema, takes an exclusive lock for writers (released by the
+OS if the process dies), and offers the few bulk reads and writes training needs. Every write
+that moves the run forward is one transaction, so after a crash the file is at its last
+checkpoint. Bulk writes are ``executemany`` on plain tuples.
+
+Token ids in ``words.tokens``, ``pair_counts`` and ``merges`` are vocabulary ids: the special
+tokens first, then the 256 bytes, then one per merge. Tokens are identified by their bytes: if a
+merge spells bytes that already have an id, words and pairs keep using that first id.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fcntl
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
+
+from . import migrate
+from .errors import StoreError
+
+#: ``PRAGMA application_id`` of every bpe_store file ("BPE1"): tells our stores from other SQLite files.
+APPLICATION_ID = 0x42504531
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+#: ``{word id: current token ids}``, ``{(left, right): count}`` — the state a checkpoint writes.
+WordTokens = dict[int, Sequence[int]]
+PairCounts = dict[tuple[int, int], int]
+
+
+@dataclass(frozen=True)
+class RunParams:
+    """What defines a run's result. A resume must give the same (vocab_size may grow)."""
+
+    pattern: str
+    special_tokens: tuple[str, ...]
+    vocab_size: int
+    invalid_utf8: str = "strict"
+
+    @property
+    def num_merges(self) -> int:
+        return self.vocab_size - 256 - len(self.special_tokens)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input file as it was when the run started."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A byte range of one source, counted as a unit."""
+
+    id: int
+    source_id: int
+    start: int
+    end: int
+    counted: bool
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def pack_tokens(tokens: Sequence[int]) -> bytes:
+    """Token ids as the little-endian uint32 blob stored in ``words.tokens``."""
+    import array
+
+    a = array.array("I", tokens)
+    if a.itemsize != 4:  # pragma: no cover - every platform we build on has 4-byte unsigned int
+        raise RuntimeError("array('I') is not 32-bit here")
+    return a.tobytes()
+
+
+def unpack_tokens(blob: bytes) -> list[int]:
+    import array
+
+    a = array.array("I")
+    a.frombytes(blob)
+    return a.tolist()
+
+
+def _sqlite_error(path: Path, exc: BaseException) -> StoreError:
+    msg = str(getattr(exc, "orig", exc))
+    if "not a database" in msg or "malformed" in msg:
+        return StoreError(f"{path}: the database file is corrupt or not a SQLite database ({msg})")
+    if "readonly" in msg or "read-only" in msg or "unable to open" in msg:
+        return StoreError(f"{path}: cannot write the database here ({msg})")
+    if "disk is full" in msg or "database or disk is full" in msg:
+        return StoreError(f"{path}: the disk is full ({msg}); the store is still at its last checkpoint")
+    return StoreError(f"{path}: SQLite error: {msg}")
+
+
+def _engine(path: Path, readonly: bool) -> Engine:
+    if readonly:
+        url = f"sqlite:///file:{path}?mode=ro&uri=true"
+    else:
+        url = f"sqlite:///{path}"
+    engine = create_engine(url, poolclass=NullPool)
+
+    # pysqlite's own transaction handling does not cover DDL; let SQLAlchemy's begin() be a real
+    # BEGIN so that a checkpoint (and a migration) is exactly one transaction.
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: sqlite3.Connection, _record: object) -> None:
+        dbapi_conn.isolation_level = None
+        dbapi_conn.execute("PRAGMA busy_timeout = 10000")
+        # FULL: a committed checkpoint survives power loss, not only a process crash
+        dbapi_conn.execute("PRAGMA synchronous = FULL")
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _raw(conn: Connection) -> sqlite3.Connection:
+    """The driver connection, for PRAGMAs that may not run inside SQLAlchemy's transaction."""
+    return conn.connection.driver_connection  # type: ignore[return-value]
+
+
+class Store:
+    """An open store. Use ``Store.open`` (existing) or ``Store.create`` (new)."""
+
+    def __init__(self, path: Path, engine: Engine, conn: Connection, lock_fd: int | None):
+        self.path = path
+        self._engine = engine
+        self.conn = conn
+        self._lock_fd = lock_fd
+
+    # -- opening -------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, readonly: bool = False, allow_old: bool = False) -> Store:
+        """Open an existing store, checking it is ours and at this version's schema."""
+        p = Path(path)
+        cls._check_file(p)
+        if not p.exists():
+            raise StoreError(f"{p}: no such store")
+        lock_fd = None if readonly else cls._lock(p)
+        try:
+            engine = _engine(p, readonly)
+            conn = engine.connect()
+            try:
+                cls._check_identity(p, conn, allow_old=allow_old)
+                conn.commit()
+                if not readonly:
+                    _raw(conn).execute("PRAGMA journal_mode = WAL")
+            except BaseException:
+                conn.close()
+                raise
+        except DBAPIError as exc:
+            cls._unlock(lock_fd)
+            raise _sqlite_error(p, exc) from exc
+        except BaseException:
+            cls._unlock(lock_fd)
+            raise
+        return cls(p, engine, conn, lock_fd)
+
+    @classmethod
+    def create(cls, path: str | os.PathLike) -> Store:
+        """Create a new store at ``path`` (which must not exist, or be empty) at the newest schema."""
+        p = Path(path)
+        cls._check_file(p)
+        if p.exists() and p.stat().st_size > 0:
+            raise StoreError(f"{p}: already exists")
+        if not p.parent.is_dir():
+            raise StoreError(f"{p}: the directory {p.parent} does not exist")
+        if not os.access(p.parent, os.W_OK):
+            raise StoreError(f"{p}: cannot write in {p.parent} (read-only location)")
+        try:
+            engine = _engine(p, readonly=False)
+            conn = engine.connect()
+            raw = _raw(conn)
+            raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            # WAL: readers (sqlite3, `bpe-store sql`) see the last checkpoint while training writes
+            raw.execute("PRAGMA journal_mode = WAL")
+            migrate.upgrade(conn)
+            conn.commit()
+        except DBAPIError as exc:
+            raise _sqlite_error(p, exc) from exc
+        return cls(p, engine, conn, cls._lock(p))
+
+    @staticmethod
+    def _check_file(p: Path) -> None:
+        if p.is_dir():
+            raise StoreError(f"{p}: is a directory, not a database file")
+        if p.exists() and p.stat().st_size > 0:
+            try:
+                with open(p, "rb") as f:
+                    head = f.read(16)
+            except OSError as exc:
+                raise StoreError(f"{p}: cannot read the database file ({exc.strerror})") from exc
+            if head != SQLITE_MAGIC:
+                raise StoreError(f"{p}: not a SQLite database (corrupt, or some other kind of file)")
+
+    @staticmethod
+    def _check_identity(p: Path, conn: Connection, *, allow_old: bool) -> None:
+        app_id = conn.exec_driver_sql("PRAGMA application_id").scalar()
+        tables = [r[0] for r in conn.exec_driver_sql(
+            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        if app_id != APPLICATION_ID:
+            what = ", ".join(tables[:6]) or "no tables"
+            raise StoreError(f"{p}: a SQLite database, but not a bpe_store store ({what})")
+        rev = migrate.current_revision(conn)
+        head = migrate.head_revision()
+        if rev == head:
+            return
+        if rev is None or rev not in migrate.known_revisions():
+            raise StoreError(
+                f"{p}: made by a newer bpe_store (schema revision {rev}); upgrade bpe_store to open it")
+        if not allow_old:
+            raise StoreError(
+                f"{p}: the store's schema is older ({rev}) than this bpe_store's ({head}); "
+                f"upgrade it with: bpe-store db upgrade {p}")
+
+    @staticmethod
+    def _lock(p: Path) -> int:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreError(f"{p}: another bpe-store process is training in this store") from None
+        return fd
+
+    @staticmethod
+    def _unlock(fd: int | None) -> None:
+        if fd is not None:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    @staticmethod
+    def is_locked(path: str | os.PathLike) -> bool:
+        """Whether a training process holds the store now (for ``status``)."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self._engine.dispose()
+            self.conn = None  # type: ignore[assignment]
+        # only after SQLite let go: closing any descriptor of the file drops its POSIX locks
+        self._unlock(self._lock_fd)
+        self._lock_fd = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def transaction(self):
+        """``with store.transaction():`` — one atomic unit; SQLite errors become StoreError."""
+        return _Transaction(self)
+
+    def sql(self, statement: str, params: Sequence | None = None):
+        return self.conn.exec_driver_sql(statement, tuple(params) if params is not None else ())
+
+    def executemany(self, statement: str, rows: list[tuple]) -> None:
+        if rows:
+            self.conn.exec_driver_sql(statement, rows)
+
+    # -- run parameters and inputs -------------------------------------------------------------
+
+    def init_run(self, params: RunParams, sources: Sequence[Source],
+                 chunks: Sequence[tuple[int, int, int]], chunk_size: int, version: str) -> None:
+        """Write a new run: parameters, inputs, the counting plan and the initial vocabulary."""
+        t = now()
+        with self.transaction():
+            self.sql("INSERT INTO run (id, pattern, special_tokens, vocab_size, invalid_utf8, phase,"
+                     " chunk_size, created_at, updated_at, bpe_store_version)"
+                     " VALUES (1, ?, ?, ?, ?, 'counting', ?, ?, ?, ?)",
+                     (params.pattern, json.dumps(list(params.special_tokens)), params.vocab_size,
+                      params.invalid_utf8, chunk_size, t, t, version))
+            self.executemany("INSERT INTO sources (id, path, size, mtime_ns, sha256) VALUES (?, ?, ?, ?, ?)",
+                             [(i, s.path, s.size, s.mtime_ns, s.sha256) for i, s in enumerate(sources)])
+            self.executemany('INSERT INTO chunks (source_id, start, "end") VALUES (?, ?, ?)', list(chunks))
+            vocab = [(i, s.encode("utf-8"), "special") for i, s in enumerate(params.special_tokens)]
+            n = len(vocab)
+            vocab += [(n + b, bytes([b]), "byte") for b in range(256)]
+            self.executemany("INSERT INTO vocab (id, bytes, kind) VALUES (?, ?, ?)", vocab)
+
+    def run_row(self) -> dict:
+        row = self.sql("SELECT * FROM run WHERE id = 1").mappings().first()
+        if row is None:
+            raise StoreError(f"{self.path}: the store has no run (it was never started)")
+        return dict(row)
+
+    def params(self) -> RunParams:
+        r = self.run_row()
+        return RunParams(r["pattern"], tuple(json.loads(r["special_tokens"])), r["vocab_size"],
+                         r["invalid_utf8"])
+
+    def sources(self) -> list[Source]:
+        return [Source(*r) for r in self.sql("SELECT path, size, mtime_ns, sha256 FROM sources ORDER BY id")]
+
+    def chunks(self) -> list[Chunk]:
+        return [Chunk(r[0], r[1], r[2], r[3], bool(r[4])) for r in
+                self.sql('SELECT id, source_id, start, "end", counted FROM chunks ORDER BY id')]
+
+    def set_vocab_size(self, vocab_size: int) -> None:
+        with self.transaction():
+            self.sql("UPDATE run SET vocab_size = ?, phase = CASE WHEN phase = 'done' THEN 'merging'"
+                     " ELSE phase END, stop_reason = NULL, updated_at = ? WHERE id = 1", (vocab_size, now()))
+
+    def elapsed(self) -> float:
+        v = self.sql("SELECT elapsed_s FROM checkpoints ORDER BY id DESC LIMIT 1").scalar()
+        return float(v or 0.0)
+
+    def add_checkpoint_row(self, phase: str, merges_done: int, elapsed_s: float, write_s: float | None) -> None:
+        chunks_counted = self.sql("SELECT count(*) FROM chunks WHERE counted = 1").scalar()
+        self.sql("INSERT INTO checkpoints (at, phase, chunks_counted, merges_done, elapsed_s, write_s)"
+                 " VALUES (?, ?, ?, ?, ?, ?)", (now(), phase, chunks_counted, merges_done, elapsed_s, write_s))
+
+    # -- counting ------------------------------------------------------------------------------
+
+    def add_word_counts(self, counts: Iterable[tuple[bytes, int]], chunk_done: Sequence[tuple[int, int]],
+                        elapsed_s: float) -> None:
+        """One transaction: add ``(word, count)`` deltas and mark ``(chunk id, pre-tokens)`` counted."""
+        with self.transaction():
+            self.executemany("INSERT INTO words (bytes, count) VALUES (?, ?)"
+                             " ON CONFLICT(bytes) DO UPDATE SET count = count + excluded.count",
+                             list(counts))
+            self.executemany("UPDATE chunks SET counted = 1, pretokens = ? WHERE id = ?",
+                             [(n, cid) for cid, n in chunk_done])
+            self.sql("UPDATE run SET updated_at = ? WHERE id = 1", (now(),))
+            self.add_checkpoint_row("counting", 0, elapsed_s, None)
+
+    def load_words(self) -> tuple[list[int], list[bytes], list[int], list[bytes | None]]:
+        """All words in id order: ``(ids, bytes, counts, token blobs or None)``."""
+        rows = self.sql("SELECT id, bytes, count, tokens FROM words ORDER BY id").fetchall()
+        return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows]
+
+    def start_merging(self, pairs: PairCounts, elapsed_s: float) -> None:
+        """One transaction: counting is over; write the initial pair counts and move to merging."""
+        with self.transaction():
+            self.sql("DELETE FROM pair_counts")
+            self.executemany('INSERT INTO pair_counts ("left", "right", count) VALUES (?, ?, ?)',
+                             [(a, b, c) for (a, b), c in pairs.items()])
+            self.sql("UPDATE run SET phase = 'merging', updated_at = ? WHERE id = 1", (now(),))
+            self.add_checkpoint_row("merging", 0, elapsed_s, None)
+
+    # -- merging -------------------------------------------------------------------------------
+
+    def load_merges(self) -> list[tuple[int, int, int, int, int]]:
+        """``[(rank, left, right, token, count)]`` in rank order."""
+        return [tuple(r) for r in self.sql('SELECT rank, "left", "right", token, count FROM merges ORDER BY rank')]
+
+    def load_vocab(self) -> list[tuple[int, bytes, str]]:
+        return [tuple(r) for r in self.sql("SELECT id, bytes, kind FROM vocab ORDER BY id")]
+
+    def load_pair_counts(self) -> PairCounts:
+        return {(a, b): c for a, b, c in self.sql('SELECT "left", "right", count FROM pair_counts')}
+
+    def write_merge_checkpoint(
+        self,
+        merges: Sequence[tuple[int, int, int, int, int]],
+        new_vocab: Sequence[tuple[int, bytes]],
+        words: Sequence[tuple[int, bytes]],
+        pairs: Sequence[tuple[int, int, int]],
+        *,
+        merges_done: int,
+        elapsed_s: float,
+        done_reason: str | None,
+    ) -> float:
+        """One transaction for a batch of merges; returns the seconds the write took.
+
+        ``merges``: ``(rank, left, right, token, count)``; ``new_vocab``: ``(id, bytes)``;
+        ``words``: ``(word id, packed tokens)`` of every word the batch changed; ``pairs``:
+        ``(left, right, count)`` of every pair whose count changed (0 deletes it).
+        """
+        import time
+
+        t0 = time.perf_counter()
+        with self.transaction():
+            self.executemany('INSERT INTO merges (rank, "left", "right", token, count) VALUES (?, ?, ?, ?, ?)',
+                             list(merges))
+            self.executemany("INSERT INTO vocab (id, bytes, kind) VALUES (?, ?, 'merge')", list(new_vocab))
+            self.executemany("UPDATE words SET tokens = ? WHERE id = ?", [(t, w) for w, t in words])
+            self.executemany('DELETE FROM pair_counts WHERE "left" = ? AND "right" = ?',
+                             [(a, b) for a, b, c in pairs if c == 0])
+            self.executemany('INSERT OR REPLACE INTO pair_counts ("left", "right", count) VALUES (?, ?, ?)',
+                             [p for p in pairs if p[2] != 0])
+            phase = "done" if done_reason else "merging"
+            self.sql("UPDATE run SET phase = ?, stop_reason = ?, updated_at = ? WHERE id = 1",
+                     (phase, done_reason, now()))
+            self.add_checkpoint_row(phase, merges_done, elapsed_s, time.perf_counter() - t0)
+        return time.perf_counter() - t0
+
+
+class _Transaction:
+    def __init__(self, store: Store):
+        self.store = store
+
+    def __enter__(self) -> None:
+        if self.store.conn.in_transaction():
+            self.store.conn.commit()
+        self.store.conn.begin()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            try:
+                self.store.conn.commit()
+            except DBAPIError as e:
+                self.store.conn.rollback()
+                raise _sqlite_error(self.store.path, e) from e
+        else:
+            self.store.conn.rollback()
+            if isinstance(exc, DBAPIError):
+                raise _sqlite_error(self.store.path, exc) from exc

@@ -1,0 +1,6 @@
+"""Run the bpe-store command line from a checkout: ``python cli.py --help``."""
+
+from bpe_store.cli import main
+
+if __name__ == "__main__":
+    main()

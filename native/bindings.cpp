@@ -1,0 +1,17 @@
+// bpe_store._core: the Python face of the native core. Each concept lives in its own file and
+// registers its functions here; this file only wires them into one module.
+#include <nanobind/nanobind.h>
+
+namespace nb = nanobind;
+
+void register_scanner(nb::module_ &m);       // scanner.cpp: GPT-2 pre-tokenizer and word counting
+void register_merge_engine(nb::module_ &m);  // merge_engine.cpp: the incremental merge loop
+void register_encoder(nb::module_ &m);       // encoder.cpp: BPE encoding by merge rank
+
+NB_MODULE(_core, m) {
+    m.doc() = "bpe_store native core: hot loops only (scanning, counting, merging, encoding).";
+    m.attr("ABI_VERSION") = 1;
+    register_scanner(m);
+    register_merge_engine(m);
+    register_encoder(m);
+}

@@ -1,0 +1,6 @@
+// Placeholder: filled by its own issue. Registers nothing yet.
+#include <nanobind/nanobind.h>
+
+namespace nb = nanobind;
+
+void register_merge_engine(nb::module_ &m) { (void)m; }

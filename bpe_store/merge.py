@@ -17,7 +17,6 @@ This Python engine is the portable path; ``_core`` provides the same interface n
 from __future__ import annotations
 
 import heapq
-import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -104,9 +103,8 @@ class MergeEngine:
                 heapq.heappush(heap, (-actual, key, a, b))
         return None
 
-    def step(self, max_merges: int, deadline: float | None = None) -> list[Merge]:
-        """Learn up to ``max_merges`` merges (fewer if no pair is left or ``deadline``, a
-        ``time.monotonic()`` value, passes). An empty list means nothing is left to merge."""
+    def step(self, max_merges: int) -> list[Merge]:
+        """Learn up to ``max_merges`` merges; fewer only when no pair is left (``exhausted``)."""
         out: list[Merge] = []
         while len(out) < max_merges:
             best = self._pop_best()
@@ -121,8 +119,6 @@ class MergeEngine:
             self._apply(a, b, token)
             out.append(Merge(self.next_rank, a, b, token, count))
             self.next_rank += 1
-            if deadline is not None and time.monotonic() >= deadline:
-                break
         return out
 
     def _apply(self, a: int, b: int, t: int) -> None:

@@ -19,6 +19,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -44,6 +45,8 @@ DEFAULT_CHECKPOINT_SECONDS = 30.0
 DEFAULT_COUNT_FLUSH_SECONDS = 10.0
 #: Below this many input bytes, counting runs in this process (starting workers costs more).
 _IN_PROCESS_BYTES = 4 << 20
+#: Merges per engine call inside a batch (see ``_merge``).
+_SUB_STEP = 64
 
 Progress = Callable[[dict], None]
 
@@ -240,7 +243,8 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
     if workers > 1 and len(tasks) > 1 and todo_bytes >= _IN_PROCESS_BYTES:
         # spawn, not fork: the parent holds a SQLite connection and maybe threads
         ctx = multiprocessing.get_context("spawn")
-        pool = ctx.Pool(min(workers, len(tasks)))
+        # workers ignore Ctrl-C: the parent decides how to stop (finish a flush, or abort)
+        pool = ctx.Pool(min(workers, len(tasks)), initializer=_ignore_sigint)
         results: Iterable = pool.imap_unordered(count_chunk_task, tasks)
     else:
         results = map(count_chunk_task, tasks)
@@ -266,6 +270,10 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
         if pool is not None:
             pool.terminate()
             pool.join()
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _initial_tokens(wbytes: bytes, n_specials: int) -> list[int]:
@@ -318,9 +326,26 @@ def _merge(store: Store, params: RunParams, batch: int, seconds: float, elapsed:
         return
     engine, ids = _load_engine(store, params)
     tb = engine.token_bytes
+    stopping = False
     while True:
-        remaining = target - engine.next_rank
-        merges = engine.step(min(remaining, batch), time.monotonic() + seconds) if remaining > 0 else []
+        # one batch = sub-steps of at most _SUB_STEP merges until the batch size, the batch time
+        # or a stop request; sub-steps keep progress lively and let Ctrl-C end a batch early.
+        batch_end = time.monotonic() + seconds
+        merges = []
+        while True:
+            remaining = min(target - engine.next_rank, batch - len(merges))
+            if remaining <= 0 or engine.exhausted:
+                break
+            sub = engine.step(min(remaining, _SUB_STEP))
+            merges.extend(sub)
+            if sub:
+                last = sub[-1]
+                _emit(progress, stage="merging", done=engine.next_rank, total=target,
+                      merge=[tb[last.left].decode("utf-8", "replace"),
+                             tb[last.right].decode("utf-8", "replace"), last.count])
+            stopping = stop is not None and stop.is_set()
+            if stopping or time.monotonic() >= batch_end:
+                break
         if engine.next_rank >= target:
             reason = "vocab_size"
         elif engine.exhausted:
@@ -329,21 +354,18 @@ def _merge(store: Store, params: RunParams, batch: int, seconds: float, elapsed:
             reason = None
         words, pairs = engine.take_changes()
         first = engine.first_merge_id
-        store.write_merge_checkpoint(
+        write_s = store.write_merge_checkpoint(
             [(m.rank, m.left, m.right, m.token, m.count) for m in merges],
             [(first + m.rank, tb[m.left] + tb[m.right]) for m in merges],
             [(ids[w], pack_tokens(t)) for w, t in words.items()],
             [(a, b, c) for (a, b), c in pairs.items()],
             merges_done=engine.next_rank, elapsed_s=elapsed(), done_reason=reason,
         )
-        last = merges[-1] if merges else None
-        _emit(progress, stage="merging", done=engine.next_rank, total=target,
-              merge=None if last is None else [tb[last.left].decode("utf-8", "replace"),
-                                               tb[last.right].decode("utf-8", "replace"), last.count])
-        _emit(progress, stage="checkpoint", phase="merging", done=engine.next_rank, total=target)
+        _emit(progress, stage="checkpoint", phase="merging", done=engine.next_rank, total=target,
+              words=len(words), pairs=len(pairs), write_s=write_s)
         if reason is not None:
             return
-        if stop is not None and stop.is_set():
+        if stopping:
             raise Interrupted(f"stopped after {engine.next_rank} merges; {store.path} holds them")
 
 

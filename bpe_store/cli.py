@@ -48,6 +48,11 @@ def train(
                f"({reason.get(result.stop_reason or '', result.phase)})", err=True)
 
 
+from . import cli_tokenize  # noqa: E402  (commands defined in their own module)
+
+cli_tokenize.register(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; a BpeStoreError is one line on stderr and its exit code."""
     try:

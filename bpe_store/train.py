@@ -31,7 +31,8 @@ from pathlib import Path
 import regex
 
 from . import __version__
-from .count import DEFAULT_CHUNK_SIZE, count_chunk_task, plan_chunks, scan_source
+from .count import (DEFAULT_CHUNK_SIZE, add_counts, count_chunk_task, count_chunks_threaded, native_counts,
+                    plan_chunks, scan_source)
 from .errors import BpeStoreError, InputError, ResumeMismatch, StoreError
 from .merge import MergeEngine, pair_counts_of
 from .pretokenize import GPT2_PATTERN
@@ -240,12 +241,19 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
         return
     pool = None
     todo_bytes = sum(size_of.values())
-    if workers > 1 and len(tasks) > 1 and todo_bytes >= _IN_PROCESS_BYTES:
+    results: Iterable
+    if workers > 1 and len(tasks) > 1 and native_counts(params.pattern):
+        # native counting releases the GIL: threads scale like processes without pickling the
+        # counts back, spawning interpreters or holding a copy of each chunk per process
+        # (bench/RESULTS-count.md); Ctrl-C reaches only this thread, which decides how to stop
+        results = count_chunks_threaded(tasks, min(workers, len(tasks)))
+    elif workers > 1 and len(tasks) > 1 and todo_bytes >= _IN_PROCESS_BYTES:
+        # the regex path holds the GIL, so it needs processes.
         # spawn, not fork: the parent holds a SQLite connection and maybe threads
         ctx = multiprocessing.get_context("spawn")
         # workers ignore Ctrl-C: the parent decides how to stop (finish a flush, or abort)
         pool = ctx.Pool(min(workers, len(tasks)), initializer=_ignore_sigint)
-        results: Iterable = pool.imap_unordered(count_chunk_task, tasks)
+        results = pool.imap_unordered(count_chunk_task, tasks)
     else:
         results = map(count_chunk_task, tasks)
     try:
@@ -253,7 +261,7 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
         marks: list[tuple[int, int]] = []
         last_flush = time.monotonic()
         for cid, counts, n in results:
-            delta.update(counts)
+            add_counts(delta, counts)
             marks.append((cid, n))
             done += size_of[cid]
             _emit(progress, stage="counting", done=done, total=total)
@@ -270,6 +278,9 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
         if pool is not None:
             pool.terminate()
             pool.join()
+        close = getattr(results, "close", None)
+        if close is not None:  # threads: cancel queued chunks, wait for the running ones
+            close()
 
 
 def _ignore_sigint() -> None:

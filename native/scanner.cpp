@@ -305,6 +305,32 @@ class SpecialSplitter {
     bool single_first_ = false;
 };
 
+// Whether s[0, n) is well-formed UTF-8 (the strict decoder's rule: no overlongs, surrogates or
+// code points above U+10FFFF). Eight ASCII bytes at a time: most text is mostly ASCII.
+inline bool valid_utf8(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n) {
+            uint64_t w;
+            std::memcpy(&w, s + i, 8);
+            if ((w & 0x8080808080808080ull) == 0) {
+                i += 8;
+                continue;
+            }
+        }
+        if (s[i] < 0x80) {
+            ++i;
+            continue;
+        }
+        // decode() maps every ill-formed byte to a 1-byte "other"; a well-formed multi-byte
+        // sequence is the only way to get a length above 1 from a byte >= 0x80.
+        const Char c = decode(s + i, s + n);
+        if (c.len == 1) return false;
+        i += c.len;
+    }
+    return true;
+}
+
 }  // namespace
 
 void gpt2_split(std::string_view text, std::vector<size_t> &ends) {
@@ -377,6 +403,31 @@ nb::tuple py_count_words(nb::bytes data, const std::vector<nb::bytes> &specials)
     return nb::make_tuple(counts, nb::steal(PyLong_FromUnsignedLongLong(total)));
 }
 
+bool py_utf8_valid(nb::bytes data) {
+    const auto *s = static_cast<const uint8_t *>(data.data());
+    const size_t n = data.size();
+    nb::gil_scoped_release release;
+    return bpe::valid_utf8(s, n);
+}
+
+// total[word] += count for every word of `counts`: the in-memory reduce, with the GIL held (it
+// touches Python dicts) but as a C loop, several times faster than Counter.update's Python loop,
+// so the GIL stays free for the counting threads most of the time.
+void py_add_counts(nb::dict total, nb::dict counts) {
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(counts.ptr(), &pos, &key, &value)) {
+        PyObject *old = PyDict_GetItemWithError(total.ptr(), key);  // borrowed
+        if (old == nullptr) {
+            if (PyErr_Occurred()) throw nb::python_error();
+            if (PyDict_SetItem(total.ptr(), key, value) != 0) throw nb::python_error();
+            continue;
+        }
+        nb::object sum = nb::steal(PyNumber_Add(old, value));
+        if (!sum.is_valid() || PyDict_SetItem(total.ptr(), key, sum.ptr()) != 0) throw nb::python_error();
+    }
+}
+
 int py_char_class(int64_t cp) {
     if (cp < 0 || cp >= 0x110000) throw nb::value_error("code point out of range 0..0x10FFFF");
     return bpe::class_of(uint32_t(cp));
@@ -391,6 +442,10 @@ void register_scanner(nb::module_ &m) {
     m.def("count_words", &py_count_words, nb::arg("data"), nb::arg("specials"),
           "``({word bytes: count}, pre-tokens)`` of UTF-8 ``data`` split at ``specials`` (leftmost, "
           "longest at one position; never counted), then by the GPT-2 pattern. Releases the GIL.");
+    m.def("utf8_valid", &py_utf8_valid, nb::arg("data"),
+          "Whether ``data`` is well-formed UTF-8 (as ``bytes.decode('utf-8')`` accepts). Releases the GIL.");
+    m.def("add_counts", &py_add_counts, nb::arg("total"), nb::arg("counts"),
+          "``total[w] += c`` for each ``w, c`` in ``counts`` (dicts of bytes -> int; a Counter is a dict).");
     m.def("char_class", &py_char_class, nb::arg("cp"),
           "GPT-2 class of a code point: 0 other, 1 \\p{L}, 2 \\p{N}, 3 \\s (as `regex` defines them).");
 }

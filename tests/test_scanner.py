@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from bpe_store import _core
 from bpe_store.count import add_counts, count_chunk, count_chunks_threaded, native_counts
 from bpe_store.pretokenize import GPT2_PATTERN, count_words
-from bpe_store.train import train
+from bpe_store.train import Interrupted, train
 
 from conftest import CS336, corpus_slice
 
@@ -205,3 +205,25 @@ def test_train_same_merges_for_any_threads_and_chunk_size(tmp_path: Path) -> Non
                   chunk_size=chunk_size)
         results.append((r.vocab, r.merges, r.merge_counts))
     assert all(r == results[0] for r in results[1:])
+
+
+def test_stop_while_counting_on_threads_then_resume(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(corpus_slice("enwiki-100M.txt", 400_000, 1_000_000), encoding="utf-8")
+    full = train([corpus], tmp_path / "full.db", 300, workers=2, chunk_size=8192)
+    stop = threading.Event()
+    seen: list[dict] = []
+
+    def progress(event: dict) -> None:
+        seen.append(event)
+        if event["stage"] == "counting" and event["done"] > 0:
+            stop.set()
+
+    db = tmp_path / "run.db"
+    with pytest.raises(Interrupted):
+        train([corpus], db, 300, workers=2, chunk_size=8192, progress=progress, stop=stop)
+    assert not [t for t in threading.enumerate() if t.name.startswith("bpe-count")]
+    checkpoint = [e for e in seen if e["stage"] == "checkpoint"]
+    assert checkpoint and checkpoint[-1]["phase"] == "counting" and checkpoint[-1]["done"] < checkpoint[-1]["total"]
+    resumed = train([corpus], db, 300, workers=2, chunk_size=8192)
+    assert (resumed.merges, resumed.merge_counts) == (full.merges, full.merge_counts)

@@ -225,11 +225,13 @@ inline bool equal_bytes(const uint8_t *a, const uint8_t *b, size_t n) {
 // one cache line in the common case and growth is a single rehash.
 class WordTable {
   public:
+    // 32 bytes: two slots per cache line. `len` is 64-bit because a chunk may be larger than
+    // 4 GiB (and so, in principle, one whitespace run in it).
     struct Slot {
         const uint8_t *ptr = nullptr;  // nullptr: empty
-        uint32_t len = 0;
-        uint32_t tag = 0;  // high bits of the hash: most mismatches fail without a memcmp
+        uint64_t len = 0;
         uint64_t count = 0;
+        uint32_t tag = 0;  // high bits of the hash: most mismatches fail without comparing bytes
     };
 
     WordTable() : slots_(1 << 12), mask_(slots_.size() - 1) {}
@@ -242,7 +244,7 @@ class WordTable {
             Slot &s = slots_[i];
             if (s.ptr == nullptr) {
                 s.ptr = p;
-                s.len = uint32_t(n);
+                s.len = n;
                 s.tag = tag;
                 s.count = 1;
                 if (++used_ * 2 > slots_.size()) grow();  // load factor <= 1/2 keeps probes short

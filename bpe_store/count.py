@@ -4,6 +4,10 @@ Counting is a map step (a byte range of a file -> ``{word: count}``) and a reduc
 counts into the store). Nothing here touches the store; ``train`` drives both and makes each
 reduce durable, so a killed run never counts a chunk twice.
 
+For the GPT-2 pattern the map step is native (``bpe_store._core.count_words``, identical to the
+``regex`` path, see tests/test_scanner.py) and releases the GIL, so ``train`` runs it on threads
+(``count_chunks_threaded``); any other pattern goes through ``regex`` in worker processes.
+
 Chunk boundaries never change the result. A chunk starts either
 
 * at a special token the full left-to-right special-token scan would also find (no other special

@@ -7,6 +7,8 @@ the same merges whatever the thread count or chunk size.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import threading
 from collections import Counter
 from pathlib import Path
@@ -227,3 +229,59 @@ def test_stop_while_counting_on_threads_then_resume(tmp_path: Path) -> None:
     assert checkpoint and checkpoint[-1]["phase"] == "counting" and checkpoint[-1]["done"] < checkpoint[-1]["total"]
     resumed = train([corpus], db, 300, workers=2, chunk_size=8192)
     assert (resumed.merges, resumed.merge_counts) == (full.merges, full.merge_counts)
+
+
+# -- memory safety -----------------------------------------------------------------------------
+
+SANITIZER_HARNESS = r"""
+#include <cstdio>
+#include <memory>
+#include <random>
+#include "scanner_impl.h"
+
+// Random byte strings, biased to UTF-8 edge bytes, each in a heap block of exactly its size so
+// that AddressSanitizer reports any read past the end; pieces must tile the input.
+int main() {
+    using namespace bpe::detail;
+    const unsigned char edge[] = {0x80, 0xBF, 0xC0, 0xC2, 0xDF, 0xE0, 0xED, 0xEF, 0xF0, 0xF4,
+                                  0xF5, 0xFF, ' ', '\n', '\'', 's', 'l', 'a', '1', '<', '|', '>'};
+    std::mt19937_64 rng(12345);
+    const SpecialSplitter splitter({"<|a|>", "<|a|><|b|>", "\xe4\xb8\xad"});
+    for (int iter = 0; iter < 200000; ++iter) {
+        const size_t n = rng() % 48;
+        std::unique_ptr<uint8_t[]> buf(new uint8_t[n ? n : 1]);
+        for (size_t i = 0; i < n; ++i) buf[i] = rng() % 3 ? edge[rng() % sizeof(edge)] : uint8_t(rng());
+        size_t prev = 0;
+        bool ok = true;
+        scan(buf.get(), n, [&](size_t a, size_t b) { ok = ok && a == prev && b > a && b <= n; prev = b; });
+        if (!ok || prev != n) { std::printf("bad split at iteration %d\n", iter); return 1; }
+        WordTable table(n / 64);
+        splitter.split(buf.get(), n, [&](size_t a, size_t b) {
+            scan(buf.get() + a, b - a, [&](size_t x, size_t y) { table.add(buf.get() + a + x, y - x); });
+        });
+        (void)valid_utf8(buf.get(), n);
+    }
+    std::puts("ok");
+    return 0;
+}
+"""
+
+
+@pytest.mark.slow
+def test_scanner_is_memory_safe_on_any_bytes(tmp_path: Path) -> None:
+    """Build the scanner alone under AddressSanitizer + UBSan and run it on random bytes."""
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    native = Path(__file__).resolve().parent.parent / "native"
+    src = tmp_path / "harness.cpp"
+    src.write_text(SANITIZER_HARNESS)
+    exe = tmp_path / "harness"
+    build = subprocess.run([cxx, "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined",
+                            "-fno-sanitize-recover=all", "-I", str(native), str(src), "-o", str(exe)],
+                           capture_output=True, text=True)
+    if build.returncode != 0 and "sanitize" in build.stderr:
+        pytest.skip(f"the compiler has no sanitizers: {build.stderr[:200]}")
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr

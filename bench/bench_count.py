@@ -47,6 +47,10 @@ CONFIGS: list[tuple[str, str, str, int]] = [
     ("native, 2 processes", "native", "processes", 2),
     ("regex, 1 process", "regex", "inline", 1),
     ("regex, 2 processes", "regex", "processes", 2),
+    # the counting phase of `train` itself: the pool `_count` picks, flushes into SQLite included
+    ("train counting, native, 1 worker", "native", "store", 1),
+    ("train counting, native, 2 workers", "native", "store", 2),
+    ("train counting, regex, 2 workers", "regex", "store", 2),
 ]
 
 
@@ -60,6 +64,8 @@ def run_one(engine: str, pool_kind: str, workers: int, path: str, limit: int, ch
     """Count ``path[:limit]`` once; ``{seconds, bytes, words, pretokens, rss_mb, child_rss_mb}``."""
     pattern = GPT2_PATTERN if engine == "native" else REGEX_PATTERN
     assert native_counts(pattern) == (engine == "native")
+    if pool_kind == "store":
+        return run_train_counting(pattern, workers, path, limit, chunk_size)
     chunks = plan_chunks(path, limit, SPECIALS, GPT2_PATTERN, chunk_size)
     tasks = [(i, path, s, e, tuple(SPECIALS), pattern, "strict") for i, (s, e) in enumerate(chunks)]
     t0 = time.perf_counter()
@@ -88,6 +94,73 @@ def run_one(engine: str, pool_kind: str, workers: int, path: str, limit: int, ch
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "child_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
     }
+
+
+def run_train_counting(pattern: str, workers: int, path: str, limit: int, chunk_size: int) -> dict:
+    """Time `train`'s counting phase (first "counting" event to the "pairs" event) on
+    ``path[:limit]``, then abandon the run: the flushes into the store are part of the time."""
+    import tempfile
+
+    from bpe_store.train import train
+
+    class CountingDone(Exception):
+        pass
+
+    marks: dict[str, float] = {}
+
+    def progress(event: dict) -> None:
+        if event["stage"] == "counting":
+            marks.setdefault("start", time.perf_counter())
+        elif event["stage"] == "pairs":
+            marks["end"] = time.perf_counter()
+            raise CountingDone  # skip the pair counts and merges: not what this measures
+
+    with tempfile.TemporaryDirectory(prefix="bench-count-") as tmp:
+        corpus = Path(path)
+        if limit < os.path.getsize(path):
+            with open(path, "rb") as f:
+                data = f.read(limit)
+            corpus = Path(tmp) / "corpus.txt"
+            corpus.write_bytes(data[: data.rfind(b"\n") + 1])  # whole lines: valid UTF-8
+            limit = corpus.stat().st_size
+        try:
+            train([corpus], Path(tmp) / "run.db", 100_000, SPECIALS, pattern=pattern, workers=workers,
+                  chunk_size=chunk_size, progress=progress)
+        except CountingDone:
+            pass
+    return {
+        "seconds": marks["end"] - marks["start"],
+        "bytes": limit,
+        "words": 0,
+        "pretokens": 0,
+        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "child_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+    }
+
+
+def parallelism_probe() -> float:
+    """Speed-up of 2 threads over 1 on pure GIL-free work (hashlib.sha256 of 64 MiB): how many
+    cores this shared machine actually gives right now (2.0 on an idle 2-core machine)."""
+    import hashlib
+    import threading
+
+    data = os.urandom(64 << 20)
+
+    def work() -> None:
+        for _ in range(2):
+            hashlib.sha256(data).digest()
+
+    t0 = time.perf_counter()
+    work()
+    work()
+    serial = time.perf_counter() - t0
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return serial / (time.perf_counter() - t0)
 
 
 def cpu_model() -> str:
@@ -123,7 +196,10 @@ def main() -> None:
     # work on a shared machine spreads over all configurations instead of hitting one of them.
     configs = [c for c in CONFIGS if args.only is None or args.only in c[0]]
     runs: dict[str, list[dict]] = {label: [] for label, *_ in configs}
+    probes: list[float] = []
     for _ in range(args.repeat):
+        probes.append(parallelism_probe())
+        print(f"parallelism probe: 2 threads = {probes[-1]:.2f}x one thread (sha256)", flush=True)
         for label, engine, kind, workers in configs:
             limit = min(size, (args.native_mb if engine == "native" else args.regex_mb) * 10**6)
             out = subprocess.run([sys.executable, __file__, "--corpus", args.corpus, "--chunk-mb", str(args.chunk_mb),
@@ -147,6 +223,8 @@ def main() -> None:
         "",
         f"Machine: `nproc` = {os.cpu_count()}, CPU: {cpu_model()}, Python {platform.python_version()}, "
         f"{platform.system()} {platform.release()}.",
+        f"Parallelism actually available (2 threads of GIL-free sha256 vs 1, before each round): "
+        f"{', '.join(f'{x:.2f}x' for x in probes)}; 2.0x means two free cores, 1.0x means one.",
         f"Corpus: `{os.path.basename(args.corpus)}`, special token `<|endoftext|>`, chunks of "
         f"{args.chunk_mb:g} MiB, map + in-memory reduce as in `train._count` (no store writes). "
         f"Best of {args.repeat} runs; the machine is shared with other builds and tests, so timings are "

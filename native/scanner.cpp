@@ -86,10 +86,9 @@ nb::tuple py_count_words(nb::bytes data, const std::vector<nb::bytes> &specials)
     // temporaries per word, and this loop runs once per distinct word with the GIL held.
     nb::object counts = nb::steal(PyDict_New());
     if (!counts.is_valid()) throw nb::python_error();
-    for (const auto &slot : table.slots()) {
-        if (slot.ptr == nullptr) continue;
-        nb::object key = py_bytes(slot.ptr, slot.len);
-        nb::object value = nb::steal(PyLong_FromUnsignedLongLong(slot.count));
+    for (const auto &entry : table.entries()) {
+        nb::object key = py_bytes(entry.ptr, entry.len);
+        nb::object value = nb::steal(PyLong_FromUnsignedLongLong(entry.count));
         if (!key.is_valid() || !value.is_valid() || PyDict_SetItem(counts.ptr(), key.ptr(), value.ptr()) != 0)
             throw nb::python_error();
     }

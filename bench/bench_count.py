@@ -60,6 +60,12 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and its waited-for children (pool workers)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def run_one(engine: str, pool_kind: str, workers: int, path: str, limit: int, chunk_size: int) -> dict:
     """Count ``path[:limit]`` once; ``{seconds, bytes, words, pretokens, rss_mb, child_rss_mb}``."""
     pattern = GPT2_PATTERN if engine == "native" else REGEX_PATTERN
@@ -68,6 +74,7 @@ def run_one(engine: str, pool_kind: str, workers: int, path: str, limit: int, ch
         return run_train_counting(pattern, workers, path, limit, chunk_size)
     chunks = plan_chunks(path, limit, SPECIALS, GPT2_PATTERN, chunk_size)
     tasks = [(i, path, s, e, tuple(SPECIALS), pattern, "strict") for i, (s, e) in enumerate(chunks)]
+    cpu0 = cpu_seconds()
     t0 = time.perf_counter()
     pool = None
     if pool_kind == "threads":
@@ -85,9 +92,10 @@ def run_one(engine: str, pool_kind: str, workers: int, path: str, limit: int, ch
     seconds = time.perf_counter() - t0
     if pool is not None:
         pool.close()
-        pool.join()
+        pool.join()  # the workers' CPU time is counted once they are waited for
     return {
         "seconds": seconds,
+        "cpu": cpu_seconds() - cpu0,
         "bytes": limit,
         "words": len(total),
         "pretokens": pretokens,
@@ -109,10 +117,12 @@ def run_train_counting(pattern: str, workers: int, path: str, limit: int, chunk_
     marks: dict[str, float] = {}
 
     def progress(event: dict) -> None:
-        if event["stage"] == "counting":
-            marks.setdefault("start", time.perf_counter())
+        if event["stage"] == "counting" and "start" not in marks:
+            marks["start"] = time.perf_counter()
+            marks["cpu0"] = cpu_seconds()
         elif event["stage"] == "pairs":
             marks["end"] = time.perf_counter()
+            marks["cpu1"] = cpu_seconds()
             raise CountingDone  # skip the pair counts and merges: not what this measures
 
     with tempfile.TemporaryDirectory(prefix="bench-count-") as tmp:
@@ -130,6 +140,8 @@ def run_train_counting(pattern: str, workers: int, path: str, limit: int, chunk_
             pass
     return {
         "seconds": marks["end"] - marks["start"],
+        # worker processes (the regex path) are still alive here, so their CPU time is unknown
+        "cpu": marks["cpu1"] - marks["cpu0"] if native_counts(pattern) else 0.0,
         "bytes": limit,
         "words": 0,
         "pretokens": 0,
@@ -211,7 +223,8 @@ def main() -> None:
         best = min(runs[label], key=lambda r: r["seconds"])
         mbs = best["bytes"] / 1e6 / best["seconds"]
         rows.append((label, workers, best, mbs, [r["seconds"] for r in runs[label]]))
-        print(f"{label:22s} {best['bytes'] / 1e6:6.0f} MB  {best['seconds']:7.2f} s  {mbs:7.1f} MB/s  "
+        print(f"{label:22s} {best['bytes'] / 1e6:6.0f} MB  {best['seconds']:7.2f} s  cpu {best['cpu']:6.2f} s  "
+              f"{mbs:7.1f} MB/s  "
               f"{mbs / workers:6.1f} MB/s/core  rss {best['rss_mb']:.0f} MB (+worker {best['child_rss_mb']:.0f} MB)"
               f"  runs {[round(r['seconds'], 2) for r in runs[label]]}", flush=True)
 
@@ -230,13 +243,17 @@ def main() -> None:
         f"Best of {args.repeat} runs; the machine is shared with other builds and tests, so timings are "
         "noisy (all runs are listed).",
         "",
-        "| configuration | MB counted | seconds | MB/s | MB/s per core | peak RSS main | peak RSS largest worker | all runs (s) |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "`MB/s per core` is MB/s / workers; `MB per CPU-s` is MB over the CPU time actually used (user +",
+        "system, workers included), which does not depend on how many cores the machine had free.",
+        "",
+        "| configuration | MB counted | seconds (best) | MB/s | MB/s per core | CPU s | MB per CPU-s | peak RSS main | peak RSS largest worker | all runs (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for label, workers, best, mbs, all_runs in rows:
         child = f"{best['child_rss_mb']:.0f} MB" if best["child_rss_mb"] > 0 else "-"
+        cpu = f"{best['cpu']:.2f} | {best['bytes'] / 1e6 / best['cpu']:.0f}" if best["cpu"] > 0.05 * best["seconds"] else "- | -"
         lines.append(f"| {label} | {best['bytes'] / 1e6:.0f} | {best['seconds']:.2f} | {mbs:.1f} | "
-                     f"{mbs / workers:.1f} | {best['rss_mb']:.0f} MB | {child} | "
+                     f"{mbs / workers:.1f} | {cpu} | {best['rss_mb']:.0f} MB | {child} | "
                      f"{', '.join(f'{s:.2f}' for s in all_runs)} |")
     fastest = max(rows, key=lambda r: r[3])
     regex_best = max((r for r in rows if r[0].startswith("regex")), key=lambda r: r[3], default=fastest)

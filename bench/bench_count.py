@@ -273,6 +273,10 @@ def main() -> None:
     if args.out == "-":
         print(text)
     else:
+        # keep the hand-written "## Notes" section (interpretation) of an earlier run
+        old = Path(args.out).read_text() if Path(args.out).exists() else ""
+        if "\n## Notes" in old:
+            text += old[old.index("\n## Notes"):]
         Path(args.out).write_text(text)
         print(f"wrote {args.out}")
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import regex
 
-from . import __version__
+from . import __version__, sessions
 from .count import DEFAULT_CHUNK_SIZE, count_chunk_task, plan_chunks, scan_source
 from .errors import BpeStoreError, InputError, ResumeMismatch, StoreError
 from .merge import MergeEngine, pair_counts_of
@@ -208,7 +208,9 @@ def train(
                 Path(str(db) + suffix).unlink(missing_ok=True)
             raise
 
+    session = None
     try:
+        session = sessions.begin(store)  # the store's history: who trained, when, how it ended
         elapsed0 = store.elapsed()
 
         def elapsed() -> float:
@@ -219,7 +221,12 @@ def train(
             _count(store, params, workers, count_flush_seconds, elapsed, progress, stop)
             _start_merging(store, params, elapsed, progress)
         _merge(store, params, checkpoint_merges, checkpoint_seconds, elapsed, progress, stop)
-        return read_result(store)
+        result = read_result(store)
+        sessions.end(store, session)
+        return result
+    except BaseException as exc:
+        sessions.end(store, session, exc)
+        raise
     finally:
         store.close()
 

@@ -1,9 +1,9 @@
 """Training sessions: who trained in a store, when, and how each session ended.
 
 A session is one process that opened the store to train. ``begin`` writes its row when
-training starts; ``end`` closes it with an outcome (``done``, ``interrupted``, ``aborted``,
-``failed``). A row whose ``ended_at`` stays NULL belongs to the run holding the store now,
-or to one that was killed (``bpe-store status`` tells the two apart with the store's lock).
+training starts; ``end`` closes it with an outcome (``done``, ``interrupted``, ``failed``).
+A row whose ``ended_at`` stays NULL belongs to the run holding the store now, or to one that
+was killed or stopped at once (``bpe-store status`` tells them apart with the store's lock).
 """
 
 from __future__ import annotations
@@ -37,14 +37,15 @@ def outcome_of(exc: BaseException | None) -> str:
         return "done"
     if isinstance(exc, Interrupted):
         return "interrupted"
-    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-        return "aborted"
     return "failed"
 
 
 def end(store: Store, session_id: int | None, exc: BaseException | None = None) -> None:
     """Close the session row; never raises (it must not hide why training stopped)."""
-    if session_id is None:
+    if session_id is None or isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        # stopping at once: SQLAlchemy drops a connection interrupted mid-statement, and the lost
+        # one may still hold the write lock; writing now would wait busy_timeout for nothing.
+        # The row stays open, which status reports as "ended without a trace".
         return
     try:
         with store.transaction():

@@ -26,7 +26,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Optional
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -36,20 +35,29 @@ _VERBOSE_KEY = "bpe_store.verbose"
 _ARGV_KEY = "bpe_store.argv"
 
 
+def _typer_handles() -> tuple[type[BaseException], ...]:
+    """What Typer reports itself (exit, abort, usage errors), from whichever click it uses."""
+    click_exception = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+    return (typer.Exit, typer.Abort, click_exception)
+
+
+_TYPER_HANDLES = _typer_handles()
+
+
 class _Group(TyperGroup):
     """The root group: keeps the raw argv (for the resume command) and turns errors into exit codes."""
 
-    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
-                     **extra: Any) -> click.Context:
+    def make_context(self, info_name: str | None, args: list[str], parent: typer.Context | None = None,
+                     **extra: Any) -> typer.Context:
         raw = list(args)
         ctx = super().make_context(info_name, args, parent=parent, **extra)
         ctx.meta.setdefault(_ARGV_KEY, raw)
         return ctx
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (typer.Exit, click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+        except _TYPER_HANDLES:
             raise
         except BpeStoreError as exc:
             _fail(ctx, exc, exc.exit_code, str(exc))
@@ -60,7 +68,7 @@ class _Group(TyperGroup):
                                          "(run with --verbose for the traceback)")
 
 
-def _fail(ctx: click.Context, exc: BaseException, code: int, message: str) -> None:
+def _fail(ctx: typer.Context, exc: BaseException, code: int, message: str) -> None:
     if ctx.meta.get(_VERBOSE_KEY):
         typer.echo("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), err=True)
     typer.echo(f"error: {message}", err=True)
@@ -82,7 +90,7 @@ app.add_typer(db_app, name="db")
 VERBOSE_HELP = "Show the traceback of an error."
 
 
-def _set_verbose(ctx: click.Context, verbose: bool) -> None:
+def _set_verbose(ctx: typer.Context, verbose: bool) -> None:
     if verbose:
         ctx.meta[_VERBOSE_KEY] = True
 
@@ -98,7 +106,8 @@ def _root(ctx: typer.Context,
 
 
 def _db_argument() -> Any:
-    return typer.Argument(..., help="The store (a SQLite file made by bpe-store train).", show_default=False)
+    return typer.Argument(..., help="The store (a SQLite file made by bpe-store train).", show_default=False,
+                          metavar="DB")
 
 
 def _verbose_option() -> Any:
@@ -252,7 +261,7 @@ class StopOnSignal:
         self._old.clear()
 
 
-def resume_command(ctx: click.Context) -> str:
+def resume_command(ctx: typer.Context) -> str:
     """The command that resumes this run: this one, less ``--restart`` (which would start over)."""
     root = ctx.find_root()
     argv = [a for a in root.meta.get(_ARGV_KEY, sys.argv[1:]) if a != "--restart"]
@@ -288,7 +297,7 @@ def _reporter(progress: ProgressMode, quiet: bool):
 def train(
     ctx: typer.Context,
     inputs: list[str] = typer.Argument(..., help="Corpus files, directories (see --glob) or quoted globs.",
-                                       show_default=False),
+                                       show_default=False, metavar="INPUTS"),
     db: Path = typer.Option(..., "--db", help="The store (SQLite file); created, or resumed if it exists."),
     vocab_size: int = typer.Option(..., "--vocab-size",
                                    help="Target vocabulary size (specials + 256 + merges); a larger one "
@@ -342,7 +351,7 @@ def train(
                    "stop_reason": result.stop_reason})
 
 
-def _report_stop(ctx: click.Context, db: Path, stopper: StopOnSignal, reporter: Any, at_once: bool) -> None:
+def _report_stop(ctx: typer.Context, db: Path, stopper: StopOnSignal, reporter: Any, at_once: bool) -> None:
     """After a stop: what the store holds and the exact command that resumes (always shown)."""
     how = "stopped at once" if at_once else "stopped after a checkpoint"
     saved = _saved_summary(db)
@@ -437,7 +446,7 @@ def status(
 def sql(
     ctx: typer.Context,
     db: Path = _db_argument(),
-    query: str = typer.Argument(..., help="One SQL statement (read-only).", show_default=False),
+    query: str = typer.Argument(..., help="One SQL statement (read-only).", show_default=False, metavar="QUERY"),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
     limit: Optional[int] = typer.Option(None, "--limit", help="At most this many rows."),
     verbose: bool = _verbose_option(),
@@ -469,7 +478,7 @@ def show(
     ctx: typer.Context,
     db: Path = _db_argument(),
     what: ShowWhat = typer.Argument(..., help="merges (by rank), words and pairs (most frequent first), vocab (by id).",
-                                    show_default=False),
+                                    show_default=False, metavar="merges|words|pairs|vocab"),
     limit: int = typer.Option(20, "--limit", "-n", help="At most this many rows."),
     offset: int = typer.Option(0, "--offset", help="Skip this many rows first."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
@@ -504,7 +513,8 @@ def _tree_lines(node: dict, prefix: str = "", last: bool = True, top: bool = Tru
 def why(
     ctx: typer.Context,
     db: Path = _db_argument(),
-    token: str = typer.Argument(..., help="The token as text (e.g. ' the'), or its id with --id.", show_default=False),
+    token: str = typer.Argument(..., help="The token as text (e.g. ' the'), or its id with --id.", show_default=False,
+                               metavar="TOKEN"),
     by_id: bool = typer.Option(False, "--id", help="TOKEN is a vocabulary id."),
     limit: int = typer.Option(10, "--limit", "-n", help="How many words to list."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object, for scripts."),

@@ -26,7 +26,7 @@ from .store import Store, unpack_tokens
 
 #: ``show`` tables: what each lists, in which order (ties broken as the trainer breaks them).
 SHOW_QUERIES = {
-    "merges": 'SELECT m.rank, l.bytes AS "left", r.bytes AS "right", l.bytes || r.bytes AS token,'
+    "merges": 'SELECT m.rank, l.bytes AS "left", r.bytes AS "right", CAST(l.bytes || r.bytes AS BLOB) AS token,'
               ' m.count, m.token AS token_id FROM merges m JOIN vocab l ON l.id = m."left"'
               ' JOIN vocab r ON r.id = m."right" ORDER BY m.rank LIMIT ? OFFSET ?',
     "words": "SELECT bytes AS word, count, length(bytes) AS n_bytes,"

@@ -229,6 +229,7 @@ class StopOnSignal:
         self.event = threading.Event()
         self.signum: int | None = None
         self.notify = notify
+        self._noted = False
         self._old: dict[int, Any] = {}
 
     @property
@@ -244,10 +245,23 @@ class StopOnSignal:
         self.signum = signum
         if not first:
             raise KeyboardInterrupt
-        self.event.set()
-        if self.notify is not None:
-            self.notify(f"{signal.Signals(signum).name}: finishing the current batch and writing a checkpoint "
-                        "(press Ctrl-C again to stop at once)")
+        self.event.set()  # nothing else here: writing to a stream inside a handler is not re-entrant
+
+    def note_stopping(self) -> None:
+        """Tell the person, once, that a stop is under way; called from the main flow, not the handler."""
+        if self.signum is None or self._noted or self.notify is None:
+            return
+        self._noted = True
+        self.notify(f"{self.signal_name}: finishing the current batch and writing a checkpoint "
+                    "(press Ctrl-C again to stop at once)", {"stage": "stopping", "signal": self.signal_name})
+
+    def watch(self, reporter: Any) -> Any:
+        """A progress callable: ``reporter``, preceded by the stop notice once a signal came."""
+        def progress(event: dict) -> None:
+            self.note_stopping()
+            reporter(event)
+
+        return progress
 
     def __enter__(self) -> StopOnSignal:
         if threading.current_thread() is threading.main_thread():
@@ -337,8 +351,9 @@ def train(
             result = run_train(files, db, vocab_size, special, pattern=pattern or GPT2_PATTERN, workers=workers,
                                chunk_size=chunk_size, checkpoint_merges=checkpoint_merges,
                                checkpoint_seconds=checkpoint_seconds, invalid_utf8=invalid_utf8,
-                               restart=restart, progress=reporter, stop=stopper.event)
+                               restart=restart, progress=stopper.watch(reporter), stop=stopper.event)
     except (Interrupted, KeyboardInterrupt) as exc:
+        stopper.note_stopping()
         reporter.close()
         _report_stop(ctx, db, stopper, reporter, at_once=isinstance(exc, KeyboardInterrupt))
         raise typer.Exit(stopper.exit_code) from None

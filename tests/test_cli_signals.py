@@ -74,6 +74,11 @@ def at_a_checkpoint(db: Path) -> int:
     return merges
 
 
+def lines_after(output: str, marker: str) -> str:
+    lines = output.splitlines()
+    return lines[lines.index(marker) + 1].strip()
+
+
 def resume_argv(output: str) -> list[str]:
     lines = output.splitlines()
     cmd = shlex.split(lines[lines.index("Resume with:") + 1])
@@ -90,7 +95,10 @@ def test_sigint_mid_merge_saves_a_checkpoint_and_the_printed_command_resumes(tmp
     assert messages[0].startswith("SIGINT: stopped after a checkpoint; ")
     held = at_a_checkpoint(db)
     assert f"holds {held} of {TARGET} merges" in messages[0]
-    assert json.loads([line for line in out.splitlines() if '"interrupted"' in line][0])["signal"] == "SIGINT"
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    stages = [e["stage"] for e in events]
+    assert stages[-2:] == ["checkpoint", "interrupted"] and "stopping" in stages
+    assert events[-1]["signal"] == "SIGINT" and events[-1]["resume"] == lines_after(out, "Resume with:")
     argv = resume_argv(out)
     assert argv[3:] == train_args(db)
     with Store.open(db, readonly=True) as store:
@@ -151,3 +159,25 @@ def test_progress_bars_render_on_a_terminal(tmp_path):
     for text in ("counting", "merging", f"{TARGET} / {TARGET} merges", "merges/s", "ETA", "checkpoint at",
                  "kB / 133.0 kB", f"vocab {VOCAB} (reached the vocabulary size)"):
         assert text in screen, text
+
+
+def test_sigint_while_counting_keeps_the_counted_chunks(tmp_path, reference):
+    db = tmp_path / "run.db"
+    argv = [*train_args(db), "--chunk-size", "512"]
+    proc = subprocess.Popen(cli_cmd(*argv), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env())
+    for line in proc.stderr:
+        if line.startswith('{"stage": "counting"') and json.loads(line)["done"] > 0:
+            proc.send_signal(signal.SIGINT)
+            break
+    _, rest = proc.communicate(timeout=60)
+    assert proc.returncode == 130, rest
+    assert "SIGINT: stopped after a checkpoint" in rest and "chunks counted" in rest
+    with Store.open(db, readonly=True) as store:
+        counted, total = store.sql("SELECT sum(counted), count(*) FROM chunks").one()
+        assert store.run_row()["phase"] == "counting"
+    assert 0 < counted < total
+    assert f"holds {counted} of {total} chunks counted" in rest
+    r = run(*argv[:-4], "--quiet", "--checkpoint-merges", "2000")
+    assert r.exit_code == 0, r.output
+    with Store.open(db, readonly=True) as store:
+        assert read_result(store).merges == reference

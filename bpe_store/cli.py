@@ -404,8 +404,8 @@ def _status_lines(st: dict) -> Iterator[str]:
     yield f"inputs       {len(st['inputs'])} file(s), {format_bytes(sum(i['size'] for i in st['inputs']))}"
     for i in st["inputs"]:
         yield f"  {i['path']}  {format_bytes(i['size'])}  sha256 {i['sha256'][:12]}  {i['state']}"
-    yield (f"parameters   specials {st['special_tokens']}, invalid UTF-8 {st['invalid_utf8']}, "
-           f"pattern {st['pattern']!r}")
+    pattern = "GPT-2's" if st["pattern_is_gpt2"] else repr(st["pattern"])
+    yield f"parameters   specials {st['special_tokens']}, invalid UTF-8 {st['invalid_utf8']}, pattern {pattern}"
     if st["sessions"]:
         yield f"sessions     {len(st['sessions'])} most recent:"
         for s in st["sessions"]:
@@ -424,8 +424,7 @@ def _holder_line(st: dict) -> str:
 def _session_line(s: dict) -> str:
     end = s["ended_at"] or "-"
     who = f"pid {s['pid']} on {s['host']}" if s["pid"] else "before sessions were recorded"
-    outcome = s["outcome"] or "running or killed"
-    return (f"  #{s['id']}  {s['started_at']} .. {end}  {outcome:<11}  merges {s['merges_start']}"
+    return (f"  #{s['id']}  {s['started_at']} .. {end}  {s['state']:<14}  merges {s['merges_start']}"
             f"->{s['merges_end'] if s['merges_end'] is not None else '?'}  {who}")
 
 

@@ -22,6 +22,7 @@ from sqlalchemy.exc import DBAPIError
 
 from . import migrate
 from .errors import InputError, StoreError
+from .pretokenize import GPT2_PATTERN
 from .store import Store, unpack_tokens
 
 #: ``show`` tables: what each lists, in which order (ties broken as the trainer breaks them).
@@ -137,11 +138,17 @@ def _sessions(store: Store, limit: int = 10) -> list[Row]:
 
 
 def _holder(held: bool, sessions: list[Row]) -> Row | None:
-    """The session training in the store now: the newest one still open, if the store is held."""
-    if not held:
-        return None
+    """The session training in the store now: the newest one still open, if the store is held.
+
+    Also sets each session's ``state``: its outcome, ``running`` for the holder, or ``ended
+    abruptly`` for an open row nobody holds (killed, or stopped at once by a second Ctrl-C)."""
     open_ = [s for s in sessions if s["ended_at"] is None]
-    return open_[-1] if open_ else {"pid": None, "host": None, "started_at": None, "argv": None}
+    holder = open_[-1] if held and open_ else None
+    for s in sessions:
+        s["state"] = s["outcome"] or ("running" if s is holder else "ended abruptly")
+    if held and holder is None:
+        return {"pid": None, "host": None, "started_at": None, "argv": None}
+    return holder
 
 
 def _db_bytes(path: Path) -> int:
@@ -167,6 +174,7 @@ def status(path: str | os.PathLike) -> Row:
             "path": str(p), "schema": rev, "schema_is_current": rev == migrate.head_revision(),
             "phase": run["phase"], "stop_reason": run["stop_reason"],
             "vocab_size": run["vocab_size"], "special_tokens": specials, "pattern": run["pattern"],
+            "pattern_is_gpt2": run["pattern"] == GPT2_PATTERN,
             "invalid_utf8": run["invalid_utf8"], "inputs": _inputs(store), "counting": counting,
             "merges_done": merges_done, "merges_target": target,
             "words": store.sql("SELECT count(*) FROM words").scalar(),

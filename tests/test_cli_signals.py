@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bpe_store import inspect
 from bpe_store.store import Store
 from bpe_store.train import read_result, train
 from cli_helpers import SPECIAL, cli_cmd, env, run
@@ -130,6 +131,8 @@ def test_a_second_sigint_stops_at_once_at_the_last_checkpoint(tmp_path, referenc
     assert time.monotonic() - t0 < 30
     assert "SIGINT: stopped" in out and "Resume with:" in out
     at_a_checkpoint(db)
+    state = inspect.status(db)["sessions"][-1]["state"]
+    assert state == ("ended abruptly" if "stopped at once" in out else "interrupted")
     r = run(*train_args(db)[:-2], "--quiet", "--checkpoint-merges", "2000")
     assert r.exit_code == 0, r.output
     with Store.open(db, readonly=True) as store:

@@ -30,6 +30,7 @@ import typer
 from typer.core import TyperGroup
 
 from .errors import EXIT_CODES, EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BpeStoreError, InputError
+from .progress import Reporter
 
 _VERBOSE_KEY = "bpe_store.verbose"
 _ARGV_KEY = "bpe_store.argv"
@@ -301,7 +302,7 @@ def _saved_summary(db: Path) -> str:
     return f"{db} holds {what} (last checkpoint {at})"
 
 
-def _reporter(progress: ProgressMode, quiet: bool):
+def _reporter(progress: ProgressMode, quiet: bool) -> Reporter:
     from .progress import Silent, make_reporter
 
     return Silent() if quiet else make_reporter(progress.value)
@@ -366,7 +367,7 @@ def train(
                    "stop_reason": result.stop_reason})
 
 
-def _report_stop(ctx: typer.Context, db: Path, stopper: StopOnSignal, reporter: Any, at_once: bool) -> None:
+def _report_stop(ctx: typer.Context, db: Path, stopper: StopOnSignal, reporter: Reporter, at_once: bool) -> None:
     """After a stop: what the store holds and the exact command that resumes (always shown)."""
     how = "stopped at once" if at_once else "stopped after a checkpoint"
     saved = _saved_summary(db)

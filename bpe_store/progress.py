@@ -219,7 +219,8 @@ class Bars(Reporter):
         self.progress.refresh()
 
     def note(self, text: str, event: Event | None = None) -> None:
-        self.console.print(text, markup=False, highlight=False)
+        if text:
+            self.console.print(text, markup=False, highlight=False)
 
     def close(self) -> None:
         self.progress.stop()
@@ -233,8 +234,9 @@ class Plain(Reporter):
         self.stream = stream if stream is not None else sys.stderr
 
     def note(self, text: str, event: Event | None = None) -> None:
-        self.stream.write(text + "\n")
-        self.stream.flush()
+        if text:
+            self.stream.write(text + "\n")
+            self.stream.flush()
 
 
 def make_reporter(mode: str, stream: IO[str] | None = None) -> Reporter:

@@ -20,7 +20,6 @@ import sys
 import threading
 import traceback
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from types import FrameType

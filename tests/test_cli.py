@@ -13,7 +13,6 @@ import typer
 from bpe_store import errors
 from bpe_store.cli import app, expand_inputs, render, Format, resume_command
 from cli_helpers import ROOT, env, run, run_sub
-from conftest import CS336, shared_file
 
 
 def _commands(group=None, prefix: str = "") -> dict[str, object]:

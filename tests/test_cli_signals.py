@@ -180,6 +180,9 @@ def test_sigint_while_counting_keeps_the_counted_chunks(tmp_path, reference):
         assert store.run_row()["phase"] == "counting"
     assert 0 < counted < total
     assert f"holds {counted} of {total} chunks counted" in rest
+    st = inspect.status(db)
+    assert st["phase"] == "counting" and st["speed_unit"] == "bytes/s" and st["eta_s"] > 0
+    assert 0 < st["counting"]["bytes_done"] < st["counting"]["bytes_total"]
     r = run(*argv[:-4], "--quiet", "--checkpoint-merges", "2000")
     assert r.exit_code == 0, r.output
     with Store.open(db, readonly=True) as store:

@@ -234,7 +234,8 @@ def _tree(store: Store, tid: int, first: int, vocab: dict[int, tuple[bytes, str]
     return node
 
 
-def _split(blob: bytes | None, word: bytes, vocab: dict[int, tuple[bytes, str]], n_special: int) -> list[int]:
+def _split(blob: bytes | None, word: bytes, n_special: int) -> list[int]:
+    """A word's current token ids (``tokens`` NULL: still single bytes)."""
     return unpack_tokens(blob) if blob is not None else [n_special + c for c in word]
 
 
@@ -254,7 +255,7 @@ def why(path: str | os.PathLike, token: str | int, limit: int = 10) -> Row:
                           (tbytes,)).one()
         words = []
         for w, c, blob in rows:
-            split = _split(blob, w, vocab, n_special)
+            split = _split(blob, w, n_special)
             words.append({"word": w, "count": c, "split": [vocab[t][0] for t in split], "uses": first in split})
     return {"token": tree, "first_id": first, "words": words,
             "words_containing": total[0], "occurrences": total[1]}

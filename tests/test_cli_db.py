@@ -41,8 +41,12 @@ def revision(db: Path) -> str:
         con.close()
 
 
-def test_the_fixture_is_at_the_oldest_revision():
-    assert revision(OLD) == "v0_1_0_initial" != migrate.head_revision()
+def test_the_fixture_is_at_the_oldest_revision(old_store):
+    assert revision(old_store) == "v0_1_0_initial" != migrate.head_revision()
+    with sqlite3.connect(old_store) as con:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    con.close()
+    assert "sessions" not in tables and "merges" in tables
 
 
 def test_an_old_store_is_refused_with_the_upgrade_command(old_store):

@@ -202,6 +202,8 @@ def expand_inputs(args: Sequence[str], pattern: str, db: Path) -> list[Path]:
             found = sorted(Path(f) for f in _glob.glob(arg, recursive=True) if Path(f).is_file())
             if not found:
                 raise InputError(f"{arg}: no file matches this pattern")
+        elif not p.exists():
+            raise InputError(f"{p}: no such file")  # before any progress line: one line, as for every error
         else:
             found = [p]
         out.extend(found)

@@ -29,14 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import regex
+from sqlalchemy.exc import DBAPIError
 
-from . import __version__
+from . import __version__, sessions
 from .count import (DEFAULT_CHUNK_SIZE, add_counts, count_chunk_task, count_chunks_threaded, native_counts,
                     plan_chunks, scan_source)
 from .errors import BpeStoreError, InputError, ResumeMismatch, StoreError
 from .merge import MergeEngine, pair_counts_of
 from .pretokenize import GPT2_PATTERN
-from .store import RunParams, Source, Store, pack_tokens, unpack_tokens
+from .store import RunParams, Source, Store, _sqlite_error, pack_tokens, unpack_tokens
 
 #: A checkpoint is written after this many merges or this many seconds of merging, whichever
 #: comes first. Small enough that a kill loses little; large enough that writing stays cheap.
@@ -137,7 +138,19 @@ def _same_inputs(store: Store, paths: Sequence[Path], params: RunParams) -> None
     del merges_done
 
 
-def train(
+def train(*args, **kwargs) -> TrainResult:
+    """Train (or resume training) a byte-level BPE into a store; see ``_train`` for the arguments.
+
+    SQLite failures anywhere (corrupt file, full disk) surface as one-line ``StoreError``s.
+    """
+    try:
+        return _train(*args, **kwargs)
+    except DBAPIError as exc:
+        db = kwargs.get("db", args[1] if len(args) > 1 else "store")
+        raise _sqlite_error(Path(db), exc) from exc
+
+
+def _train(
     inputs: Sequence[str | os.PathLike] | str | os.PathLike,
     db: str | os.PathLike,
     vocab_size: int,
@@ -209,7 +222,9 @@ def train(
                 Path(str(db) + suffix).unlink(missing_ok=True)
             raise
 
+    session = None
     try:
+        session = sessions.begin(store)  # the store's history: who trained, when, how it ended
         elapsed0 = store.elapsed()
 
         def elapsed() -> float:
@@ -220,7 +235,12 @@ def train(
             _count(store, params, workers, count_flush_seconds, elapsed, progress, stop)
             _start_merging(store, params, elapsed, progress)
         _merge(store, params, checkpoint_merges, checkpoint_seconds, elapsed, progress, stop)
-        return read_result(store)
+        result = read_result(store)
+        sessions.end(store, session)
+        return result
+    except BaseException as exc:
+        sessions.end(store, session, exc)
+        raise
     finally:
         store.close()
 
@@ -295,8 +315,6 @@ def _start_merging(store: Store, params: RunParams, elapsed: Callable[[], float]
     """4. pairs: count adjacent pairs of the counted words and move the run to merging."""
     _emit(progress, stage="pairs")
     _, wbytes, counts, _ = store.load_words()
-    if not wbytes:
-        raise InputError(f"the corpus has no text to train on (only special tokens?); {store.path} keeps the counts")
     n = len(params.special_tokens)
     pairs = pair_counts_of([_initial_tokens(w, n) for w in wbytes], counts)
     store.start_merging(pairs, elapsed())

@@ -241,7 +241,8 @@ class WordTable {
         for (;;) {
             const uint64_t slot = index_[i];
             if (slot == 0) {  // new word
-                if (entries_.size() >= kMaxEntries) throw std::length_error("more than 2^32-2 distinct words in one call");
+                if (entries_.size() >= kMaxEntries)
+                    throw std::length_error("more than 2^32-2 distinct words in one call");
                 entries_.push_back({p, n, 1});
                 index_[i] = (tag << 32) | uint64_t(entries_.size());  // entry number + 1: 0 means empty
                 if (entries_.size() * 2 > index_.size()) grow();      // load <= 1/2 keeps probes short

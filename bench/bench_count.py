@@ -23,14 +23,13 @@ import shlex
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bpe_store.count import (DEFAULT_CHUNK_SIZE, add_counts, count_chunk_task, count_chunks_threaded,  # noqa: E402
-                             native_counts, plan_chunks)
+from bpe_store.count import (DEFAULT_CHUNK_SIZE, add_counts, count_chunk_native_task,  # noqa: E402
+                             count_chunk_task, count_chunks_threaded, native_counts, new_word_counts, plan_chunks)
 from bpe_store.pretokenize import GPT2_PATTERN  # noqa: E402
 
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpora" / "enwiki-100M.txt"
@@ -77,14 +76,18 @@ def run_one(engine: str, pool_kind: str, workers: int, path: str, limit: int, ch
     cpu0 = cpu_seconds()
     t0 = time.perf_counter()
     pool = None
+    # as `train._count`: native chunk counts stay in C++ and are summed by a WordCounter, except
+    # across processes, where they must come back as pickled dicts (what a process pool costs)
+    native = engine == "native" and pool_kind != "processes"
+    task = count_chunk_native_task if native else count_chunk_task
     if pool_kind == "threads":
-        results = count_chunks_threaded(tasks, workers)
+        results = count_chunks_threaded(tasks, workers, task)
     elif pool_kind == "processes":
         pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_ignore_sigint)
         results = pool.imap_unordered(count_chunk_task, tasks)
     else:
-        results = map(count_chunk_task, tasks)
-    total: Counter[bytes] = Counter()
+        results = map(task, tasks)
+    total = new_word_counts(native)
     pretokens = 0
     for _, counts, n in results:
         add_counts(total, counts)

@@ -24,7 +24,7 @@ import codecs
 import hashlib
 import os
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from itertools import islice
 from pathlib import Path
@@ -36,11 +36,14 @@ from .pretokenize import GPT2_PATTERN, count_words
 from .store import Source
 
 try:  # the native core is optional: without it every pattern goes through `regex`
+    from ._core import ChunkCounts, WordCounter
     from ._core import add_counts as _native_add_counts
+    from ._core import count_chunk as _native_count_chunk
     from ._core import count_words as _native_count_words
     from ._core import utf8_valid as _native_utf8_valid
 except ImportError:  # pragma: no cover - a source tree without the built extension
-    _native_add_counts = _native_count_words = _native_utf8_valid = None
+    ChunkCounts = WordCounter = None  # type: ignore[assignment,misc]
+    _native_add_counts = _native_count_chunk = _native_count_words = _native_utf8_valid = None
 
 #: Default chunk size: large enough that per-chunk overhead vanishes, small enough that a kill
 #: loses little counting and every core gets work.
@@ -155,22 +158,50 @@ def plan_chunks(path: str | os.PathLike, size: int, special_tokens: Sequence[str
 def count_chunk(path: str, start: int, end: int, special_tokens: Sequence[str], pattern: str,
                 invalid_utf8: str = "strict") -> tuple[dict[bytes, int], int]:
     """The map step: ``({word bytes: count}, number of pre-tokens)`` of ``path[start:end]``."""
+    data = _read_chunk(path, start, end)
+    if native_counts(pattern):
+        return _native_count_words(_valid_utf8(data, invalid_utf8), [s.encode("utf-8") for s in special_tokens])
+    text = data.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict")
+    counts = count_words(text, special_tokens, pattern)
+    return dict(counts), sum(counts.values())
+
+
+def _read_chunk(path: str, start: int, end: int) -> bytes:
     with open(path, "rb") as f:
         f.seek(start)
         data = f.read(end - start)
     if len(data) != end - start:
         raise InputError(f"{path}: changed while training (shorter than when the run started)")
-    if native_counts(pattern):
-        # The native counter wants valid UTF-8, as the regex path does. Checking natively keeps
-        # the GIL free (a Python decode of 8 MB holds it ~10 ms); on bad input the strict decode
-        # raises the same UnicodeDecodeError as the regex path, and "replace" goes through str
-        # and back so both paths see exactly the same U+FFFD substitutions.
-        if not _native_utf8_valid(data):
-            data = data.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict").encode("utf-8")
-        return _native_count_words(data, [s.encode("utf-8") for s in special_tokens])
-    text = data.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict")
-    counts = count_words(text, special_tokens, pattern)
-    return dict(counts), sum(counts.values())
+    return data
+
+
+def _valid_utf8(data: bytes, invalid_utf8: str) -> bytes:
+    """``data`` as the native counter needs it: valid UTF-8, as the regex path decodes it."""
+    # Checking natively keeps the GIL free (a Python decode of 8 MB holds it ~10 ms). On bad
+    # input the strict decode raises the same UnicodeDecodeError as the regex path, and
+    # "replace" goes through str and back so both paths see the same U+FFFD substitutions.
+    if _native_utf8_valid(data):
+        return data
+    return data.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict").encode("utf-8")
+
+
+def count_chunk_native(path: str, start: int, end: int, special_tokens: Sequence[str],
+                       invalid_utf8: str = "strict") -> ChunkCounts:
+    """``count_chunk`` for the GPT-2 pattern, keeping the counts native for a ``WordCounter``."""
+    data = _valid_utf8(_read_chunk(path, start, end), invalid_utf8)
+    return _native_count_chunk(data, [s.encode("utf-8") for s in special_tokens])
+
+
+def count_chunk_native_task(args: tuple) -> tuple[int, ChunkCounts, int]:
+    """``count_chunk_native`` for a pool, same tuples as ``count_chunk_task`` (pattern ignored)."""
+    cid, path, start, end, special_tokens, _pattern, invalid_utf8 = args
+    counts = count_chunk_native(path, start, end, special_tokens, invalid_utf8)
+    return cid, counts, counts.total
+
+
+def new_word_counts(native: bool) -> Counter[bytes] | WordCounter:
+    """An empty in-memory reduce buffer: native (``WordCounter``) for native chunk counts."""
+    return WordCounter() if native else Counter()
 
 
 def native_counts(pattern: str) -> bool:
@@ -185,8 +216,10 @@ def count_chunk_task(args: tuple) -> tuple[int, dict[bytes, int], int]:
     return cid, counts, n
 
 
-def count_chunks_threaded(tasks: Sequence[tuple], workers: int) -> Iterator[tuple[int, dict[bytes, int], int]]:
-    """``count_chunk_task`` over ``tasks`` on ``workers`` threads, yielded in completion order.
+def count_chunks_threaded(tasks: Sequence[tuple], workers: int,
+                          task: Callable[[tuple], tuple] = count_chunk_task) -> Iterator[tuple]:
+    """``task`` (``count_chunk_task`` or ``count_chunk_native_task``) over ``tasks`` on ``workers``
+    threads, yielded in completion order.
 
     For the native counter, which releases the GIL: threads share the process, so nothing is
     pickled and no interpreter is spawned. At most ``2 * workers`` chunks are in flight, so memory
@@ -196,23 +229,25 @@ def count_chunks_threaded(tasks: Sequence[tuple], workers: int) -> Iterator[tupl
     """
     queue = iter(tasks)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-count") as pool:
-        running: set[Future] = {pool.submit(count_chunk_task, t) for t in islice(queue, 2 * workers)}
+        running: set[Future] = {pool.submit(task, t) for t in islice(queue, 2 * workers)}
         try:
             while running:
                 finished, running = wait(running, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     nxt = next(queue, None)
                     if nxt is not None:
-                        running.add(pool.submit(count_chunk_task, nxt))
+                        running.add(pool.submit(task, nxt))
                     yield fut.result()
         finally:
             for fut in running:
                 fut.cancel()
 
 
-def add_counts(total: Counter[bytes], counts: dict[bytes, int]) -> None:
-    """The reduce step in memory: ``total += counts`` (a C loop when the native core is built)."""
-    if _native_add_counts is not None:
+def add_counts(total: Counter[bytes] | WordCounter, counts: dict[bytes, int] | ChunkCounts) -> None:
+    """The reduce step in memory: ``total += counts`` (native code when the core is built)."""
+    if WordCounter is not None and isinstance(total, WordCounter):
+        total.add(counts)  # GIL released: counting threads keep running
+    elif _native_add_counts is not None:
         _native_add_counts(total, counts)
     else:
         total.update(counts)

@@ -32,8 +32,8 @@ import regex
 from sqlalchemy.exc import DBAPIError
 
 from . import __version__, sessions
-from .count import (DEFAULT_CHUNK_SIZE, add_counts, count_chunk_task, count_chunks_threaded, native_counts,
-                    plan_chunks, scan_source)
+from .count import (DEFAULT_CHUNK_SIZE, add_counts, count_chunk_native_task, count_chunk_task, count_chunks_threaded,
+                    native_counts, new_word_counts, plan_chunks, scan_source)
 from .errors import BpeStoreError, InputError, ResumeMismatch, StoreError
 from .merge import MergeEngine, pair_counts_of
 from .pretokenize import GPT2_PATTERN
@@ -262,11 +262,15 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
     pool = None
     todo_bytes = sum(size_of.values())
     results: Iterable
-    if workers > 1 and len(tasks) > 1 and native_counts(params.pattern):
-        # native counting releases the GIL: threads scale like processes without pickling the
-        # counts back, spawning interpreters or holding a copy of each chunk per process
-        # (bench/RESULTS-count.md); Ctrl-C reaches only this thread, which decides how to stop
-        results = count_chunks_threaded(tasks, min(workers, len(tasks)))
+    # native: chunk counts stay in C++ (ChunkCounts summed into a WordCounter), so Python objects
+    # are made only at a flush and the GIL is free while threads count
+    native = native_counts(params.pattern)
+    task = count_chunk_native_task if native else count_chunk_task
+    if workers > 1 and len(tasks) > 1 and native:
+        # native counting releases the GIL: threads give the parallelism of processes without
+        # pickling counts back or spawning interpreters (bench/RESULTS-count.md); Ctrl-C reaches
+        # only this thread, which decides how to stop
+        results = count_chunks_threaded(tasks, min(workers, len(tasks)), task)
     elif workers > 1 and len(tasks) > 1 and todo_bytes >= _IN_PROCESS_BYTES:
         # the regex path holds the GIL, so it needs processes.
         # spawn, not fork: the parent holds a SQLite connection and maybe threads
@@ -275,9 +279,9 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
         pool = ctx.Pool(min(workers, len(tasks)), initializer=_ignore_sigint)
         results = pool.imap_unordered(count_chunk_task, tasks)
     else:
-        results = map(count_chunk_task, tasks)
+        results = map(task, tasks)
     try:
-        delta: Counter[bytes] = Counter()
+        delta = new_word_counts(native)
         marks: list[tuple[int, int]] = []
         last_flush = time.monotonic()
         for cid, counts, n in results:
@@ -287,7 +291,7 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
             _emit(progress, stage="counting", done=done, total=total)
             if time.monotonic() - last_flush >= flush_seconds or (stop is not None and stop.is_set()):
                 store.add_word_counts(delta.items(), marks, elapsed())
-                delta, marks, last_flush = Counter(), [], time.monotonic()
+                delta, marks, last_flush = new_word_counts(native), [], time.monotonic()
                 _emit(progress, stage="checkpoint", phase="counting", done=done, total=total)
                 if stop is not None and stop.is_set():
                     raise Interrupted(f"stopped while counting; {store.path} keeps the counted chunks")

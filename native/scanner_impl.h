@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -210,6 +211,8 @@ inline bool equal_bytes(const uint8_t *a, const uint8_t *b, size_t n) {
     return true;
 }
 
+class ByteArena;
+
 // Word -> count map for one chunk, laid out like CPython's compact dict: a sparse index of
 // 8-byte slots (32-bit hash tag, 32-bit entry number; linear probing) over a dense array of
 // entries in first-seen order. Why: a lookup's cache misses were the largest single cost of
@@ -234,30 +237,9 @@ class WordTable {
         entries_.reserve(cap / 2);
     }
 
-    void add(const uint8_t *p, size_t n) {
-        const uint64_t h = hash_bytes(p, n);
-        const uint64_t tag = h >> 32;
-        size_t i = size_t(h) & mask_;
-        for (;;) {
-            const uint64_t slot = index_[i];
-            if (slot == 0) {  // new word
-                if (entries_.size() >= kMaxEntries)
-                    throw std::length_error("more than 2^32-2 distinct words in one call");
-                entries_.push_back({p, n, 1});
-                index_[i] = (tag << 32) | uint64_t(entries_.size());  // entry number + 1: 0 means empty
-                if (entries_.size() * 2 > index_.size()) grow();      // load <= 1/2 keeps probes short
-                return;
-            }
-            if ((slot >> 32) == tag) {  // most other words fail here, without touching their bytes
-                Entry &e = entries_[uint32_t(slot) - 1];
-                if (e.len == n && equal_bytes(e.ptr, p, n)) {
-                    ++e.count;
-                    return;
-                }
-            }
-            i = (i + 1) & mask_;
-        }
-    }
+    // Adds `k` occurrences of the word p[0, n). A new word's entry keeps the view `p` unless
+    // `arena` is given, which then receives a copy (for tables that outlive their input).
+    void add(const uint8_t *p, size_t n, uint64_t k = 1, ByteArena *arena = nullptr);
 
     // Distinct words with their counts, in first-seen order.
     const std::vector<Entry> &entries() const { return entries_; }
@@ -280,6 +262,64 @@ class WordTable {
     std::vector<Entry> entries_;
     size_t mask_ = 0;
 };
+
+// Stable storage for the bytes of words that must outlive the chunk they came from: 1 MiB
+// blocks, never moved, so views into them stay valid; long words get a block of their own.
+class ByteArena {
+  public:
+    ByteArena() = default;
+    ByteArena(const ByteArena &) = delete;  // explicit: vector<unique_ptr> claims to be copyable
+    ByteArena &operator=(const ByteArena &) = delete;
+    ByteArena(ByteArena &&) = default;
+    ByteArena &operator=(ByteArena &&) = default;
+
+    const uint8_t *copy(const uint8_t *p, size_t n) {
+        if (n > kBlock / 8) {  // rare (long whitespace runs): do not waste the current block
+            blocks_.emplace_back(new uint8_t[n ? n : 1]);
+            std::memcpy(blocks_.back().get(), p, n);
+            return blocks_.back().get();
+        }
+        if (used_ + n > kBlock) {
+            blocks_.emplace_back(new uint8_t[kBlock]);
+            current_ = blocks_.back().get();
+            used_ = 0;
+        }
+        uint8_t *out = current_ + used_;
+        std::memcpy(out, p, n);
+        used_ += n;
+        return out;
+    }
+
+  private:
+    static constexpr size_t kBlock = size_t(1) << 20;
+    std::vector<std::unique_ptr<uint8_t[]>> blocks_;
+    uint8_t *current_ = nullptr;
+    size_t used_ = kBlock;
+};
+
+inline void WordTable::add(const uint8_t *p, size_t n, uint64_t k, ByteArena *arena) {
+    const uint64_t h = hash_bytes(p, n);
+    const uint64_t tag = h >> 32;
+    size_t i = size_t(h) & mask_;
+    for (;;) {
+        const uint64_t slot = index_[i];
+        if (slot == 0) {  // new word
+            if (entries_.size() >= kMaxEntries) throw std::length_error("more than 2^32-2 distinct words");
+            entries_.push_back({arena != nullptr ? arena->copy(p, n) : p, n, k});
+            index_[i] = (tag << 32) | uint64_t(entries_.size());  // entry number + 1: 0 means empty
+            if (entries_.size() * 2 > index_.size()) grow();      // load <= 1/2 keeps probes short
+            return;
+        }
+        if ((slot >> 32) == tag) {  // most other words fail here, without touching their bytes
+            Entry &e = entries_[uint32_t(slot) - 1];
+            if (e.len == n && equal_bytes(e.ptr, p, n)) {
+                e.count += k;
+                return;
+            }
+        }
+        i = (i + 1) & mask_;
+    }
+}
 
 // Special tokens, longest first, with a table of their first bytes so most positions are
 // rejected by one load. At one position the longest matching special wins; the leftmost

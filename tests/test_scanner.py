@@ -155,6 +155,35 @@ def test_count_words_matches_python(text: str, specials: list[str]) -> None:
     assert total == sum(expected.values())
 
 
+@given(st.lists(text_with_specials, max_size=6), st.lists(st.sampled_from(SPECIALS), unique=True))
+def test_word_counter_sums_chunks_like_python(chunks: list[str], specials: list[str]) -> None:
+    acc = _core.WordCounter()
+    expected: Counter[bytes] = Counter()
+    for text in chunks:
+        data = text.encode("utf-8")
+        chunk = _core.count_chunk(data, [s.encode("utf-8") for s in specials])
+        py = count_words(text, specials)
+        assert chunk.to_dict() == dict(py) and chunk.total == sum(py.values()) and len(chunk) == len(py)
+        acc.add(chunk)
+        expected.update(py)
+    assert dict(acc.items()) == dict(expected) and len(acc) == len(expected)
+
+
+def test_word_counter_owns_its_words() -> None:
+    """Words outlive the chunks they were counted in (long ones get their own arena block)."""
+    acc = _core.WordCounter()
+    long_run = " " * 300_000
+    for i in range(3):
+        data = f"word{'abc'[i]} shared{long_run}".encode()
+        acc.add(_core.count_chunk(data, []))
+        del data
+    for _ in range(3):
+        acc.add(_core.count_chunk(b"x" * 2000, []))
+    items = dict(acc.items())
+    assert items[b" shared"] == 3 and items[long_run.encode()] == 3 and items[b"x" * 2000] == 3
+    assert items[b"worda"] == items[b"wordc"] == 1
+
+
 def test_count_words_rejects_empty_special() -> None:
     with pytest.raises(ValueError):
         _core.count_words(b"abc", [b""])

@@ -6,12 +6,15 @@
 // does, with the character classes generated from the `regex` module (unicode_tables.h).
 // `count_words` splits a chunk at special tokens, splits each piece with the same scanner and
 // counts the pieces in a hash table keyed by views into the input, so no word is copied until
-// the result is handed to Python. The loops live in scanner_impl.h (see its performance notes);
-// here, everything between reading the arguments and building the result runs with the GIL
-// released, so Python threads can count different chunks at the same time.
+// the result is handed to Python. `count_chunk` does the same but keeps the counts native
+// (ChunkCounts), and a WordCounter sums chunks natively: that is what `train` uses, so Python
+// objects are made once per flush instead of once per chunk. The loops live in scanner_impl.h
+// (see its performance notes); here, everything between reading the arguments and building a
+// Python result runs with the GIL released, so Python threads count chunks at the same time.
 #include "scanner.h"
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -123,15 +126,19 @@ nb::tuple py_count_words(nb::bytes data, const std::vector<nb::bytes> &specials)
 
 // The in-memory reduce of counting, native: sums ChunkCounts (GIL released), owning copies of
 // the words so that the chunks can be freed; Python sees the words only at a flush (`items`).
+// `train` adds from one thread; the mutex only makes concurrent use safe, not fast. (`items`
+// takes it while holding the GIL; `add` takes it after releasing the GIL: no lock-order cycle.)
 class WordCounter {
   public:
     void add(const ChunkCounts &chunk) {
         nb::gil_scoped_release release;
+        std::lock_guard<std::mutex> lock(mutex_);
         for (const auto &e : chunk.table.entries()) table_.add(e.ptr, e.len, e.count, &arena_);
     }
 
     // [(word, count)] in first-seen order, for one executemany.
     nb::list items() const {
+        std::lock_guard<std::mutex> lock(mutex_);
         nb::list out;
         for (const auto &e : table_.entries()) {
             nb::object key = py_bytes(e.ptr, e.len);
@@ -142,9 +149,13 @@ class WordCounter {
         return out;
     }
 
-    size_t size() const { return table_.entries().size(); }
+    size_t size() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return table_.entries().size();
+    }
 
   private:
+    mutable std::mutex mutex_;
     bpe::detail::ByteArena arena_;
     bpe::detail::WordTable table_{size_t(1) << 16};
 };

@@ -276,6 +276,8 @@ int main() {
                                   0xF5, 0xFF, ' ', '\n', '\'', 's', 'l', 'a', '1', '<', '|', '>'};
     std::mt19937_64 rng(12345);
     const SpecialSplitter splitter({"<|a|>", "<|a|><|b|>", "\xe4\xb8\xad"});
+    WordTable total(16);  // outlives every buffer: its words must live in the arena
+    ByteArena arena;
     for (int iter = 0; iter < 200000; ++iter) {
         const size_t n = rng() % 48;
         std::unique_ptr<uint8_t[]> buf(new uint8_t[n ? n : 1]);
@@ -288,9 +290,12 @@ int main() {
         splitter.split(buf.get(), n, [&](size_t a, size_t b) {
             scan(buf.get() + a, b - a, [&](size_t x, size_t y) { table.add(buf.get() + a + x, y - x); });
         });
+        for (const auto &e : table.entries()) total.add(e.ptr, e.len, e.count, &arena);
         (void)valid_utf8(buf.get(), n);
     }
-    std::puts("ok");
+    uint64_t sum = 0;
+    for (const auto &e : total.entries()) sum += e.count + (e.len ? e.ptr[e.len - 1] : 0);
+    std::printf("%s\n", sum > 0 ? "ok" : "empty");
     return 0;
 }
 """

@@ -347,6 +347,7 @@ class MergeEngine {
         cnt_.resize(n);
         ids_.resize(n);
         w_changed_.assign(n, 0);
+        w_stamp_.assign(n, 0);
         size_t pos = 0;
         for (size_t i = 0; i < n; ++i) {
             PyObject *row = items[i];
@@ -497,7 +498,14 @@ class MergeEngine {
     void apply(u32 slot, u32 a, u32 b, u32 t) {
         std::vector<u32> where;
         where.swap(s_where_[slot]);
-        for (u32 w : where) merge_word(w, a, b, t);
+        // The index may list a word more than once (a pair that left and came back); the stamp
+        // skips repeats, which matter for long words (Chinese text has pre-tokens of 100s of bytes).
+        ++stamp_;
+        for (u32 w : where) {
+            if (w_stamp_[w] == stamp_) continue;
+            w_stamp_[w] = stamp_;
+            merge_word(w, a, b, t);
+        }
         s_count_[slot] = 0;  // every holder was visited, so this is already 0; be exact anyway
         mark_changed_pair(slot);
         // one push per pair that grew in this step keeps "every live pair has an entry >= its count"
@@ -586,6 +594,8 @@ class MergeEngine {
     std::vector<i64> ids_;  // store ids, for checkpoint rows
     std::vector<u8> w_changed_;
     std::vector<u32> changed_words_;
+    std::vector<u64> w_stamp_;  // the merge step that last visited each word
+    u64 stamp_ = 0;
 
     // pairs, by slot
     PairIndex index_;

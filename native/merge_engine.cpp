@@ -68,8 +68,8 @@ class PairIndex {
     u32 find(u64 key) const {
         size_t i = hash(key) & mask_;
         while (true) {
-            u64 k = keys_[i];
-            if (k == key) return vals_[i];
+            u64 k = cells_[i].key;
+            if (k == key) return cells_[i].val;
             if (k == kEmpty) return kNone;
             i = (i + 1) & mask_;
         }
@@ -77,17 +77,16 @@ class PairIndex {
 
     // The slot of `key`, inserting `fresh` if absent (`inserted` tells which happened).
     u32 find_or_insert(u64 key, u32 fresh, bool &inserted) {
-        if ((size_ + 1) * 2 > keys_.size()) rehash(keys_.size() * 2);  // load factor <= 1/2
+        if ((size_ + 1) * 2 > cells_.size()) rehash(cells_.size() * 2);  // load factor <= 1/2
         size_t i = hash(key) & mask_;
         while (true) {
-            u64 k = keys_[i];
+            u64 k = cells_[i].key;
             if (k == key) {
                 inserted = false;
-                return vals_[i];
+                return cells_[i].val;
             }
             if (k == kEmpty) {
-                keys_[i] = key;
-                vals_[i] = fresh;
+                cells_[i] = {key, fresh};
                 ++size_;
                 inserted = true;
                 return fresh;
@@ -104,26 +103,26 @@ class PairIndex {
         return size_t(h ^ (h >> 29));
     }
     void rehash(size_t cap) {
-        std::vector<u64> old_keys;
-        std::vector<u32> old_vals;
-        old_keys.swap(keys_);
-        old_vals.swap(vals_);
-        keys_.assign(cap, kEmpty);
-        vals_.assign(cap, 0);
+        std::vector<Cell> old;
+        old.swap(cells_);
+        cells_.assign(cap, Cell{kEmpty, 0});
         mask_ = cap - 1;
         size_ = 0;
-        for (size_t j = 0; j < old_keys.size(); ++j) {
-            if (old_keys[j] == kEmpty) continue;
-            size_t i = hash(old_keys[j]) & mask_;
-            while (keys_[i] != kEmpty) i = (i + 1) & mask_;
-            keys_[i] = old_keys[j];
-            vals_[i] = old_vals[j];
+        for (const Cell &c : old) {
+            if (c.key == kEmpty) continue;
+            size_t i = hash(c.key) & mask_;
+            while (cells_[i].key != kEmpty) i = (i + 1) & mask_;
+            cells_[i] = c;
             ++size_;
         }
     }
 
-    std::vector<u64> keys_;
-    std::vector<u32> vals_;
+    // key and value side by side: a probe touches one cache line, not two arrays
+    struct Cell {
+        u64 key;
+        u32 val;
+    };
+    std::vector<Cell> cells_;
     size_t mask_ = 0;
     size_t size_ = 0;
 };
@@ -170,7 +169,7 @@ class MergeEngine {
                     exhausted_ = true;
                     break;
                 }
-                u32 a = s_left_[slot], b = s_right_[slot];
+                u32 a = slots_[slot].left, b = slots_[slot].right;
                 u64 vocab_id = u64(first_merge_id_) + u64(next_rank_);
                 if (vocab_id >= kNone) throw std::overflow_error("token ids would exceed 32 bits");
                 std::string bytes = tb_[a] + tb_[b];
@@ -206,8 +205,8 @@ class MergeEngine {
         nb::object word_rows = steal_checked(PyList_New(Py_ssize_t(words.size())));
         for (size_t k = 0; k < words.size(); ++k) {
             u32 w = words[k];
-            PyObject *blob = PyBytes_FromStringAndSize(reinterpret_cast<const char *>(&tok_[off_[w]]),
-                                                       Py_ssize_t(len_[w]) * 4);
+            PyObject *blob = PyBytes_FromStringAndSize(reinterpret_cast<const char *>(&tok_[words_[w].off]),
+                                                       Py_ssize_t(words_[w].len) * 4);
             PyObject *row = blob ? PyTuple_New(2) : nullptr;
             PyObject *id = row ? PyLong_FromLongLong(ids_[w]) : nullptr;
             if (!id) {
@@ -221,15 +220,15 @@ class MergeEngine {
         }
         nb::list deletes, inserts, updates;
         for (u32 s : take_changed_pairs()) {
-            i64 cur = s_count_[s], old = s_stored_[s];
+            i64 cur = slots_[s].count, old = slots_[s].stored;
             if (cur == old) continue;  // back to what the store holds (or born and gone in the batch)
             if (old == 0)
-                inserts.append(nb::make_tuple(s_left_[s], s_right_[s], cur));
+                inserts.append(nb::make_tuple(slots_[s].left, slots_[s].right, cur));
             else if (cur == 0)
-                deletes.append(nb::make_tuple(s_left_[s], s_right_[s]));
+                deletes.append(nb::make_tuple(slots_[s].left, slots_[s].right));
             else
-                updates.append(nb::make_tuple(cur, s_left_[s], s_right_[s]));
-            s_stored_[s] = cur;
+                updates.append(nb::make_tuple(cur, slots_[s].left, slots_[s].right));
+            slots_[s].stored = cur;
         }
         return nb::make_tuple(word_rows, deletes, inserts, updates);
     }
@@ -240,12 +239,12 @@ class MergeEngine {
         nb::dict words, pairs;
         for (u32 w : take_changed_words()) {
             nb::list toks;
-            for (u32 i = 0; i < len_[w]; ++i) toks.append(tok_[off_[w] + i]);
+            for (u32 i = 0; i < words_[w].len; ++i) toks.append(tok_[words_[w].off + i]);
             words[nb::int_(w)] = toks;
         }
         for (u32 s : take_changed_pairs()) {
-            pairs[nb::make_tuple(s_left_[s], s_right_[s])] = nb::int_(s_count_[s]);
-            s_stored_[s] = s_count_[s];
+            pairs[nb::make_tuple(slots_[s].left, slots_[s].right)] = nb::int_(slots_[s].count);
+            slots_[s].stored = slots_[s].count;
         }
         return nb::make_tuple(words, pairs);
     }
@@ -254,18 +253,18 @@ class MergeEngine {
 
     nb::dict pair_counts() const {
         nb::dict d;
-        for (u32 s = 0; s < s_count_.size(); ++s)
-            if (s_count_[s] > 0) d[nb::make_tuple(s_left_[s], s_right_[s])] = nb::int_(s_count_[s]);
+        for (u32 s = 0; s < slots_.size(); ++s)
+            if (slots_[s].count > 0) d[nb::make_tuple(slots_[s].left, slots_[s].right)] = nb::int_(slots_[s].count);
         return d;
     }
 
     // (number of live pairs, digest 1, digest 2): see kDigestP1.
     nb::tuple pair_digest() const {
         i64 n = 0, h1 = 0, h2 = 0;
-        for (u32 s = 0; s < s_count_.size(); ++s) {
-            i64 c = s_count_[s];
+        for (u32 s = 0; s < slots_.size(); ++s) {
+            i64 c = slots_[s].count;
             if (c <= 0) continue;
-            i64 l = s_left_[s], r = s_right_[s];
+            i64 l = slots_[s].left, r = slots_[s].right;
             ++n;
             h1 += ((l * 65599 + r) % kDigestP1) * (c % kDigestP1) % kDigestP1;
             h2 += ((l * 1000003 + r * 7 + 11) % kDigestP2) * (c % kDigestP2) % kDigestP2;
@@ -274,9 +273,9 @@ class MergeEngine {
     }
 
     nb::list word_tokens(u32 w) const {
-        if (w >= len_.size()) throw nb::index_error("no such word");
+        if (w >= words_.size()) throw nb::index_error("no such word");
         nb::list toks;
-        for (u32 i = 0; i < len_[w]; ++i) toks.append(tok_[off_[w] + i]);
+        for (u32 i = 0; i < words_[w].len; ++i) toks.append(tok_[words_[w].off + i]);
         return toks;
     }
 
@@ -289,7 +288,7 @@ class MergeEngine {
     i64 next_rank() const { return next_rank_; }
     u32 first_merge_id() const { return first_merge_id_; }
     i64 bad_word() const { return bad_word_; }
-    size_t num_words() const { return len_.size(); }
+    size_t num_words() const { return words_.size(); }
 
   private:
     // Refuses a second call while one runs with the GIL released (another Python thread).
@@ -342,12 +341,8 @@ class MergeEngine {
             }
         }
         tok_.resize(total);
-        off_.resize(n);
-        len_.resize(n);
-        cnt_.resize(n);
+        words_.resize(n);
         ids_.resize(n);
-        w_changed_.assign(n, 0);
-        w_stamp_.assign(n, 0);
         size_t pos = 0;
         for (size_t i = 0; i < n; ++i) {
             PyObject *row = items[i];
@@ -360,13 +355,13 @@ class MergeEngine {
             PyObject *blob = PyTuple_GET_ITEM(row, 3);
             const u8 *bytes = reinterpret_cast<const u8 *>(PyBytes_AS_STRING(wb));
             size_t nbytes = size_t(PyBytes_GET_SIZE(wb));
-            off_[i] = pos;
+            words_[i].off = pos;
             ids_[i] = id;
-            cnt_[i] = count;
+            words_[i].count = count;
             if (blob == Py_None) {
                 if (n_specials + 256 > tb_.size()) bad_row(i, "the vocabulary lacks the 256 bytes");
                 for (size_t k = 0; k < nbytes; ++k) tok_[pos + k] = n_specials + bytes[k];
-                len_[i] = u32(nbytes);
+                words_[i].len = u32(nbytes);
             } else {
                 size_t nb_ = size_t(PyBytes_GET_SIZE(blob));
                 size_t ntok = nb_ / 4;
@@ -391,49 +386,41 @@ class MergeEngine {
                     if (bad_word_ < 0) bad_word_ = i64(i);
                     ntok = 0;  // the caller refuses the store; keep the engine memory-safe
                 }
-                len_[i] = u32(ntok);
+                words_[i].len = u32(ntok);
                 pos += ntok;
                 continue;
             }
-            pos += len_[i];
+            pos += words_[i].len;
         }
     }
 
     void build_pairs() {
-        for (u32 w = 0; w < len_.size(); ++w) {
-            const u32 *p = &tok_[off_[w]];
-            i64 c = cnt_[w];
-            for (u32 i = 0; i + 1 < len_[w]; ++i) {
+        for (u32 w = 0; w < words_.size(); ++w) {
+            const u32 *p = &tok_[words_[w].off];
+            i64 c = words_[w].count;
+            for (u32 i = 0; i + 1 < words_[w].len; ++i) {
                 u32 s = slot_of(p[i], p[i + 1]);
-                s_count_[s] += c;
+                slots_[s].count += c;
                 add_where(s, w);
             }
         }
-        heap_.reserve(s_count_.size());
-        for (u32 s = 0; s < s_count_.size(); ++s) {
-            s_stored_[s] = s_count_[s];  // a new engine mirrors the store it was loaded from
-            if (s_count_[s] > 0) heap_.push_back({s_count_[s], s});
+        heap_.reserve(slots_.size());
+        for (u32 s = 0; s < slots_.size(); ++s) {
+            slots_[s].stored = slots_[s].count;  // a new engine mirrors the store it was loaded from
+            if (slots_[s].count > 0) heap_.push_back({slots_[s].count, s});
         }
         std::make_heap(heap_.begin(), heap_.end(), HeapLess{this});
-        s_mark_.assign(s_count_.size(), 0);
     }
 
     u32 slot_of(u32 a, u32 b) {
         bool inserted;
-        u32 s = index_.find_or_insert(pair_key(a, b), u32(s_count_.size()), inserted);
-        if (inserted) {
-            s_left_.push_back(a);
-            s_right_.push_back(b);
-            s_count_.push_back(0);
-            s_stored_.push_back(0);
-            s_where_.emplace_back();
-            s_mark_.push_back(0);
-        }
+        u32 s = index_.find_or_insert(pair_key(a, b), u32(slots_.size()), inserted);
+        if (inserted) slots_.push_back(Slot{a, b, 0, 0, 0, {}});
         return s;
     }
 
     void add_where(u32 s, u32 w) {
-        std::vector<u32> &v = s_where_[s];
+        std::vector<u32> &v = slots_[s].where;
         if (v.empty() || v.back() != w) v.push_back(w);
     }
 
@@ -443,10 +430,10 @@ class MergeEngine {
         bool operator()(const HeapEntry &x, const HeapEntry &y) const {
             if (x.count != y.count) return x.count < y.count;
             if (x.slot == y.slot) return false;
-            const std::string &xl = e->tb_[e->s_left_[x.slot]], &yl = e->tb_[e->s_left_[y.slot]];
+            const std::string &xl = e->tb_[e->slots_[x.slot].left], &yl = e->tb_[e->slots_[y.slot].left];
             int c = xl.compare(yl);
             if (c != 0) return c < 0;
-            return e->tb_[e->s_right_[x.slot]] < e->tb_[e->s_right_[y.slot]];
+            return e->tb_[e->slots_[x.slot].right] < e->tb_[e->slots_[y.slot].right];
         }
     };
 
@@ -461,7 +448,7 @@ class MergeEngine {
             std::pop_heap(heap_.begin(), heap_.end(), less);
             HeapEntry e = heap_.back();
             heap_.pop_back();
-            i64 cur = s_count_[e.slot];
+            i64 cur = slots_[e.slot].count;
             if (cur == e.count && cur > 0) {
                 slot = e.slot;
                 count = cur;
@@ -473,52 +460,59 @@ class MergeEngine {
     }
 
     void mark_changed_pair(u32 s) {
-        if (!(s_mark_[s] & kChanged)) {
-            s_mark_[s] |= kChanged;
+        if (!(slots_[s].mark & kChanged)) {
+            slots_[s].mark |= kChanged;
             changed_pairs_.push_back(s);
         }
     }
 
     void add_count(u32 s, i64 delta) {
-        i64 c = s_count_[s] + delta;
-        s_count_[s] = c;
+        i64 c = slots_[s].count + delta;
+        slots_[s].count = c;
         mark_changed_pair(s);
         if (delta > 0) {
-            if (!(s_mark_[s] & kIncreased)) {
-                s_mark_[s] |= kIncreased;
+            if (!(slots_[s].mark & kIncreased)) {
+                slots_[s].mark |= kIncreased;
                 increased_.push_back(s);
             }
         } else if (c == 0) {
             // no word holds the pair any more: its word list is all stale
-            std::vector<u32>().swap(s_where_[s]);
+            std::vector<u32>().swap(slots_[s].where);
         }
     }
 
     // Merges (a, b) -> t in every word holding it, updating pair counts, the index and the heap.
     void apply(u32 slot, u32 a, u32 b, u32 t) {
         std::vector<u32> where;
-        where.swap(s_where_[slot]);
+        where.swap(slots_[slot].where);
         // The index may list a word more than once (a pair that left and came back); the stamp
         // skips repeats, which matter for long words (Chinese text has pre-tokens of 100s of bytes).
         ++stamp_;
-        for (u32 w : where) {
-            if (w_stamp_[w] == stamp_) continue;
-            w_stamp_[w] = stamp_;
+        // Why prefetch: the holders of a frequent pair are scattered over a large word array, and
+        // each visit starts with two cache misses (the word's record, then its tokens). Fetching
+        // the record 16 words ahead and the tokens 8 ahead overlaps those misses.
+        const size_t nw = where.size();
+        for (size_t k = 0; k < nw; ++k) {
+            if (k + 16 < nw) __builtin_prefetch(&words_[where[k + 16]]);
+            if (k + 8 < nw) __builtin_prefetch(&tok_[words_[where[k + 8]].off]);
+            u32 w = where[k];
+            if (words_[w].stamp == stamp_) continue;
+            words_[w].stamp = stamp_;
             merge_word(w, a, b, t);
         }
-        s_count_[slot] = 0;  // every holder was visited, so this is already 0; be exact anyway
+        slots_[slot].count = 0;  // every holder was visited, so this is already 0; be exact anyway
         mark_changed_pair(slot);
         // one push per pair that grew in this step keeps "every live pair has an entry >= its count"
         for (u32 s : increased_) {
-            s_mark_[s] &= u8(~kIncreased);
-            if (s_count_[s] > 0) heap_push(s_count_[s], s);
+            slots_[s].mark &= u8(~kIncreased);
+            if (slots_[s].count > 0) heap_push(slots_[s].count, s);
         }
         increased_.clear();
     }
 
     void merge_word(u32 w, u32 a, u32 b, u32 t) {
-        u32 *p = &tok_[off_[w]];
-        const u32 n = len_[w];
+        u32 *p = &tok_[words_[w].off];
+        const u32 n = words_[w].len;
         u32 first = 0;
         while (first + 1 < n && !(p[first] == a && p[first + 1] == b)) ++first;
         if (first + 1 >= n) return;  // a stale index entry: the pair left this word earlier
@@ -538,8 +532,8 @@ class MergeEngine {
                 p[m++] = old_[i++];
             }
         }
-        len_[w] = m;
-        const i64 c = cnt_[w];
+        words_[w].len = m;
+        const i64 c = words_[w].count;
         // Old pairs touching a consumed token are gone; new pairs touching a fresh token appear.
         // Every other pair maps one to one between old and new words and keeps its count.
         for (u32 j = first == 0 ? 0 : first - 1; j + 1 < n; ++j)
@@ -551,8 +545,8 @@ class MergeEngine {
                 add_where(s, w);
             }
         }
-        if (!w_changed_[w]) {
-            w_changed_[w] = 1;
+        if (!words_[w].changed) {
+            words_[w].changed = 1;
             changed_words_.push_back(w);
         }
     }
@@ -561,7 +555,7 @@ class MergeEngine {
         std::vector<u32> out;
         out.swap(changed_words_);
         std::sort(out.begin(), out.end());  // word index order = store id order: B-tree friendly
-        for (u32 w : out) w_changed_[w] = 0;
+        for (u32 w : out) words_[w].changed = 0;
         return out;
     }
 
@@ -569,9 +563,9 @@ class MergeEngine {
         std::vector<u32> out;
         out.swap(changed_pairs_);
         std::sort(out.begin(), out.end(), [this](u32 x, u32 y) {
-            return pair_key(s_left_[x], s_right_[x]) < pair_key(s_left_[y], s_right_[y]);
+            return pair_key(slots_[x].left, slots_[x].right) < pair_key(slots_[y].left, slots_[y].right);
         });
-        for (u32 s : out) s_mark_[s] &= u8(~kChanged);
+        for (u32 s : out) slots_[s].mark &= u8(~kChanged);
         return out;
     }
 
@@ -586,23 +580,32 @@ class MergeEngine {
     bool exhausted_ = false;
     i64 bad_word_ = -1;
 
-    // words: tokens of word w are tok_[off_[w] : off_[w] + len_[w]]
+    // words: the tokens of word w are tok_[words_[w].off : words_[w].off + words_[w].len].
+    // Why one struct per word: visiting a word reads all of these; one cache line, not five.
+    struct Word {
+        size_t off;
+        i64 count;
+        u32 len;
+        u32 stamp;   // the merge step that last visited the word
+        u8 changed;  // listed in changed_words_
+    };
     std::vector<u32> tok_;
-    std::vector<size_t> off_;
-    std::vector<u32> len_;
-    std::vector<i64> cnt_;
+    std::vector<Word> words_;
     std::vector<i64> ids_;  // store ids, for checkpoint rows
-    std::vector<u8> w_changed_;
     std::vector<u32> changed_words_;
-    std::vector<u64> w_stamp_;  // the merge step that last visited each word
-    u64 stamp_ = 0;
+    u32 stamp_ = 0;
 
-    // pairs, by slot
+    // pairs, by slot. Why one struct: a pair update reads count, mark and word list together,
+    // so keeping them in one place costs one cache miss instead of one per array.
+    struct Slot {
+        u32 left, right;
+        i64 count;   // weighted by word counts; 0 = no word holds the pair
+        i64 stored;  // the count the store holds (as of the last take)
+        u8 mark;     // kChanged | kIncreased
+        std::vector<u32> where;  // words holding the pair (a superset, see the notes on top)
+    };
     PairIndex index_;
-    std::vector<u32> s_left_, s_right_;
-    std::vector<i64> s_count_, s_stored_;
-    std::vector<std::vector<u32>> s_where_;
-    std::vector<u8> s_mark_;
+    std::vector<Slot> slots_;
     std::vector<u32> changed_pairs_, increased_;
     std::vector<HeapEntry> heap_;
 

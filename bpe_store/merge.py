@@ -350,7 +350,15 @@ class NativeMergeEngine:
         return self._e.take_changes()
 
     def take_checkpoint_rows(self) -> CheckpointRows:
-        return self._e.take_checkpoint_rows()
+        import gc
+
+        gc_on = gc.isenabled()
+        gc.disable()  # up to ~1M new tuples, none cyclic: collections would only cost time
+        try:
+            return self._e.take_checkpoint_rows()
+        finally:
+            if gc_on:
+                gc.enable()
 
     def pair_counts(self) -> dict[Pair, int]:
         return self._e.pair_counts()

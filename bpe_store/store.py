@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import fcntl
+import gc
 import json
 import os
 import sqlite3
@@ -33,6 +34,9 @@ from .errors import StoreError
 #: ``PRAGMA application_id`` of every bpe_store file ("BPE1"): tells our stores from other SQLite files.
 APPLICATION_ID = 0x42504531
 SQLITE_MAGIC = b"SQLite format 3\x00"
+
+#: SQLite page cache (KiB) while writing merge checkpoints; see ``write_merge_rows``.
+CHECKPOINT_CACHE_KIB = 256 << 10
 
 #: ``{word id: current token ids}``, ``{(left, right): count}`` — the state a checkpoint writes.
 WordTokens = dict[int, Sequence[int]]
@@ -362,10 +366,15 @@ class Store:
         Why the driver cursor: SQLAlchemy wraps each row in a Row object, which for ~1M words
         costs more than the query; the merge engines read these tuples directly.
         """
+        gc_on = gc.isenabled()
+        gc.disable()  # ~1M new tuples would trigger many useless collections (nothing is cyclic)
         try:
             return _raw(self.conn).execute("SELECT id, bytes, count, tokens FROM words ORDER BY id").fetchall()
         except sqlite3.Error as exc:
             raise _sqlite_error(self.path, exc) from exc
+        finally:
+            if gc_on:
+                gc.enable()
 
     def start_merging(self, pairs: PairCounts, elapsed_s: float) -> None:
         """One transaction: counting is over; write the initial pair counts and move to merging."""
@@ -454,6 +463,10 @@ class Store:
         with self.transaction():
             raw = _raw(self.conn)  # executemany straight on the driver: rows are already tuples
             try:
+                # Why: a checkpoint rewrites rows all over `words` and `pair_counts`; with
+                # SQLite's default 2 MB page cache the same pages are evicted and re-read many
+                # times (enwiki-100M: 8.3 -> 6.3 s of writes). The cache only grows as used.
+                raw.execute(f"PRAGMA cache_size = -{CHECKPOINT_CACHE_KIB}")
                 self._write_merge_rows(raw, merges, new_vocab, word_rows, pair_deletes, pair_inserts,
                                        pair_updates, pair_upserts)
             except sqlite3.Error as exc:  # the driver's own errors, not wrapped by SQLAlchemy

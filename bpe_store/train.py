@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -37,9 +38,12 @@ from .merge import ENGINES, Engine, new_engine
 from .pretokenize import GPT2_PATTERN
 from .store import RunParams, Source, Store
 
-#: A checkpoint is written after this many merges or this many seconds of merging, whichever
-#: comes first. Small enough that a kill loses little; large enough that writing stays cheap.
-DEFAULT_CHECKPOINT_MERGES = 2000
+#: A checkpoint is written after this many seconds of merging (and when merging ends): the most
+#: a kill can lose. ``checkpoint_merges`` also caps a batch when given; by default it is None,
+#: because merges per second vary 100x between engines and corpora, while the cost of a
+#: checkpoint grows with the words a batch touches: with the native engine on enwiki-100M a
+#: checkpoint every 2000 merges spent 7 s writing for 1 s of merging (bench/RESULTS-merge.md).
+DEFAULT_CHECKPOINT_MERGES: int | None = None
 DEFAULT_CHECKPOINT_SECONDS = 30.0
 #: Counting flushes its counts to the store at most this often (and at the end).
 DEFAULT_COUNT_FLUSH_SECONDS = 10.0
@@ -145,7 +149,7 @@ def train(
     pattern: str = GPT2_PATTERN,
     workers: int | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
-    checkpoint_merges: int = DEFAULT_CHECKPOINT_MERGES,
+    checkpoint_merges: int | None = DEFAULT_CHECKPOINT_MERGES,
     checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS,
     count_flush_seconds: float = DEFAULT_COUNT_FLUSH_SECONDS,
     invalid_utf8: str = "strict",
@@ -167,7 +171,8 @@ def train(
         raise InputError("no input files given")
     params = check_params(vocab_size, special_tokens, pattern, invalid_utf8)
     workers = workers or os.cpu_count() or 1
-    if workers < 1 or chunk_size < 1 or checkpoint_merges < 1 or checkpoint_seconds <= 0:
+    if (workers < 1 or chunk_size < 1 or (checkpoint_merges is not None and checkpoint_merges < 1)
+            or checkpoint_seconds <= 0):
         raise InputError("workers, chunk size and checkpoint sizes must be positive")
     if engine not in ENGINES:
         raise InputError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
@@ -327,12 +332,16 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
     return merger
 
 
-def _merge(store: Store, params: RunParams, batch: int, seconds: float, elapsed: Callable[[], float],
+def _merge(store: Store, params: RunParams, batch: int | None, seconds: float, elapsed: Callable[[], float],
            progress: Progress | None, stop: threading.Event | None, engine: Engine | str = "auto") -> None:
     """5. merge: learn merges in batches; each batch ends in one checkpoint transaction.
 
     ``engine``: the engine ``_start_merging`` built, or which kind to rebuild from the store.
+    A batch ends after ``seconds`` of merging, after ``batch`` merges if that is not None, or on
+    a stop request.
     """
+    if batch is None:
+        batch = sys.maxsize
     run = store.run_row()
     target = params.num_merges
     done_now = store.sql("SELECT count(*) FROM merges").scalar()

@@ -163,6 +163,12 @@ class MergeEngine {
         {
             nb::gil_scoped_release unlocked;  // pure C++ from here: no Python object is touched
             while (i64(out.size()) < max_merges) {
+                u64 vocab_id = u64(first_merge_id_) + u64(next_rank_);
+                if (vocab_id >= kNone) {
+                    // checked before anything changes, so the merges learned so far are returned
+                    if (out.empty()) throw std::overflow_error("token ids would exceed 32 bits");
+                    break;
+                }
                 u32 slot;
                 i64 count;
                 if (!pop_best(slot, count)) {
@@ -170,8 +176,6 @@ class MergeEngine {
                     break;
                 }
                 u32 a = slots_[slot].left, b = slots_[slot].right;
-                u64 vocab_id = u64(first_merge_id_) + u64(next_rank_);
-                if (vocab_id >= kNone) throw std::overflow_error("token ids would exceed 32 bits");
                 std::string bytes = tb_[a] + tb_[b];
                 auto it = id_of_.emplace(bytes, u32(vocab_id)).first;
                 u32 token = it->second;
@@ -251,7 +255,8 @@ class MergeEngine {
 
     // ---- inspection --------------------------------------------------------------------------
 
-    nb::dict pair_counts() const {
+    nb::dict pair_counts() {
+        Busy busy(this);
         nb::dict d;
         for (u32 s = 0; s < slots_.size(); ++s)
             if (slots_[s].count > 0) d[nb::make_tuple(slots_[s].left, slots_[s].right)] = nb::int_(slots_[s].count);
@@ -259,7 +264,8 @@ class MergeEngine {
     }
 
     // (number of live pairs, digest 1, digest 2): see kDigestP1.
-    nb::tuple pair_digest() const {
+    nb::tuple pair_digest() {
+        Busy busy(this);
         i64 n = 0, h1 = 0, h2 = 0;
         for (u32 s = 0; s < slots_.size(); ++s) {
             i64 c = slots_[s].count;
@@ -272,14 +278,16 @@ class MergeEngine {
         return nb::make_tuple(n, h1, h2);
     }
 
-    nb::list word_tokens(u32 w) const {
+    nb::list word_tokens(u32 w) {
+        Busy busy(this);
         if (w >= words_.size()) throw nb::index_error("no such word");
         nb::list toks;
         for (u32 i = 0; i < words_[w].len; ++i) toks.append(tok_[words_[w].off + i]);
         return toks;
     }
 
-    nb::bytes token_bytes(u32 id) const {
+    nb::bytes token_bytes(u32 id) {
+        Busy busy(this);
         if (id >= tb_.size() || !tb_ok_[id]) throw nb::key_error(std::to_string(id).c_str());
         return nb::bytes(tb_[id].data(), tb_[id].size());
     }

@@ -302,3 +302,31 @@ def test_store_digest_sees_any_changed_count(tmp_path):
     con.close()
     with Store.open(db) as store:
         assert store.pair_counts_digest() != d
+
+
+_KILLED_CHILD = """
+import os, signal, sys
+from bpe_store import train
+def progress(ev):
+    if ev["stage"] == "merging" and ev["done"] >= int(sys.argv[3]):
+        os.kill(os.getpid(), signal.SIGKILL)
+train([sys.argv[1]], sys.argv[2], 1000, ["<|endoftext|>"], engine="native", checkpoint_merges=50,
+      progress=progress)
+"""
+
+
+@needs_native
+def test_kill_9_mid_batch_then_resume_equals_straight_run(tmp_path):
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(corpus_slice("enwiki-100M.txt", 400_000, 1_000_000).encode())
+    straight = train([corpus], tmp_path / "a.db", 1000, ["<|endoftext|>"], engine="native")
+    db = tmp_path / "b.db"
+    p = subprocess.run([sys.executable, "-c", _KILLED_CHILD, str(corpus), str(db), "420"])
+    assert p.returncode == -9
+    with Store.open(db) as store:
+        assert store.sql("SELECT count(*) FROM merges").scalar() == 400  # the last whole batch
+    r = train([corpus], db, 1000, ["<|endoftext|>"], engine="native")
+    assert (r.merges, r.merge_counts) == (straight.merges, straight.merge_counts)

@@ -7,9 +7,12 @@ RSS is its own:
 * engine-native / engine-python: read the word rows, build the engine, merge to the vocab size
   (no SQLite writes): the merge phase proper;
 * train-default: ``train()`` on a copy of the counted store with the default checkpoint policy;
+* train-2000: the same with a checkpoint every 2000 merges (the default before this bench);
 * train-one: the same with a single checkpoint at the end (the cost of checkpoints is the gap);
-* kill + resume: ``train()`` killed with SIGKILL at ~50% of the merges, then resumed; the time to
-  resume is that of the second ``train()`` call (and its result must equal an uninterrupted run).
+* resume: ``train()`` with one checkpoint at 50% of the merges, killed with SIGKILL just after
+  it, then resumed with the default policy; the time to resume is that of the second ``train()``
+  call (read the store, rebuild and check the engine, merge the other half, write), and its
+  result must equal an uninterrupted run.
 
 Usage::
 
@@ -40,11 +43,17 @@ ROOT = HERE.parent
 OUT = HERE / "out"
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpora" / "enwiki-100M.txt"
 SPECIALS = ["<|endoftext|>"]
-MODES = ["engine-native", "engine-python", "train-default", "train-one", "resume"]
+MODES = ["engine-native", "engine-python", "train-default", "train-2000", "train-one", "resume"]
 
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process: steadier than wall time on a machine shared with others."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def counted_store(corpus: Path, workers: int) -> Path:
@@ -114,16 +123,20 @@ def run_engine(template: Path, kind: str, vocab_size: int) -> dict:
     del rows
     t2 = time.perf_counter()
     target = vocab_size - 256 - n
+    c2 = _cpu_s()
     merges = engine.step(target)
     t3 = time.perf_counter()
+    merge_cpu = _cpu_s() - c2
     rows = engine.take_checkpoint_rows()
     t4 = time.perf_counter()
-    return {"read_words_s": t1 - t0, "build_s": t2 - t1, "merge_s": t3 - t2, "rows_s": t4 - t3,
+    return {"read_words_s": t1 - t0, "build_s": t2 - t1, "merge_s": t3 - t2, "merge_cpu_s": merge_cpu,
+            "rows_s": t4 - t3,
             "merges": len(merges), "last_count": merges[-1].count if merges else None,
             "changed_words": len(rows[0]), "peak_rss_mb": _peak_rss_mb()}
 
 
-def run_train(template: Path, vocab_size: int, one_checkpoint: bool, db_name: str) -> dict:
+def run_train(template: Path, vocab_size: int, policy: str, db_name: str) -> dict:
+    """``policy``: "default", "one" (a single checkpoint at the end) or a number of merges."""
     from bpe_store.train import train
 
     db = _copy(template, db_name)
@@ -138,27 +151,33 @@ def run_train(template: Path, vocab_size: int, one_checkpoint: bool, db_name: st
         elif ev["stage"] == "merging" and "first_merge" not in marks:
             marks["first_merge"] = time.perf_counter() - t0
 
-    kw = {"checkpoint_merges": 10**9, "checkpoint_seconds": 1e9} if one_checkpoint else {}
+    kw: dict = {}
+    if policy == "one":
+        kw = {"checkpoint_merges": 10**9, "checkpoint_seconds": 1e9}
+    elif policy != "default":
+        kw = {"checkpoint_merges": int(policy)}
+    c0 = _cpu_s()
     r = train([corpus], db, vocab_size, SPECIALS, progress=progress, **kw)
     total = time.perf_counter() - t0
-    return {"total_s": total, "to_first_merge_s": marks.get("first_merge"), "checkpoints": len(writes),
+    return {"total_s": total, "cpu_s": _cpu_s() - c0, "to_first_merge_s": marks.get("first_merge"), "checkpoints": len(writes),
             "write_s": sum(writes), "max_write_s": max(writes, default=0.0), "merges": len(r.merges),
             "db_mb": db.stat().st_size / 2**20, "peak_rss_mb": _peak_rss_mb(),
             "merges_digest": _digest(r.merges)}
 
 
 def run_killed(template: Path, vocab_size: int, db_name: str) -> dict:
-    """Train and SIGKILL this very process once half of the merges are done (mid-batch)."""
+    """Train with a checkpoint at half of the merges, and SIGKILL this very process in the middle
+    of the next batch (the default policy would write nothing before the end on this corpus)."""
     from bpe_store.train import train
 
     db = _copy(template, db_name)
     half = (vocab_size - 256 - len(SPECIALS)) // 2
 
     def progress(ev: dict) -> None:
-        if ev["stage"] == "merging" and ev["done"] >= half:
+        if ev["stage"] == "merging" and ev["done"] > half:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    train([_corpus_of(template)], db, vocab_size, SPECIALS, progress=progress)
+    train([_corpus_of(template)], db, vocab_size, SPECIALS, progress=progress, checkpoint_merges=half)
     raise SystemExit("the kill did not happen")
 
 
@@ -184,8 +203,9 @@ def run_train_existing(db: Path, template: Path, vocab_size: int) -> dict:
         if ev["stage"] == "merging" and "first_merge" not in marks:
             marks["first_merge"] = time.perf_counter() - t0
 
+    c0 = _cpu_s()
     r = train([_corpus_of(template)], db, vocab_size, SPECIALS, progress=progress)
-    return {"total_s": time.perf_counter() - t0, "to_first_merge_s": marks.get("first_merge"),
+    return {"total_s": time.perf_counter() - t0, "cpu_s": _cpu_s() - c0, "to_first_merge_s": marks.get("first_merge"),
             "merges": len(r.merges), "peak_rss_mb": _peak_rss_mb(),
             "merges_digest": _digest(r.merges)}
 
@@ -209,10 +229,8 @@ def child(mode: str, template: Path, vocab_size: int) -> dict:
         return run_engine(template, "native", vocab_size)
     if mode == "engine-python":
         return run_engine(template, "python", vocab_size)
-    if mode == "train-default":
-        return run_train(template, vocab_size, False, "train-default.db")
-    if mode == "train-one":
-        return run_train(template, vocab_size, True, "train-one.db")
+    if mode.startswith("train-"):
+        return run_train(template, vocab_size, mode.removeprefix("train-"), f"{mode}.db")
     if mode == "killed":
         return run_killed(template, vocab_size, "resume.db")
     if mode == "resume":
@@ -271,11 +289,12 @@ def main() -> None:
             if a.json:
                 print(json.dumps({"mode": mode, **r}), flush=True)
     print(f"\nmachine: {machine()}\ncorpus: {a.corpus} -> vocab {a.vocab_size}, specials {SPECIALS}\n")
-    print("| measurement | median wall s | runs (s) | peak RSS MB | notes |")
-    print("|---|---:|---|---:|---|")
+    print("| measurement | median wall s | runs wall (s) | median CPU s | peak RSS MB | notes |")
+    print("|---|---:|---|---:|---:|---|")
     for mode, runs in results.items():
-        key = "merge_s" if mode.startswith("engine") else "total_s"
+        key, cpu_key = ("merge_s", "merge_cpu_s") if mode.startswith("engine") else ("total_s", "cpu_s")
         vals = [r[key] for r in runs]
+        cpu = statistics.median(r[cpu_key] for r in runs)
         last = runs[-1]
         if mode.startswith("engine"):
             note = (f"read words {last['read_words_s']:.2f} s, build {last['build_s']:.2f} s, "
@@ -286,9 +305,9 @@ def main() -> None:
         else:
             note = (f"{last['checkpoints']} checkpoints, writes {last['write_s']:.2f} s "
                     f"(max {last['max_write_s']:.2f}), first merge after {last['to_first_merge_s']:.2f} s")
-        print(f"| {mode} | {statistics.median(vals):.2f} | {', '.join(f'{v:.2f}' for v in vals)} | "
+        print(f"| {mode} | {statistics.median(vals):.2f} | {', '.join(f'{v:.2f}' for v in vals)} | {cpu:.2f} | "
               f"{max(r['peak_rss_mb'] for r in runs):.0f} | {note} |")
-    digests = {r["merges_digest"] for m in ("train-default", "train-one", "resume") for r in results.get(m, [])}
+    digests = {r["merges_digest"] for m, runs in results.items() if not m.startswith("engine") for r in runs}
     if len(digests) > 1:
         print("\nWARNING: the train runs did not all learn the same merges")
 

@@ -20,6 +20,8 @@ builds either from the store's word rows; ``engine="auto"`` takes the native one
 
 from __future__ import annotations
 
+import array
+import gc
 import heapq
 from collections import Counter
 from collections.abc import Sequence
@@ -113,8 +115,6 @@ class Engine(Protocol):
 def _tokens_of_row(wbytes: bytes, blob: bytes | None, n_specials: int) -> list[int]:
     if blob is None:
         return [n_specials + b for b in wbytes]
-    import array
-
     a = array.array("I")
     a.frombytes(blob)  # raises ValueError on a length that is not a multiple of 4
     if a.itemsize != 4:  # pragma: no cover
@@ -272,8 +272,6 @@ class MergeEngine:
 
     def take_checkpoint_rows(self) -> CheckpointRows:
         """The changes since the last take as a checkpoint's executemany rows (see CheckpointRows)."""
-        import array
-
         ids = self.word_ids
         word_rows = [(array.array("I", self.words[w]).tobytes(), ids[w]) for w in sorted(self._changed_words)]
         deletes: list[tuple[int, int]] = []
@@ -350,8 +348,6 @@ class NativeMergeEngine:
         return self._e.take_changes()
 
     def take_checkpoint_rows(self) -> CheckpointRows:
-        import gc
-
         gc_on = gc.isenabled()
         gc.disable()  # up to ~1M new tuples, none cyclic: collections would only cost time
         try:

@@ -398,15 +398,16 @@ class Store:
         return {(a, b): c for a, b, c in self.sql('SELECT "left", "right", count FROM pair_counts')}
 
     def pair_counts_digest(self) -> tuple[int, int, int]:
-        """``(rows, digest 1, digest 2)`` of ``pair_counts`` with positive counts, computed inside
-        SQLite in one scan; the same as ``bpe_store.merge.pair_digest_of`` on the engine's pairs.
+        """``(rows, digest 1, digest 2)`` of ``pair_counts``, computed inside SQLite in one scan; equal
+        to ``bpe_store.merge.pair_digest_of`` of the engine's live pairs when the store is
+        consistent (a stray row with count 0 changes the row count, so it is caught too).
         Every term is reduced below a prime, so the sums cannot overflow SQLite's 64-bit integers."""
         n, h1, h2 = self.sql(
             'SELECT count(*),'
             ' coalesce(sum((("left" * 65599 + "right") % 2147483647) * (count % 2147483647) % 2147483647), 0),'
             ' coalesce(sum((("left" * 1000003 + "right" * 7 + 11) % 1000000007) * (count % 1000000007)'
             ' % 1000000007), 0)'
-            ' FROM pair_counts WHERE count > 0').one()
+            ' FROM pair_counts').one()
         return int(n), int(h1), int(h2)
 
     def write_merge_checkpoint(

@@ -34,7 +34,7 @@ import regex
 from . import __version__
 from .count import DEFAULT_CHUNK_SIZE, count_chunk_task, plan_chunks, scan_source
 from .errors import BpeStoreError, InputError, ResumeMismatch, StoreError
-from .merge import ENGINES, Engine, new_engine
+from .merge import ENGINES, Engine, native_available, new_engine
 from .pretokenize import GPT2_PATTERN
 from .store import RunParams, Source, Store
 
@@ -176,6 +176,8 @@ def train(
         raise InputError("workers, chunk size and checkpoint sizes must be positive")
     if engine not in ENGINES:
         raise InputError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if engine == "native" and not native_available():
+        raise InputError("the native merge engine is not built in this installation; use engine='python'")
     db = Path(db)
     session_start = time.monotonic()
 

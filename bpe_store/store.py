@@ -223,7 +223,10 @@ class Store:
         head = migrate.head_revision()
         if rev == head:
             return
-        if rev is None or rev not in migrate.known_revisions():
+        if rev is None:
+            raise StoreError(f"{p}: the store is not initialised yet (being created now, or its "
+                             "creation was interrupted: delete it and train again)")
+        if rev not in migrate.known_revisions():
             raise StoreError(
                 f"{p}: made by a newer bpe_store (schema revision {rev}); upgrade bpe_store to open it")
         if not allow_old:

@@ -30,13 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import regex
+from sqlalchemy.exc import DBAPIError
 
-from . import __version__
+from . import __version__, sessions
 from .count import DEFAULT_CHUNK_SIZE, count_chunk_task, plan_chunks, scan_source
 from .errors import BpeStoreError, InputError, ResumeMismatch, StoreError
 from .merge import ENGINES, Engine, native_available, new_engine
 from .pretokenize import GPT2_PATTERN
-from .store import RunParams, Source, Store
+from .store import RunParams, Source, Store, _sqlite_error
 
 #: A checkpoint is written after this many seconds of merging (and when merging ends): the most
 #: a kill can lose. ``checkpoint_merges`` also caps a batch when given; by default it is None,
@@ -140,7 +141,19 @@ def _same_inputs(store: Store, paths: Sequence[Path], params: RunParams) -> None
     del merges_done
 
 
-def train(
+def train(*args, **kwargs) -> TrainResult:
+    """Train (or resume training) a byte-level BPE into a store; see ``_train`` for the arguments.
+
+    SQLite failures anywhere (corrupt file, full disk) surface as one-line ``StoreError``s.
+    """
+    try:
+        return _train(*args, **kwargs)
+    except DBAPIError as exc:
+        db = kwargs.get("db", args[1] if len(args) > 1 else "store")
+        raise _sqlite_error(Path(db), exc) from exc
+
+
+def _train(
     inputs: Sequence[str | os.PathLike] | str | os.PathLike,
     db: str | os.PathLike,
     vocab_size: int,
@@ -222,7 +235,9 @@ def train(
                 Path(str(db) + suffix).unlink(missing_ok=True)
             raise
 
+    session = None
     try:
+        session = sessions.begin(store)  # the store's history: who trained, when, how it ended
         elapsed0 = store.elapsed()
 
         def elapsed() -> float:
@@ -235,7 +250,12 @@ def train(
             merger = _start_merging(store, params, elapsed, progress, engine)
         _merge(store, params, checkpoint_merges, checkpoint_seconds, elapsed, progress, stop,
                merger or engine)
-        return read_result(store)
+        result = read_result(store)
+        sessions.end(store, session)
+        return result
+    except BaseException as exc:
+        sessions.end(store, session, exc)
+        raise
     finally:
         store.close()
 

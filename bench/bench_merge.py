@@ -61,7 +61,15 @@ def counted_store(corpus: Path, workers: int) -> Path:
     OUT.mkdir(exist_ok=True)
     template = OUT / f"{corpus.stem}-counted.db"
     if template.exists():
-        return template
+        from bpe_store.errors import StoreError
+        from bpe_store.store import Store
+
+        try:
+            Store.open(template, readonly=True).close()
+            return template
+        except StoreError as exc:  # e.g. made before a schema change: count again
+            print(f"recounting: {exc}", file=sys.stderr)
+            template.unlink()
     import multiprocessing
 
     from bpe_store import __version__

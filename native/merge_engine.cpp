@@ -300,6 +300,13 @@ class MergeEngine {
     u32 first_merge_id() const { return first_merge_id_; }
     i64 bad_word() const { return bad_word_; }
     size_t num_words() const { return words_.size(); }
+    size_t pair_slots() const { return slots_.size(); }
+    size_t heap_size() const { return heap_.size(); }
+    size_t index_entries() const {
+        size_t n = 0;
+        for (const Slot &s : slots_) n += s.where.size();
+        return n;
+    }
 
   private:
     // Refuses a second call while one runs with the GIL released (another Python thread).
@@ -651,5 +658,8 @@ void register_merge_engine(nb::module_ &m) {
         .def_prop_ro("first_merge_id", &MergeEngine::first_merge_id)
         .def_prop_ro("bad_word", &MergeEngine::bad_word,
                      "Index of the first word whose tokens do not spell its bytes, or -1.")
-        .def_prop_ro("num_words", &MergeEngine::num_words);
+        .def_prop_ro("num_words", &MergeEngine::num_words)
+        .def_prop_ro("pair_slots", &MergeEngine::pair_slots, "Pairs ever seen (live or not): memory use.")
+        .def_prop_ro("heap_size", &MergeEngine::heap_size, "Heap entries, stale ones included.")
+        .def_prop_ro("index_entries", &MergeEngine::index_entries, "Entries of the pair -> words lists.");
 }

@@ -323,10 +323,12 @@ def train(
     glob: str = typer.Option("*", "--glob", help="Files to take from directory inputs, e.g. '**/*.txt'."),
     workers: Optional[int] = typer.Option(None, "--workers", "--threads", help="Counting workers (default: all cores)."),
     chunk_size: int = typer.Option(8 << 20, "--chunk-size", help="Bytes per counting chunk."),
-    checkpoint_merges: int = typer.Option(2000, "--checkpoint-merges", help="Merges per checkpoint."),
+    checkpoint_merges: Optional[int] = typer.Option(
+        None, "--checkpoint-merges", help="Also end a batch after this many merges (default: by time only)."),
     checkpoint_seconds: float = typer.Option(30.0, "--checkpoint-seconds", help="Seconds of merging per checkpoint."),
     invalid_utf8: str = typer.Option("strict", "--invalid-utf8", help="'strict' (refuse) or 'replace' (U+FFFD)."),
     restart: bool = typer.Option(False, "--restart", help="Discard the store's progress and start over."),
+    engine: str = typer.Option("auto", "--engine", help="Merge engine: auto, native (C++) or python."),
     progress: ProgressMode = typer.Option(ProgressMode.auto, "--progress",
                                           help="auto: bars on a terminal, else JSON lines on stderr."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
@@ -353,7 +355,8 @@ def train(
             result = run_train(files, db, vocab_size, special, pattern=pattern or GPT2_PATTERN, workers=workers,
                                chunk_size=chunk_size, checkpoint_merges=checkpoint_merges,
                                checkpoint_seconds=checkpoint_seconds, invalid_utf8=invalid_utf8,
-                               restart=restart, progress=stopper.watch(reporter), stop=stopper.event)
+                               restart=restart, progress=stopper.watch(reporter), stop=stopper.event,
+                               engine=engine)
     except (Interrupted, KeyboardInterrupt) as exc:
         stopper.note_stopping()
         reporter.close()

@@ -148,6 +148,7 @@ class Store:
         self.conn = conn
         self._lock_fd = lock_fd
         self._word_ids: dict[bytes, int] | None = None
+        self._fresh_rows: list[tuple[int, bytes, int, None]] | None = None
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -353,29 +354,68 @@ class Store:
 
         Word ids are assigned here from an in-memory ``{bytes: id}`` map (loaded from the store on
         first use), so a new word is a rowid append and a known one an update by rowid.
+        ``counts`` may also be a native ``WordCounter``.
+
+        The first flush into an empty ``words`` table needs no map: every word is new, ids are
+        1, 2, ... in order. Its rows are kept (``take_fresh_word_rows``) while no later flush
+        changes the table, so the merge phase starts from them instead of reading ~1M rows back
+        (enwiki-100M: load_word_rows cost 0.3 s, the map 0.25 s and ~100 MB).
         """
+        native = hasattr(counts, "rows")
+        if not native and hasattr(counts, "items"):
+            counts = counts.items()  # a Counter / dict
+        if self._word_ids is None and self._fresh_rows is None and self._words_empty():
+            rows = counts.rows(1) if native else [(i, w, c, None) for i, (w, c) in enumerate(counts, 1)]
+            self._write_word_counts(rows, [], chunk_done, elapsed_s)
+            self._fresh_rows = rows  # only once committed: the rows are then what the store holds
+            return
+        if native:
+            counts = counts.items()
         if self._word_ids is None:
-            self._word_ids = {b: i for i, b in self.sql("SELECT id, bytes FROM words")}
+            if self._fresh_rows is not None:
+                self._word_ids = {r[1]: r[0] for r in self._fresh_rows}
+            else:
+                self._word_ids = {b: i for i, b in self.sql("SELECT id, bytes FROM words")}
+        self._fresh_rows = None  # this flush changes counts: the kept rows would be stale
         ids = self._word_ids
-        new: list[tuple[int, bytes, int]] = []
+        new: list[tuple[int, bytes, int, None]] = []
         old: list[tuple[int, int]] = []
         next_id = len(ids) + 1
         for word, count in counts:
             i = ids.get(word)
             if i is None:
-                new.append((next_id, word, count))
+                new.append((next_id, word, count, None))
                 next_id += 1
             else:
                 old.append((count, i))
+        self._write_word_counts(new, old, chunk_done, elapsed_s)
+        for i, word, _, _ in new:  # only once committed: a failed flush leaves the map as the store
+            ids[word] = i
+
+    def _words_empty(self) -> bool:
+        return self.sql("SELECT NOT EXISTS (SELECT 1 FROM words)").scalar() == 1
+
+    def _write_word_counts(self, new: list[tuple[int, bytes, int, None]], old: list[tuple[int, int]],
+                           chunk_done: Sequence[tuple[int, int]], elapsed_s: float) -> None:
+        """The counting checkpoint, ONE transaction: new words, count deltas, chunk marks, progress."""
         with self.transaction():
-            self.executemany("INSERT INTO words (id, bytes, count) VALUES (?, ?, ?)", new)
-            self.executemany("UPDATE words SET count = count + ? WHERE id = ?", old)
+            raw = _raw(self.conn)  # executemany straight on the driver: rows are already tuples
+            try:
+                raw.executemany("INSERT INTO words (id, bytes, count, tokens) VALUES (?, ?, ?, ?)", new)
+                raw.executemany("UPDATE words SET count = count + ? WHERE id = ?", old)
+            except sqlite3.Error as exc:  # the driver's own errors, not wrapped by SQLAlchemy
+                raise _sqlite_error(self.path, exc) from exc
             self.executemany("UPDATE chunks SET counted = 1, pretokens = ? WHERE id = ?",
                              [(n, cid) for cid, n in chunk_done])
             self.sql("UPDATE run SET updated_at = ? WHERE id = 1", (now(),))
             self.add_checkpoint_row("counting", 0, elapsed_s, None)
-        for i, word, _ in new:  # only once committed: a failed flush leaves the map as the store
-            ids[word] = i
+
+    def take_fresh_word_rows(self) -> list[tuple[int, bytes, int, None]] | None:
+        """The rows of the one flush that wrote every word (see ``add_word_counts``), exactly as
+        ``load_word_rows`` would read them back, or None when the store must be read. Handed over
+        once: the store forgets them."""
+        rows, self._fresh_rows = self._fresh_rows, None
+        return rows
 
     def load_words(self) -> tuple[list[int], list[bytes], list[int], list[bytes | None]]:
         """All words in id order: ``(ids, bytes, counts, token blobs or None)``."""
@@ -407,6 +447,7 @@ class Store:
             self.sql("UPDATE run SET phase = 'merging', updated_at = ? WHERE id = 1", (now(),))
             self.add_checkpoint_row("merging", 0, elapsed_s, None)
         self._word_ids = None  # counting is over; free the map
+        self._fresh_rows = None
 
     # -- merging -------------------------------------------------------------------------------
 

@@ -1,0 +1,82 @@
+"""The shortcuts of the performance work give exactly what the slow, obvious path gives.
+
+* counting -> merging: the rows of a single flush into an empty store feed the merge engine
+  instead of being read back (``Store.take_fresh_word_rows``); they must equal ``load_word_rows``;
+* a later flush must forget them and still add counts to the right words.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from bpe_store import train
+from bpe_store.count import WordCounter, count_chunk_native, native_counts
+from bpe_store.pretokenize import GPT2_PATTERN
+from bpe_store.store import RunParams, Source, Store
+from bpe_store.train import __version__
+
+from conftest import corpus_slice
+
+
+def _new_store(tmp_path, n_chunks: int = 3) -> Store:
+    store = Store.create(tmp_path / "s.db")
+    store.init_run(RunParams(GPT2_PATTERN, ("<|endoftext|>",), 400), [Source("/x", 10, 0, "0" * 64)],
+                   [(0, i, i + 1) for i in range(n_chunks)], 1, __version__)
+    return store
+
+
+def test_fresh_rows_from_a_counter_equal_the_stored_rows(tmp_path):
+    store = _new_store(tmp_path)
+    try:
+        store.add_word_counts(Counter({b" the": 7, b"a": 2, "é".encode(): 3}), [(1, 12)], 1.0)
+        fresh = store.take_fresh_word_rows()
+        assert fresh == store.load_word_rows()
+        assert store.take_fresh_word_rows() is None  # handed over once
+    finally:
+        store.close()
+
+
+@pytest.mark.skipif(not native_counts(GPT2_PATTERN), reason="native counting not built")
+def test_fresh_rows_from_the_native_counter_equal_the_stored_rows(tmp_path):
+    text = corpus_slice("enwiki-100M.txt", 200_000)
+    path = tmp_path / "c.txt"
+    path.write_bytes(text.encode())
+    counter = WordCounter()
+    counter.add(count_chunk_native(str(path), 0, path.stat().st_size, ["<|endoftext|>"], "strict"))
+    store = _new_store(tmp_path)
+    try:
+        store.add_word_counts(counter, [(1, 5)], 1.0)
+        fresh = store.take_fresh_word_rows()
+        assert fresh == store.load_word_rows()
+        assert [r[0] for r in fresh] == list(range(1, len(fresh) + 1))
+        assert {w: c for _, w, c, _ in fresh} == dict(counter.items())
+    finally:
+        store.close()
+
+
+def test_a_second_flush_forgets_the_fresh_rows_and_adds_to_the_right_words(tmp_path):
+    store = _new_store(tmp_path)
+    try:
+        store.add_word_counts(Counter({b"a": 1, b"b": 2}), [(1, 3)], 1.0)
+        store.add_word_counts(Counter({b"b": 5, b"c": 4}), [(2, 9)], 2.0)
+        assert store.take_fresh_word_rows() is None
+        assert store.load_word_rows() == [(1, b"a", 1, None), (2, b"b", 7, None), (3, b"c", 4, None)]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("engine", ["python", "auto"])
+def test_one_flush_and_many_flushes_train_the_same(tmp_path, engine):
+    """One flush (fresh rows feed the engine) against a flush per chunk (the store is read)."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(corpus_slice("enwiki-100M.txt", 300_000).encode())
+    one = train([corpus], tmp_path / "one.db", 600, ["<|endoftext|>"], engine=engine, workers=1)
+    many = train([corpus], tmp_path / "many.db", 600, ["<|endoftext|>"], engine=engine, workers=1,
+                 chunk_size=20_000, count_flush_seconds=1e-9)
+    assert (one.merges, one.merge_counts) == (many.merges, many.merge_counts)
+    with Store.open(tmp_path / "one.db") as a, Store.open(tmp_path / "many.db") as b:
+        assert a.load_pair_counts() == b.load_pair_counts()
+        assert sorted((w, c, t) for _, w, c, t in a.load_word_rows()) == \
+            sorted((w, c, t) for _, w, c, t in b.load_word_rows())

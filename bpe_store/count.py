@@ -70,6 +70,12 @@ def scan_source(path: str | os.PathLike, invalid_utf8: str = "strict") -> Source
     if st.st_size == 0:
         f.close()
         raise InputError(f"{p}: is empty")
+    if invalid_utf8 == "strict" and _native_utf8_valid is not None:
+        with f:
+            digest = _fingerprint_native(p, f)
+            if digest is not None:
+                return Source(str(p.resolve()), st.st_size, st.st_mtime_ns, digest)
+            f = open(p, "rb")  # invalid UTF-8: the slow path below finds and reports where
     sha = hashlib.sha256()
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
     offset = 0
@@ -97,6 +103,63 @@ def scan_source(path: str | os.PathLike, invalid_utf8: str = "strict") -> Source
             if final:
                 break
     return Source(str(p.resolve()), st.st_size, st.st_mtime_ns, sha.hexdigest())
+
+
+def _utf8_tail(block: bytes) -> int:
+    """How many bytes at the end of ``block`` begin a UTF-8 sequence that the block cuts short
+    (0 to 3); an invalid tail counts 0, so the validator sees and rejects it."""
+    for k in range(1, min(3, len(block)) + 1):
+        b = block[-k]
+        if b < 0x80:
+            return 0
+        if b >= 0xC0:
+            need = 2 if b < 0xE0 else 3 if b < 0xF0 else 4
+            return k if k < need else 0
+    return 0
+
+
+def _fingerprint_native(p: Path, f, block_size: int = 0) -> str | None:
+    """SHA-256 of ``f`` while checking it is UTF-8 natively; None if it is not (the caller then
+    finds where). Why: the incremental decoder built a str of the whole input only to drop it
+    (enwiki-100M: scan_source 0.52 s); the native check takes 0.02 s, and hashing a block runs
+    in a second thread (hashlib releases the GIL) while the next block is read and checked."""
+    block_size = block_size or _READ_BLOCK
+    sha = hashlib.sha256()
+    carry = b""  # the start of a character cut by the previous block's end
+    with ThreadPoolExecutor(1) as pool:
+        pending: Future | None = None
+        while True:
+            try:
+                block = f.read(block_size)
+            except OSError as exc:
+                raise InputError(f"{p}: cannot read ({exc.strerror})") from exc
+            if pending is not None:
+                pending.result()
+                pending = None
+            if not block:
+                break
+            pending = pool.submit(sha.update, block)
+            start = 0
+            if carry:  # complete the cut character and check it alone
+                b0 = carry[0]
+                start = (2 if b0 < 0xE0 else 3 if b0 < 0xF0 else 4) - len(carry)
+                if len(block) < start:  # a tiny block inside that character
+                    carry += block
+                    continue
+                if not _native_utf8_valid(carry + block[:start]):
+                    return None
+            # characters are checked whole: cutting before a character's first byte keeps the
+            # verdict of checking the file in one piece
+            end = len(block) - _utf8_tail(block)
+            carry = block[end:]
+            if start < end and not _native_utf8_valid(block if (start, end) == (0, len(block))
+                                                      else block[start:end]):
+                return None
+        if pending is not None:
+            pending.result()
+    if carry:  # a character cut off by the end of the file
+        return None
+    return sha.hexdigest()
 
 
 def _left_overlapped(data: bytes, pos: int, specials: Sequence[bytes]) -> bool:

@@ -80,3 +80,37 @@ def test_one_flush_and_many_flushes_train_the_same(tmp_path, engine):
         assert a.load_pair_counts() == b.load_pair_counts()
         assert sorted((w, c, t) for _, w, c, t in a.load_word_rows()) == \
             sorted((w, c, t) for _, w, c, t in b.load_word_rows())
+
+
+# -- the native UTF-8 check of scan_source, block by block --------------------------------------
+
+_SAMPLES = [b"", b"abc", "héllo wörld ✓ 𝄞 текст 中文".encode(), b"\xff", b"a\xc3", b"\xc3(", b"\xe2\x82",
+            b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf", b"\xef\xbb\xbfBOM\r\n\r",
+            "𝄞".encode()[:3] + b"x", b"\x80abc"]
+
+
+@pytest.mark.skipif(not native_counts(GPT2_PATTERN), reason="native core not built")
+@pytest.mark.parametrize("block", [1, 2, 3, 4, 5, 7, 64])
+def test_native_fingerprint_judges_utf8_like_decode_at_any_block_size(tmp_path, block):
+    import hashlib
+    import random
+
+    from bpe_store.count import _fingerprint_native
+
+    rng = random.Random(block)
+    alphabet = "aé✓𝄞中\\n".encode() + bytes([0x80, 0xBF, 0xC3, 0xE2, 0xF0, 0xFF, 0xED, 0xA0])
+    cases = list(_SAMPLES)
+    for _ in range(300):
+        cases.append(bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 24))))
+    for _ in range(100):  # valid text cut anywhere by the blocks
+        cases.append("".join(rng.choice("aé✓𝄞中 \n") for _ in range(rng.randrange(0, 30))).encode())
+    path = tmp_path / "f.bin"
+    for data in cases:
+        path.write_bytes(data)
+        try:
+            data.decode("utf-8")
+            expect = hashlib.sha256(data).hexdigest()
+        except UnicodeDecodeError:
+            expect = None
+        with open(path, "rb") as f:
+            assert _fingerprint_native(path, f, block) == expect, (data, block)

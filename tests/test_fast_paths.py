@@ -114,3 +114,43 @@ def test_native_fingerprint_judges_utf8_like_decode_at_any_block_size(tmp_path, 
             expect = None
         with open(path, "rb") as f:
             assert _fingerprint_native(path, f, block) == expect, (data, block)
+
+
+# -- opening a store without Alembic --------------------------------------------------------------
+
+def test_schema_head_constant_is_alembics_head():
+    from bpe_store import migrate
+
+    assert migrate.SCHEMA_HEAD == migrate.alembic_head_revision()
+    assert migrate.SCHEMA_HEAD in migrate.known_revisions()
+
+
+def test_current_revision_reads_what_alembic_reads(tmp_path):
+    from alembic.runtime.migration import MigrationContext
+
+    from bpe_store import migrate
+
+    store = _new_store(tmp_path)
+    try:
+        assert migrate.current_revision(store.conn) == MigrationContext.configure(
+            store.conn).get_current_revision() == migrate.SCHEMA_HEAD
+    finally:
+        store.close()
+    import sqlalchemy
+
+    eng = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'empty.db'}")
+    with eng.connect() as conn:
+        assert migrate.current_revision(conn) is None
+
+
+def test_opening_a_current_store_does_not_import_alembic(tmp_path):
+    import subprocess
+    import sys
+
+    store = _new_store(tmp_path)
+    store.close()
+    code = ("import sys; from bpe_store.store import Store; s = Store.open(sys.argv[1]); s.run_row(); "
+            "s.close(); print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s.db")], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == "[]"

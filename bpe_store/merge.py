@@ -30,7 +30,8 @@ from typing import Protocol
 
 Pair = tuple[int, int]
 #: A row of the store's ``words`` table: ``(word id, bytes, count, packed tokens or None)``;
-#: None means the word is still its single bytes (id ``n_specials + byte``).
+#: None means the word is still its single bytes (id ``n_specials + byte``). A counting flush's own
+#: rows are ``(word id, bytes or bytearray, count)``: the same, tokens NULL.
 WordRow = tuple[int, bytes, int, "bytes | None"]
 #: A checkpoint's executemany parameters: ``(words [(packed tokens, word id)], pair deletes
 #: [(left, right)], pair inserts [(left, right, count)], pair updates [(count, left, right)])``.
@@ -133,7 +134,9 @@ class MergeEngine:
         tb = {i: b for i, b in enumerate(token_bytes) if b is not None}
         words: list[list[int]] = []
         bad = -1
-        for i, (_, wbytes, _, blob) in enumerate(rows):
+        for i, row in enumerate(rows):
+            wbytes = row[1]
+            blob = row[3] if len(row) > 3 else None  # (id, bytes, count): still single bytes
             try:
                 toks = _tokens_of_row(wbytes, blob, n_specials)
                 ok = blob is None or b"".join(tb[t] for t in toks) == wbytes

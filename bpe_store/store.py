@@ -148,7 +148,7 @@ class Store:
         self.conn = conn
         self._lock_fd = lock_fd
         self._word_ids: dict[bytes, int] | None = None
-        self._fresh_rows: list[tuple[int, bytes, int, None]] | None = None
+        self._fresh_rows: list[tuple[int, bytes | bytearray, int]] | None = None
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -365,7 +365,7 @@ class Store:
         if not native and hasattr(counts, "items"):
             counts = counts.items()  # a Counter / dict
         if self._word_ids is None and self._fresh_rows is None and self._words_empty():
-            rows = counts.rows(1) if native else [(i, w, c, None) for i, (w, c) in enumerate(counts, 1)]
+            rows = counts.rows(1) if native else [(i, w, c) for i, (w, c) in enumerate(counts, 1)]
             self._write_word_counts(rows, [], chunk_done, elapsed_s)
             self._fresh_rows = rows  # only once committed: the rows are then what the store holds
             return
@@ -373,35 +373,36 @@ class Store:
             counts = counts.items()
         if self._word_ids is None:
             if self._fresh_rows is not None:
-                self._word_ids = {r[1]: r[0] for r in self._fresh_rows}
+                self._word_ids = {bytes(r[1]): r[0] for r in self._fresh_rows}
             else:
                 self._word_ids = {b: i for i, b in self.sql("SELECT id, bytes FROM words")}
         self._fresh_rows = None  # this flush changes counts: the kept rows would be stale
         ids = self._word_ids
-        new: list[tuple[int, bytes, int, None]] = []
+        new: list[tuple[int, bytes, int]] = []
         old: list[tuple[int, int]] = []
         next_id = len(ids) + 1
         for word, count in counts:
             i = ids.get(word)
             if i is None:
-                new.append((next_id, word, count, None))
+                new.append((next_id, word, count))
                 next_id += 1
             else:
                 old.append((count, i))
         self._write_word_counts(new, old, chunk_done, elapsed_s)
-        for i, word, _, _ in new:  # only once committed: a failed flush leaves the map as the store
+        for i, word, _ in new:  # only once committed: a failed flush leaves the map as the store
             ids[word] = i
 
     def _words_empty(self) -> bool:
         return self.sql("SELECT NOT EXISTS (SELECT 1 FROM words)").scalar() == 1
 
-    def _write_word_counts(self, new: list[tuple[int, bytes, int, None]], old: list[tuple[int, int]],
+    def _write_word_counts(self, new: list[tuple[int, bytes, int]], old: list[tuple[int, int]],
                            chunk_done: Sequence[tuple[int, int]], elapsed_s: float) -> None:
         """The counting checkpoint, ONE transaction: new words, count deltas, chunk marks, progress."""
         with self.transaction():
             raw = _raw(self.conn)  # executemany straight on the driver: rows are already tuples
             try:
-                raw.executemany("INSERT INTO words (id, bytes, count, tokens) VALUES (?, ?, ?, ?)", new)
+                # tokens stay NULL (single bytes); see WordCounter.rows for why no 4th column
+                raw.executemany("INSERT INTO words (id, bytes, count) VALUES (?, ?, ?)", new)
                 raw.executemany("UPDATE words SET count = count + ? WHERE id = ?", old)
             except sqlite3.Error as exc:  # the driver's own errors, not wrapped by SQLAlchemy
                 raise _sqlite_error(self.path, exc) from exc
@@ -410,10 +411,10 @@ class Store:
             self.sql("UPDATE run SET updated_at = ? WHERE id = 1", (now(),))
             self.add_checkpoint_row("counting", 0, elapsed_s, None)
 
-    def take_fresh_word_rows(self) -> list[tuple[int, bytes, int, None]] | None:
-        """The rows of the one flush that wrote every word (see ``add_word_counts``), exactly as
-        ``load_word_rows`` would read them back, or None when the store must be read. Handed over
-        once: the store forgets them."""
+    def take_fresh_word_rows(self) -> list[tuple[int, bytes | bytearray, int]] | None:
+        """The rows ``(id, word, count)`` of the one flush that wrote every word (see
+        ``add_word_counts``): ``load_word_rows`` without the tokens column, which is NULL for all
+        of them; None when the store must be read. Handed over once: the store forgets them."""
         rows, self._fresh_rows = self._fresh_rows, None
         return rows
 

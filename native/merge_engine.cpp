@@ -400,13 +400,14 @@ class MergeEngine {
         size_t total = 0;
         for (size_t i = 0; i < n; ++i) {
             PyObject *row = items[i];
-            if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 4)
+            // (id, bytes, count) is a word still in single bytes: a counting flush's own rows
+            if (!PyTuple_Check(row) || (PyTuple_GET_SIZE(row) != 4 && PyTuple_GET_SIZE(row) != 3))
                 throw nb::type_error("word rows must be (id, bytes, count, tokens) tuples");
-            PyObject *blob = PyTuple_GET_ITEM(row, 3);
+            PyObject *blob = PyTuple_GET_SIZE(row) == 4 ? PyTuple_GET_ITEM(row, 3) : Py_None;
             PyObject *wb = PyTuple_GET_ITEM(row, 1);
-            if (!PyBytes_Check(wb)) bad_row(i, "word bytes must be bytes");
+            if (!PyBytes_Check(wb) && !PyByteArray_Check(wb)) bad_row(i, "word bytes must be bytes");
             if (blob == Py_None) {
-                total += size_t(PyBytes_GET_SIZE(wb));
+                total += blob_size(wb);
             } else {
                 if (!PyBytes_Check(blob) && !PyByteArray_Check(blob)) bad_row(i, "tokens must be bytes or None");
                 total += blob_size(blob) / 4;
@@ -424,9 +425,9 @@ class MergeEngine {
             if (count == -1 && PyErr_Occurred()) throw nb::python_error();
             if (count < 1) bad_row(i, "word counts must be positive");
             PyObject *wb = PyTuple_GET_ITEM(row, 1);
-            PyObject *blob = PyTuple_GET_ITEM(row, 3);
-            const u8 *bytes = reinterpret_cast<const u8 *>(PyBytes_AS_STRING(wb));
-            size_t nbytes = size_t(PyBytes_GET_SIZE(wb));
+            PyObject *blob = PyTuple_GET_SIZE(row) == 4 ? PyTuple_GET_ITEM(row, 3) : Py_None;
+            const u8 *bytes = blob_data(wb);
+            size_t nbytes = blob_size(wb);
             words_[i].off = pos;
             ids_[i] = id;
             words_[i].count = count;

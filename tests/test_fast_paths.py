@@ -32,7 +32,7 @@ def test_fresh_rows_from_a_counter_equal_the_stored_rows(tmp_path):
     try:
         store.add_word_counts(Counter({b" the": 7, b"a": 2, "é".encode(): 3}), [(1, 12)], 1.0)
         fresh = store.take_fresh_word_rows()
-        assert fresh == store.load_word_rows()
+        assert [(i, bytes(w), c, None) for i, w, c in fresh] == store.load_word_rows()
         assert store.take_fresh_word_rows() is None  # handed over once
     finally:
         store.close()
@@ -49,9 +49,27 @@ def test_fresh_rows_from_the_native_counter_equal_the_stored_rows(tmp_path):
     try:
         store.add_word_counts(counter, [(1, 5)], 1.0)
         fresh = store.take_fresh_word_rows()
-        assert fresh == store.load_word_rows()
+        assert [(i, bytes(w), c, None) for i, w, c in fresh] == store.load_word_rows()
         assert [r[0] for r in fresh] == list(range(1, len(fresh) + 1))
-        assert {w: c for _, w, c, _ in fresh} == dict(counter.items())
+        assert {bytes(w): c for _, w, c in fresh} == dict(counter.items())
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("kind", ["python", "native"])
+def test_fresh_rows_build_the_same_engine_as_stored_rows(tmp_path, kind):
+    from bpe_store.merge import native_available, new_engine
+
+    if kind == "native" and not native_available():
+        pytest.skip("native engine not built")
+    store = _new_store(tmp_path)
+    try:
+        store.add_word_counts(Counter({b" the": 7, b" then": 2, b"the": 3, "été".encode(): 4}), [(1, 16)], 1.0)
+        fresh = [(i, bytearray(w), c) for i, w, c in store.take_fresh_word_rows()]
+        vocab = [None] + [bytes([b]) for b in range(256)]
+        a = new_engine(fresh, vocab, 1, 257, 0, kind)
+        b = new_engine(store.load_word_rows(), vocab, 1, 257, 0, kind)
+        assert a.pair_counts() == b.pair_counts() and a.step(20) == b.step(20)
     finally:
         store.close()
 

@@ -116,8 +116,9 @@ class Tokenizer:
         self._core = None
         if core is not None:
             # rows (left, right, merged) in rank order; the native side ranks by position
-            rows = sorted(((r, a, b, t) for (a, b), (r, t) in self._table.items()))
+            rows = sorted((r, a, b, t) for (a, b), (r, t) in self._table.items())
             self._core = core.Encoder(self._byte_id, [(a, b, t) for _, a, b, t in rows],
+                                      [(s.encode("utf-8"), i) for s, i in self._special_id.items()],
                                       self.pattern == GPT2_PATTERN)
 
     # -- construction --------------------------------------------------------------------------
@@ -180,18 +181,19 @@ class Tokenizer:
         return hit
 
     def _encode_ordinary(self, text: str) -> list[int]:
-        """Encode text that holds no special token."""
+        """Encode text that holds no special token (regex pre-tokenization)."""
+        pieces = self._pat.findall(text)
         if self._core is not None:
-            if self._core.native_split:
-                return self._core.encode_ordinary(text)
-            return self._core.encode_pieces(self._pat.findall(text))
+            return self._core.encode_pieces(pieces).tolist()
         out: list[int] = []
-        for piece in self._pat.findall(text):
+        for piece in pieces:
             out.extend(self._encode_piece(piece.encode("utf-8")))
         return out
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; special tokens become their ids."""
+        if self._core is not None and self._core.native_split:
+            return self._core.encode(text, 1).tolist()
         if self._special_re is None:
             return self._encode_ordinary(text)
         out: list[int] = []
@@ -202,11 +204,22 @@ class Tokenizer:
                 out.extend(self._encode_ordinary(part))
         return out
 
-    def encode_batch(self, texts: Sequence[str], threads: int | None = None) -> list[list[int]]:
-        """Encode many documents, in parallel over documents when the native core is built."""
-        if self._core is not None and self._special_re is None:
-            if self._core.native_split:
-                return self._core.encode_batch(list(texts), threads or 0)
+    def encode_to_array(self, text: str | bytes, threads: int = 0):
+        """Ids of ``text`` (str, or UTF-8 bytes) as a uint32 NumPy array; native and parallel
+        over blocks for GPT-2's pattern (``threads`` 0 = all cores)."""
+        import numpy as np
+
+        if self._core is not None and self._core.native_split:
+            return self._core.encode(text, threads)
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        return np.asarray(self.encode(text), dtype=np.uint32)
+
+    def encode_batch(self, texts: Sequence[str], threads: int = 0) -> list[list[int]]:
+        """Encode many documents, in parallel over documents with the native core
+        (``threads`` 0 = all cores)."""
+        if self._core is not None and self._core.native_split:
+            return self._core.encode_batch(list(texts), threads)
         return [self.encode(t) for t in texts]
 
     def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:

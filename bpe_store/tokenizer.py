@@ -29,13 +29,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import regex
 
 from .errors import InputError, StoreError
 from .pretokenize import GPT2_PATTERN
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: ``{(left id, right id): (rank, merged id)}`` — the merge table, ids being first ids.
 MergeTable = dict[tuple[int, int], tuple[int, int]]
@@ -330,3 +334,69 @@ def load_store(db_path: str | os.PathLike, vocab_size: int | None = None
                 raise InputError(f"vocab size {vocab_size} is larger than {p} holds: {have}{more}")
             result = read_result(store, vocab_size)
         return result.vocab, result.merges, specials, run["pattern"]
+
+
+#: ``encode_files`` reads this many bytes per step: memory stays at a few times this.
+_FILE_BLOCK = 16 << 20
+
+
+def encode_files(
+    tok: Tokenizer,
+    paths: Sequence[str | os.PathLike],
+    write: Callable[[np.ndarray], None],
+    *,
+    threads: int = 0,
+    separator: str | None = None,
+    progress: Callable[[int], None] | None = None,
+    block: int | None = None,
+) -> int:
+    """Encode whole files in order, handing each block's ids (uint32 array) to ``write``.
+
+    Files are read in blocks (``_FILE_BLOCK`` bytes) and cut only where the cut changes nothing
+    (``Tokenizer.safe_cut``), so the ids equal those of ``encode`` on each whole file; each
+    block is encoded in parallel natively. ``separator``, a special token, follows each file.
+    ``progress`` receives the bytes read. Returns the number of ids written.
+    """
+    import codecs
+
+    import numpy as np
+
+    block = block or _FILE_BLOCK
+    sep = None
+    if separator is not None:
+        sid = tok._special_id.get(separator)
+        if sid is None:
+            raise InputError(f"separator {separator!r} is not one of the store's special tokens "
+                             f"({', '.join(tok.special_tokens) or 'none'})")
+        sep = np.array([sid], dtype=np.uint32)
+    total = 0
+    for path in paths:
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"{p}: no such file" if not p.exists() else f"{p}: is not a file")
+        decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        pending = ""
+        offset = 0
+        with open(p, "rb") as f:
+            while True:
+                data = f.read(block)
+                final = not data
+                try:
+                    text = pending + decoder.decode(data, final)
+                except UnicodeDecodeError as exc:
+                    raise InputError(f"{p}: invalid UTF-8 near byte {offset + exc.start}: {exc.reason}") from None
+                offset += len(data)
+                cut = len(text) if final else tok.safe_cut(text)
+                if cut:
+                    ids = tok.encode_to_array(text[:cut], threads)
+                    write(ids)
+                    total += len(ids)
+                pending = text[cut:]
+                if progress is not None and data:
+                    progress(len(data))
+                if final:
+                    break
+        if sep is not None:
+            write(sep)
+            total += 1
+    return total

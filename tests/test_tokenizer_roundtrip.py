@@ -1,0 +1,92 @@
+"""Round trips and the differential harness for stores trained here: for random text,
+decode(encode(x)) == x, the native encoder == the pure-Python spec, and streaming == whole."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bpe_store.tokenizer import Tokenizer, _native
+from bpe_store.train import train
+
+from conftest import corpus_slice
+
+EOT = "<|endoftext|>"
+GPT4_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+                r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+
+# text that looks like the corpora: letters of several scripts, digits, punctuation, whitespace
+# runs, and the special token
+alphabet = st.sampled_from(list("abc xyz  \n\n\t\r'sdl.,!?0123 éßпривет中文字🙃\u00a0\u3000")
+                           + [EOT, "<|", "|>", "'s", "'ll"])
+corpus_text = st.lists(alphabet, max_size=60).map("".join)
+any_text = st.one_of(st.text(max_size=80), corpus_text)
+
+
+def _store(tmp_path_factory, name: str, pattern: str | None):
+    d = tmp_path_factory.mktemp(name)
+    src = d / "train.txt"
+    text = (corpus_slice("enwiki-100M.txt", 60_000) + EOT + corpus_slice("tinystories-ru-20M.txt", 40_000)
+            + EOT + corpus_slice("zhwiki-20M.txt", 40_000))
+    src.write_text(text, encoding="utf-8")
+    kwargs = {"pattern": pattern} if pattern else {}
+    train([src], d / "run.db", 1000, [EOT], workers=1, **kwargs)
+    return d / "run.db"
+
+
+@pytest.fixture(scope="module", params=["gpt2", "gpt4"])
+def pair(request, tmp_path_factory) -> tuple[Tokenizer, Tokenizer]:
+    """(python, native) tokenizers of a store trained with GPT-2's or GPT-4's pattern."""
+    db = _store(tmp_path_factory, request.param, None if request.param == "gpt2" else GPT4_PATTERN)
+    py = Tokenizer.from_store(db, native=False)
+    nat = Tokenizer.from_store(db)
+    if _native() is None:
+        pytest.skip("native encoder not built")
+    return py, nat
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=any_text)
+def test_roundtrip_and_native_equals_python(pair, text):
+    py, nat = pair
+    ids = py.encode(text)
+    assert py.decode(ids) == text
+    assert nat.encode(text) == ids
+    assert nat.encode_batch([text, text]) == [ids, ids]
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=64))
+def test_decode_any_bytes(pair, data):
+    py, _ = pair
+    ids = [py._byte_id[b] for b in data]
+    assert py.decode(ids) == data.decode("utf-8", errors="replace")
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(corpus_text, max_size=12), block=st.integers(1, 40))
+def test_stream_equals_whole(pair, parts, block):
+    import bpe_store.tokenizer as mod
+
+    py, nat = pair
+    old = mod._STREAM_BLOCK
+    mod._STREAM_BLOCK = block
+    try:
+        text = "".join(parts)
+        assert list(nat.encode_iterable(parts)) == py.encode(text)
+        assert list(py.encode_iterable(io.StringIO(text, newline=""))) == py.encode(text)
+    finally:
+        mod._STREAM_BLOCK = old
+
+
+def test_native_equals_python_on_corpora(pair):
+    py, nat = pair
+    for name in ("enwiki-100M.txt", "tinystories-ru-20M.txt", "zhwiki-20M.txt"):
+        text = corpus_slice(name, 200_000, offset=5_000_000)
+        ids = py.encode(text)
+        assert nat.encode(text) == ids
+        assert nat.encode_to_array(text, 2).tolist() == ids
+        assert py.decode(ids) == text

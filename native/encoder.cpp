@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -51,7 +52,8 @@ class MergeTable {
   public:
     void build(const std::vector<std::tuple<uint32_t, uint32_t, uint32_t>> &merges) {
         size_t cap = 16;
-        while (cap < merges.size() * 2 + 2) cap <<= 1;
+        shift_ = 60;
+        while (cap < merges.size() * 2 + 2) cap <<= 1, --shift_;
         mask_ = cap - 1;
         keys_.assign(cap, kEmpty);
         vals_.assign(cap, {kNone, kNone});
@@ -77,17 +79,24 @@ class MergeTable {
   private:
     static constexpr uint64_t kEmpty = ~uint64_t(0);
     static inline uint64_t key(uint32_t a, uint32_t b) { return (uint64_t(a) << 32) | b; }
-    inline size_t slot(uint64_t k) const { return size_t((k * 0x9E3779B97F4A7C15ull) >> 20) & mask_; }
+    // Fibonacci hashing: the product's top bits depend on every bit of the key (the low bits
+    // would ignore `left`, and all pairs with one right token would collide)
+    inline size_t slot(uint64_t k) const { return size_t((k * 0x9E3779B97F4A7C15ull) >> shift_); }
     std::vector<uint64_t> keys_;
     std::vector<std::pair<uint32_t, uint32_t>> vals_;
     size_t mask_ = 0;
+    unsigned shift_ = 60;
 };
 
 // A direct-mapped cache of short pieces -> ids, one per thread.
 class PieceCache {
   public:
     static constexpr size_t kMaxLen = 22, kMaxIds = 8, kSlots = 1 << 16;
-    PieceCache() : slots_(new Slot[kSlots]()) {}
+    // calloc: the OS hands out zero pages lazily, so a short call touches only the slots it uses
+    PieceCache() : slots_(static_cast<Slot *>(std::calloc(kSlots, sizeof(Slot)))) {
+        if (!slots_) throw std::bad_alloc();
+    }
+    void clear() { std::memset(slots_.get(), 0, kSlots * sizeof(Slot)); }
     inline const uint32_t *get(const uint8_t *p, size_t n, uint64_t h, uint8_t &nids) const {
         const Slot &s = slots_[h & (kSlots - 1)];
         if (s.len == n + 1 && s.hash == h && std::memcmp(s.key, p, n) == 0) {
@@ -119,8 +128,26 @@ class PieceCache {
         char key[kMaxLen];
         uint32_t ids[kMaxIds];
     };
-    std::unique_ptr<Slot[]> slots_;
+    struct Free {
+        void operator()(Slot *p) const { std::free(p); }
+    };
+    std::unique_ptr<Slot[], Free> slots_;
 };
+
+// The calling thread's cache, emptied when it last served another encoder: one encoder's ids
+// never leak into another's, and repeated small calls (CS336-style encode per line) reuse it.
+PieceCache &thread_cache(uint64_t owner) {
+    thread_local std::unique_ptr<PieceCache> cache;
+    thread_local uint64_t served = 0;
+    if (!cache) cache.reset(new PieceCache());
+    if (served != owner) {
+        if (served != 0) cache->clear();
+        served = owner;
+    }
+    return *cache;
+}
+
+std::atomic<uint64_t> next_encoder_uid{1};
 
 // Leftmost occurrence of any special token; at one position the longest wins.
 struct Specials {
@@ -162,7 +189,7 @@ class Encoder {
     Encoder(const std::vector<uint32_t> &byte_ids,
             const std::vector<std::tuple<uint32_t, uint32_t, uint32_t>> &merges,
             const std::vector<std::pair<nb::bytes, uint32_t>> &specials, bool native_split)
-        : native_split(native_split) {
+        : native_split(native_split), uid(next_encoder_uid.fetch_add(1)) {
         if (byte_ids.size() != 256) throw std::invalid_argument("byte_ids must hold 256 ids");
         std::copy(byte_ids.begin(), byte_ids.end(), byte_id_);
         table_.build(merges);
@@ -174,6 +201,7 @@ class Encoder {
     }
 
     const bool native_split;
+    const uint64_t uid;  // identifies this encoder to the per-thread caches
 
     // BPE of one piece, appended to `out`.
     void bpe(const uint8_t *p, size_t n, PieceCache &cache, std::vector<uint32_t> &out) const {
@@ -278,7 +306,7 @@ class Encoder {
     std::vector<uint32_t> run_blocks(std::string_view s, const std::vector<Block> &blocks, int threads) const {
         const auto *u = reinterpret_cast<const uint8_t *>(s.data());
         if (threads <= 1 || blocks.size() <= 1) {
-            PieceCache cache;
+            PieceCache &cache = thread_cache(uid);
             std::vector<size_t> ends;
             std::vector<uint32_t> out;
             out.reserve(s.size() / 3 + 16);
@@ -291,7 +319,7 @@ class Encoder {
         std::vector<std::vector<uint32_t>> parts(blocks.size());
         std::atomic<size_t> next{0};
         auto work = [&]() {
-            PieceCache cache;
+            PieceCache &cache = thread_cache(uid);
             std::vector<size_t> ends;
             for (size_t i; (i = next.fetch_add(1)) < blocks.size();) {
                 const Block &b = blocks[i];
@@ -387,7 +415,7 @@ void register_encoder(nb::module_ &m) {
                 std::vector<uint32_t> out;
                 {
                     nb::gil_scoped_release release;
-                    PieceCache cache;
+                    PieceCache &cache = thread_cache(e.uid);
                     out.reserve(views.size() * 2);
                     for (auto v : views)
                         if (!v.empty()) e.bpe(reinterpret_cast<const uint8_t *>(v.data()), v.size(), cache, out);
@@ -422,7 +450,7 @@ void register_encoder(nb::module_ &m) {
                     nb::gil_scoped_release release;
                     std::atomic<size_t> next{0};
                     auto work = [&]() {
-                        PieceCache cache;
+                        PieceCache &cache = thread_cache(e.uid);
                         std::vector<size_t> ends;
                         for (size_t i; (i = next.fetch_add(1)) < views.size();) {
                             auto s = views[i];

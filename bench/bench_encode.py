@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Encoding benchmark: bpe_store's native encoder against tiktoken and HF ``tokenizers``.
+
+All three use the same merges: the store's tokenizer, exported by ``bpe-store export`` to a
+tiktoken ranks file and a ``tokenizer.json``. The corpus is split into its documents (at
+``<|endoftext|>``) and every contender encodes the same list with the same number of threads:
+
+* ``bpe_store batch``   — ``Tokenizer.encode_batch(docs, threads)``
+* ``bpe_store file``    — ``encode_files`` on the file itself (streams blocks, bounded memory),
+                          what ``bpe-store encode`` does
+* ``tiktoken batch``    — ``Encoding.encode_ordinary_batch(docs, num_threads=threads)``
+* ``tokenizers batch``  — ``Tokenizer.encode_batch(docs)`` with ``RAYON_NUM_THREADS=threads``
+
+Each contender runs in its own process (so its peak RSS is its own) and reports MB/s over the
+corpus bytes, counting only the encoding (loading and reading are excluded), and its peak RSS.
+Every contender's ids are checked equal to bpe_store's (a token count and a checksum).
+
+    python bench/bench_encode.py --db bench/out/enwiki-32k.db \\
+        --corpus ../shared/corpora/enwiki-100M.txt --threads 2 --out bench/RESULTS-encode.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+EOT = "<|endoftext|>"
+
+
+def _read_docs(corpus: str, limit: int | None) -> tuple[list[str], int]:
+    with open(corpus, "rb") as f:
+        data = f.read(limit) if limit else f.read()
+    text = data.decode("utf-8", "ignore")
+    docs = [d for d in text.split(EOT) if d]
+    return docs, sum(len(d.encode("utf-8")) for d in docs)
+
+
+def _checksum(seqs) -> tuple[int, int]:
+    import numpy as np
+
+    n, crc = 0, 0
+    for s in seqs:
+        a = np.asarray(s, dtype=np.uint32)
+        n += a.size
+        crc = zlib.crc32(a.tobytes(), crc)
+    return n, crc
+
+
+def child(which: str, args: argparse.Namespace) -> dict:
+    """Run one contender in this process; return its numbers."""
+    docs, nbytes = _read_docs(args.corpus, args.limit)
+    export = Path(args.export)
+    if which == "bpe_store batch":
+        from bpe_store.tokenizer import Tokenizer
+
+        tok = Tokenizer.from_store(args.db)
+        t0 = time.perf_counter()
+        out = tok.encode_batch(docs, args.threads)
+        dt = time.perf_counter() - t0
+    elif which == "bpe_store file":
+        from bpe_store.tokenizer import Tokenizer, encode_files
+
+        tok = Tokenizer.from_store(args.db)
+        del docs
+        path = args.corpus
+        if args.limit:  # a slice: write it out once so the file path is encoded as a file
+            path = str(export / "slice.txt")
+        parts: list = []
+        t0 = time.perf_counter()
+        encode_files(tok, [path], parts.append, threads=args.threads)
+        dt = time.perf_counter() - t0
+        import numpy as np
+
+        eot = tok._special_id[EOT]
+        allids = np.concatenate(parts) if parts else np.zeros(0, np.uint32)
+        # the same ids as the documents' without the separators
+        out = [allids[allids != eot]]
+    elif which == "tiktoken batch":
+        from bpe_store.export import load_tiktoken
+
+        enc = load_tiktoken(export / "tiktoken")
+        t0 = time.perf_counter()
+        out = enc.encode_ordinary_batch(docs, num_threads=args.threads)
+        dt = time.perf_counter() - t0
+    elif which == "tokenizers batch":
+        import tokenizers
+
+        tk = tokenizers.Tokenizer.from_file(str(export / "hf" / "tokenizer.json"))
+        t0 = time.perf_counter()
+        out = [e.ids for e in tk.encode_batch(docs, add_special_tokens=False)]
+        dt = time.perf_counter() - t0
+    else:
+        raise SystemExit(f"unknown contender {which}")
+    n, crc = _checksum(out)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
+    return {"name": which, "seconds": dt, "mb_s": nbytes / dt / 1e6, "peak_rss_mib": rss,
+            "tokens": n, "crc": crc, "bytes": nbytes}
+
+
+CONTENDERS = ["bpe_store batch", "bpe_store file", "tiktoken batch", "tokenizers batch"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--db", default="bench/out/enwiki-32k.db", help="a trained store")
+    ap.add_argument("--corpus", default="../shared/corpora/enwiki-100M.txt")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=None, help="read only the first N bytes")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per contender; the best is kept")
+    ap.add_argument("--export", default="bench/out/encode-export", help="where the exports go")
+    ap.add_argument("--out", default=None, help="write a Markdown table here")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args)))
+        return
+
+    from bpe_store.export import export_store
+
+    export = Path(args.export)
+    export.mkdir(parents=True, exist_ok=True)
+    for fmt in ("tiktoken", "hf"):
+        export_store(args.db, fmt, export / fmt, force=True)
+    if args.limit:
+        with open(args.corpus, "rb") as f:
+            data = f.read(args.limit)
+        (export / "slice.txt").write_bytes(data.decode("utf-8", "ignore").encode("utf-8"))
+    env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="true")
+    results = []
+    for name in CONTENDERS:
+        best = None
+        for _ in range(args.repeat):
+            cmd = [sys.executable, __file__, "--child", name, "--db", args.db, "--corpus", args.corpus,
+                   "--threads", str(args.threads), "--export", args.export]
+            if args.limit:
+                cmd += ["--limit", str(args.limit)]
+            r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
+            if best is None or r["seconds"] < best["seconds"]:
+                best = r
+        results.append(best)
+        print(f"{name:18s} {best['mb_s']:7.1f} MB/s  {best['seconds']:7.2f} s  "
+              f"peak RSS {best['peak_rss_mib']:7.0f} MiB  tokens {best['tokens']}", flush=True)
+    ref = results[0]
+    for r in results:
+        r["same_ids"] = (r["tokens"], r["crc"]) == (ref["tokens"], ref["crc"])
+    if not all(r["same_ids"] for r in results):
+        print("WARNING: ids differ: " + ", ".join(r["name"] for r in results if not r["same_ids"]))
+    if args.out:
+        write_markdown(args, results)
+
+
+def write_markdown(args: argparse.Namespace, results: list[dict]) -> None:
+    tk = next(r for r in results if r["name"] == "tiktoken batch")
+    hf = next(r for r in results if r["name"] == "tokenizers batch")
+    cmd = " ".join(["python", "bench/bench_encode.py"] + sys.argv[1:])
+    lines = [
+        "# Encoding benchmark",
+        "",
+        f"Command: `{cmd}`",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores ({_cpu()}), Python {platform.python_version()}; "
+        "cores shared with other jobs, so expect noise of 10-20 %.",
+        f"Corpus: `{args.corpus}`{' (first %d bytes)' % args.limit if args.limit else ''}, "
+        f"{results[0]['bytes'] / 1e6:.1f} MB in documents; store `{args.db}`; threads {args.threads}.",
+        "",
+        "| contender | MB/s | seconds | peak RSS MiB | vs tiktoken | vs tokenizers | same ids |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        lines.append(f"| {r['name']} | {r['mb_s']:.1f} | {r['seconds']:.2f} | {r['peak_rss_mib']:.0f} | "
+                     f"{r['mb_s'] / tk['mb_s']:.2f}x | {r['mb_s'] / hf['mb_s']:.2f}x | "
+                     f"{'yes' if r['same_ids'] else 'NO'} |")
+    Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _cpu() -> str:
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+if __name__ == "__main__":
+    main()

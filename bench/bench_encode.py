@@ -6,8 +6,9 @@ tiktoken ranks file and a ``tokenizer.json``. The corpus is split into its docum
 ``<|endoftext|>``) and every contender encodes the same list with the same number of threads:
 
 * ``bpe_store batch``   — ``Tokenizer.encode_batch(docs, threads)``
-* ``bpe_store file``    — ``encode_files`` on the file itself (streams blocks, bounded memory),
-                          what ``bpe-store encode`` does
+* ``bpe_store file``    — ``bpe-store encode``'s path on the file itself: streams 16 MB blocks
+                          into an .npy (uint16), so memory stays bounded; MB/s over the
+                          document bytes, like the others
 * ``tiktoken batch``    — ``Encoding.encode_ordinary_batch(docs, num_threads=threads)``
 * ``tokenizers batch``  — ``Tokenizer.encode_batch(docs)`` with ``RAYON_NUM_THREADS=threads``
 
@@ -56,8 +57,28 @@ def _checksum(seqs) -> tuple[int, int]:
 
 def child(which: str, args: argparse.Namespace) -> dict:
     """Run one contender in this process; return its numbers."""
-    docs, nbytes = _read_docs(args.corpus, args.limit)
     export = Path(args.export)
+    rss = None
+    if which == "bpe_store file":
+        # what `bpe-store encode` does: stream the file into an .npy; the text is never all in memory
+        import numpy as np
+
+        from bpe_store.cli_tokenize import encode_to_file
+
+        path = Path(args.corpus) if not args.limit else export / "slice.txt"
+        out_npy = export / "ids.npy"
+        t0 = time.perf_counter()
+        encode_to_file(Path(args.db), [path], out_npy, threads=args.threads, force=True)
+        dt = time.perf_counter() - t0
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        from bpe_store.tokenizer import Tokenizer
+
+        eot = Tokenizer.from_store(args.db)._special_id[EOT]
+        allids = np.load(out_npy).astype(np.uint32)
+        out = [allids[allids != eot]]  # the documents' ids without the separators
+        nbytes = path.stat().st_size - path.read_bytes().count(EOT.encode()) * len(EOT)
+    else:
+        docs, nbytes = _read_docs(args.corpus, args.limit)
     if which == "bpe_store batch":
         from bpe_store.tokenizer import Tokenizer
 
@@ -65,24 +86,6 @@ def child(which: str, args: argparse.Namespace) -> dict:
         t0 = time.perf_counter()
         out = tok.encode_batch(docs, args.threads)
         dt = time.perf_counter() - t0
-    elif which == "bpe_store file":
-        from bpe_store.tokenizer import Tokenizer, encode_files
-
-        tok = Tokenizer.from_store(args.db)
-        del docs
-        path = args.corpus
-        if args.limit:  # a slice: write it out once so the file path is encoded as a file
-            path = str(export / "slice.txt")
-        parts: list = []
-        t0 = time.perf_counter()
-        encode_files(tok, [path], parts.append, threads=args.threads)
-        dt = time.perf_counter() - t0
-        import numpy as np
-
-        eot = tok._special_id[EOT]
-        allids = np.concatenate(parts) if parts else np.zeros(0, np.uint32)
-        # the same ids as the documents' without the separators
-        out = [allids[allids != eot]]
     elif which == "tiktoken batch":
         from bpe_store.export import load_tiktoken
 
@@ -97,10 +100,11 @@ def child(which: str, args: argparse.Namespace) -> dict:
         t0 = time.perf_counter()
         out = [e.ids for e in tk.encode_batch(docs, add_special_tokens=False)]
         dt = time.perf_counter() - t0
-    else:
+    elif which != "bpe_store file":
         raise SystemExit(f"unknown contender {which}")
+    if rss is None:
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
     n, crc = _checksum(out)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
     return {"name": which, "seconds": dt, "mb_s": nbytes / dt / 1e6, "peak_rss_mib": rss,
             "tokens": n, "crc": crc, "bytes": nbytes}
 

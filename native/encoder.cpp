@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -201,7 +202,8 @@ class Encoder {
     }
 
     const bool native_split;
-    const uint64_t uid;  // identifies this encoder to the per-thread caches
+    const uint64_t uid;                   // identifies this encoder to the per-thread caches
+    static constexpr size_t kShort = 16;  // longer pieces take the heap path
 
     // BPE of one piece, appended to `out`.
     void bpe(const uint8_t *p, size_t n, PieceCache &cache, std::vector<uint32_t> &out) const {
@@ -218,13 +220,12 @@ class Encoder {
                 return;
             }
         }
-        uint32_t stack[64];
-        std::vector<uint32_t> heap;
-        uint32_t *ids = stack;
-        if (n > 64) {
-            heap.resize(n);
-            ids = heap.data();
+        if (n > kShort) {
+            bpe_long(p, n, out);
+            return;
         }
+        uint32_t stack[kShort];
+        uint32_t *ids = stack;
         for (size_t i = 0; i < n; ++i) ids[i] = byte_id_[p[i]];
         size_t m = n;
         while (m > 1) {
@@ -253,6 +254,59 @@ class Encoder {
         }
         if (n <= PieceCache::kMaxLen) cache.put(p, n, h, ids, m);
         out.insert(out.end(), ids, ids + m);
+    }
+
+    // BPE of a long piece (a run of CJK letters, a long number or whitespace run): the same
+    // rounds as `bpe` -- the lowest-rank pair, every occurrence left to right, then new pairs --
+    // but with a heap over (rank, position) and a linked list of symbols, O(n log n) instead of
+    // O(n^2): rescanning a 300-byte piece once per merge is what made Chinese text slow.
+    void bpe_long(const uint8_t *p, size_t n, std::vector<uint32_t> &out) const {
+        // per-thread scratch: no allocation per piece once the buffers have grown
+        thread_local std::vector<uint32_t> id, nxt, prv, merged;
+        thread_local std::vector<uint64_t> heap;  // (rank << 32 | position), a min-heap
+        id.resize(n);
+        nxt.resize(n);
+        prv.resize(n);
+        heap.clear();
+        for (size_t i = 0; i < n; ++i) {
+            id[i] = byte_id_[p[i]];
+            nxt[i] = uint32_t(i + 1);  // n = none
+            prv[i] = i ? uint32_t(i - 1) : kNone;
+        }
+        auto push = [&](uint32_t i) {
+            if (i == kNone || nxt[i] >= n) return;
+            uint32_t r = table_.find(id[i], id[nxt[i]]).first;
+            if (r == kNone) return;
+            heap.push_back((uint64_t(r) << 32) | i);
+            std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+        };
+        for (uint32_t i = 0; i + 1 < n; ++i) push(i);
+        while (!heap.empty()) {
+            const uint32_t r = uint32_t(heap.front() >> 32);
+            merged.clear();
+            // one round: every entry of rank r, in position order (the heap's tie order)
+            while (!heap.empty() && uint32_t(heap.front() >> 32) == r) {
+                uint32_t i = uint32_t(heap.front());
+                std::pop_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+                heap.pop_back();
+                if (id[i] == kNone || nxt[i] >= n) continue;  // consumed, or no right neighbour
+                auto [rank, t] = table_.find(id[i], id[nxt[i]]);
+                if (rank != r) continue;  // stale: a neighbour changed since this entry
+                uint32_t j = nxt[i];
+                id[i] = t;
+                id[j] = kNone;
+                nxt[i] = nxt[j];
+                if (nxt[j] < n) prv[nxt[j]] = i;
+                merged.push_back(i);
+            }
+            // the pairs the round created enter only now, as in the spec's next rescan
+            for (uint32_t i : merged) {
+                if (id[i] == kNone) continue;
+                push(prv[i]);
+                push(i);
+            }
+        }
+        for (uint32_t i = 0; i < n; i = nxt[i]) out.push_back(id[i]);
     }
 
     // Special-free text -> ids: GPT-2 split, then BPE per piece.

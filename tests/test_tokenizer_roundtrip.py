@@ -90,3 +90,15 @@ def test_native_equals_python_on_corpora(pair):
         assert nat.encode(text) == ids
         assert nat.encode_to_array(text, 2).tolist() == ids
         assert py.decode(ids) == text
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.one_of(
+    st.text(alphabet="abe", min_size=60, max_size=400),
+    st.text(alphabet="中文字的是", min_size=20, max_size=200),
+    st.builds(lambda c, n: c * n, st.sampled_from(["a", " ", "\n", "0", "ab", "的"]), st.integers(60, 300)),
+))
+def test_long_pieces_native_equals_python(pair, text):
+    """Pieces longer than the native short path (64 bytes) take the heap path: same ids."""
+    py, nat = pair
+    assert nat.encode(text) == py.encode(text)

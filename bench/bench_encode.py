@@ -121,6 +121,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs per contender; the best is kept")
     ap.add_argument("--export", default="bench/out/encode-export", help="where the exports go")
     ap.add_argument("--out", default=None, help="write a Markdown table here")
+    ap.add_argument("--note", default="", help="a paragraph for the Markdown (how the store was made)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -174,6 +175,12 @@ def write_markdown(args: argparse.Namespace, results: list[dict]) -> None:
         "cores shared with other jobs, so expect noise of 10-20 %.",
         f"Corpus: `{args.corpus}`{' (first %d bytes)' % args.limit if args.limit else ''}, "
         f"{results[0]['bytes'] / 1e6:.1f} MB in documents; store `{args.db}`; threads {args.threads}.",
+        "",
+        *([args.note, ""] if args.note else []),
+        "Each contender runs in its own process; MB/s counts encoding only (not loading or reading), over "
+        "the bytes of the documents; peak RSS is the process's maxrss (it includes the text and, for the "
+        "batch contenders, the Python lists of ids). 'same ids' compares token count and CRC32 with "
+        "bpe_store's.",
         "",
         "| contender | MB/s | seconds | peak RSS MiB | vs tiktoken | vs tokenizers | same ids |",
         "|---|---:|---:|---:|---:|---:|---|",

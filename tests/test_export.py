@@ -151,3 +151,26 @@ def test_store_still_counting(tmp_path):
         s.init_run(RunParams("x", (), 300), [], [], 1 << 20, "test")
     with pytest.raises(StoreError, match="still counting"):
         Tokenizer.from_store(db)
+
+
+def test_other_pattern_exports(tmp_path, samples):
+    """A store trained with GPT-4's pattern: HF gets Split + ByteLevel, tiktoken the pattern."""
+    tokenizers = pytest.importorskip("tokenizers")
+    pytest.importorskip("tiktoken")
+    from test_tokenizer_roundtrip import GPT4_PATTERN
+
+    src = tmp_path / "train.txt"
+    src.write_text(corpus_slice("enwiki-100M.txt", 60_000) + EOT + corpus_slice("zhwiki-20M.txt", 30_000),
+                   encoding="utf-8")
+    db = tmp_path / "gpt4.db"
+    train([src], db, 700, [EOT], workers=1, pattern=GPT4_PATTERN)
+    ours = Tokenizer.from_store(db)
+    export_store(db, "hf", tmp_path / "hf")
+    doc = json.loads((tmp_path / "hf" / "tokenizer.json").read_text(encoding="utf-8"))
+    assert doc["pre_tokenizer"]["type"] == "Sequence"
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    export_store(db, "tiktoken", tmp_path / "t")
+    enc = load_tiktoken(tmp_path / "t")
+    for text in samples:
+        assert hf.encode(text).ids == ours.encode(text)
+        assert enc.encode(text, allowed_special="all") == ours.encode(text)

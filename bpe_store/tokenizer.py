@@ -286,8 +286,9 @@ class Tokenizer:
             raise TokenIdError(f"token id {bad!r} is not in the vocabulary (ids are 0..{max(vocab)})") from None
 
     def decode(self, ids: Iterable[int]) -> str:
-        """The text of ``ids``; bytes that are not valid UTF-8 become U+FFFD."""
-        return self.decode_bytes(list(ids)).decode("utf-8", errors="replace")
+        """The text of ``ids`` (a list, or a NumPy array); invalid UTF-8 becomes U+FFFD."""
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
 
     @property
     def vocab_size(self) -> int:

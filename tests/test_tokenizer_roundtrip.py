@@ -102,3 +102,35 @@ def test_long_pieces_native_equals_python(pair, text):
     """Pieces longer than the native short path (64 bytes) take the heap path: same ids."""
     py, nat = pair
     assert nat.encode(text) == py.encode(text)
+
+
+def test_encode_iterable_memory_stays_flat(pair):
+    """Streaming 5x more text does not raise the peak: one block is held at a time."""
+    import tracemalloc
+
+    _, nat = pair
+    lines = corpus_slice("enwiki-100M.txt", 400_000).splitlines(keepends=True)
+
+    def peak_for(repeats: int) -> int:
+        def stream():
+            for _ in range(repeats):
+                yield from lines
+
+        tracemalloc.start()
+        try:
+            for _ in nat.encode_iterable(stream()):
+                pass
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    small, large = peak_for(4), peak_for(20)  # 1.6 MB and 8 MB of text
+    assert large < 1.5 * small + (2 << 20), (small, large)
+
+
+def test_decode_numpy_ids(pair):
+    import numpy as np
+
+    _, nat = pair
+    ids = nat.encode_to_array("numpy ids 🙃", 1)
+    assert nat.decode(ids.astype(np.uint16)) == "numpy ids 🙃"

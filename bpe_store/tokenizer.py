@@ -370,34 +370,93 @@ def encode_files(
             raise InputError(f"separator {separator!r} is not one of the store's special tokens "
                              f"({', '.join(tok.special_tokens) or 'none'})")
         sep = np.array([sid], dtype=np.uint32)
+    native = tok._core is not None and tok._core.native_split
     total = 0
     for path in paths:
         p = Path(path)
         if not p.is_file():
             raise InputError(f"{p}: no such file" if not p.exists() else f"{p}: is not a file")
-        decoder = codecs.getincrementaldecoder("utf-8")("strict")
-        pending = ""
-        offset = 0
         with open(p, "rb") as f:
-            while True:
-                data = f.read(block)
-                final = not data
-                try:
-                    text = pending + decoder.decode(data, final)
-                except UnicodeDecodeError as exc:
-                    raise InputError(f"{p}: invalid UTF-8 near byte {offset + exc.start}: {exc.reason}") from None
-                offset += len(data)
-                cut = len(text) if final else tok.safe_cut(text)
-                if cut:
-                    ids = tok.encode_to_array(text[:cut], threads)
-                    write(ids)
-                    total += len(ids)
-                pending = text[cut:]
-                if progress is not None and data:
-                    progress(len(data))
-                if final:
-                    break
+            blocks = _bytes_blocks(tok, f, block) if native else _text_blocks(tok, f, block)
+            try:
+                for chunk, nread, at in blocks:
+                    if chunk:
+                        try:
+                            ids = tok.encode_to_array(chunk, threads)
+                        except ValueError as exc:  # the native UTF-8 check: "invalid UTF-8 at byte N"
+                            m = regex.match(r"invalid UTF-8 at byte (\d+)", str(exc))
+                            if m is None:
+                                raise
+                            raise _BadUtf8(at + int(m.group(1))) from None
+                        write(ids)
+                        total += len(ids)
+                    if progress is not None and nread:
+                        progress(nread)
+            except _BadUtf8 as exc:
+                raise InputError(f"{p}: invalid UTF-8 at byte {exc.at}; the file must be UTF-8 text") from None
         if sep is not None:
             write(sep)
             total += 1
     return total
+
+
+class _BadUtf8(Exception):
+    def __init__(self, at: int):
+        self.at = at
+
+
+# printable ASCII then a space or newline: no GPT-2 pre-token crosses the point between them
+_SAFE_BYTES = regex.compile(rb"(?<=[\x21-\x7e])(?=[ \n])")
+
+
+def _bytes_blocks(tok: Tokenizer, f, block: int) -> Iterator[tuple[bytes, int, int]]:
+    """``(UTF-8 bytes to encode, bytes read, file offset of the chunk)`` for the native path: the text never becomes a
+    str (a str of mixed text takes 2-4 bytes a character and needs a UTF-8 copy natively)."""
+    specials = [s.encode("utf-8") for s in tok.special_tokens]
+    longest = max((len(s) for s in specials), default=1)
+    pending = b""
+    offset = 0  # file offset of pending[0]
+    while True:
+        data = f.read(block)
+        buf = pending + data if pending else data
+        if not data:
+            cut = len(buf)
+        else:
+            cut = 0
+            limit = len(buf) - longest
+            for lo in (max(limit - 65536, 0), 0):
+                for m in _SAFE_BYTES.finditer(buf, lo, max(limit, 0) + 1):
+                    i = m.start()
+                    # refuse a point inside any occurrence of a special token
+                    if 0 < i and not any(buf.rfind(s, max(i - len(s) + 1, 0), i + len(s) - 1) != -1
+                                         for s in specials):
+                        cut = i
+                if cut or lo == 0:
+                    break
+        yield buf[:cut], len(data), offset
+        pending = buf[cut:]
+        offset += cut
+        if not data:
+            return
+
+
+def _text_blocks(tok: Tokenizer, f, block: int) -> Iterator[tuple[str, int, int]]:
+    """``(text to encode, bytes read, 0)`` for the regex path: decode, then cut at ``safe_cut``."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    pending = ""
+    offset = 0
+    while True:
+        data = f.read(block)
+        final = not data
+        try:
+            text = pending + decoder.decode(data, final)
+        except UnicodeDecodeError as exc:
+            raise _BadUtf8(offset + exc.start) from None
+        offset += len(data)
+        cut = len(text) if final else tok.safe_cut(text)
+        yield text[:cut], len(data), 0
+        pending = text[cut:]
+        if final:
+            return

@@ -445,6 +445,45 @@ std::string_view utf8_of(const nb::handle &h) {
     throw nb::type_error("expected str or bytes");
 }
 
+// Offset of the first byte that is not valid UTF-8 (as Python's strict decoder sees it: no
+// overlong forms, no surrogates, nothing past U+10FFFF), or n if all of it is valid.
+size_t utf8_invalid_at(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        // why: ASCII dominates; skip 8 bytes at a time while no high bit is set
+        while (i + 8 <= n) {
+            uint64_t w;
+            std::memcpy(&w, s + i, 8);
+            if (w & 0x8080808080808080ull) break;
+            i += 8;
+        }
+        if (i >= n) break;
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            ++i;
+            continue;
+        }
+        size_t len;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        } else return i;
+        if (i + len > n) return i;
+        if (s[i + 1] < lo || s[i + 1] > hi) return i;
+        for (size_t k = 2; k < len; ++k)
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+        i += len;
+    }
+    return n;
+}
+
 constexpr size_t kBlock = 1 << 18;  // 256 KB of text per parallel work unit
 
 }  // namespace
@@ -483,15 +522,21 @@ void register_encoder(nb::module_ &m) {
                 if (!e.native_split) throw std::logic_error("this encoder has no native pre-tokenizer");
                 std::string_view s = utf8_of(text);
                 std::vector<uint32_t> out;
+                size_t bad = s.size();
                 {
                     nb::gil_scoped_release release;
-                    out = e.encode_text(s, default_threads(threads), kBlock);
+                    if (PyBytes_Check(text.ptr()))  // a str is valid by construction
+                        bad = utf8_invalid_at(reinterpret_cast<const uint8_t *>(s.data()), s.size());
+                    if (bad == s.size()) out = e.encode_text(s, default_threads(threads), kBlock);
                 }
+                if (bad != s.size())
+                    throw nb::value_error(("invalid UTF-8 at byte " + std::to_string(bad)).c_str());
                 return to_array(std::move(out));
             },
             nb::arg("text"), nb::arg("threads") = 1,
-            "ids of ``text`` (str, or UTF-8 bytes) with special tokens, as a uint32 array; parallel "
-            "over blocks with ``threads`` (0 = all cores). Releases the GIL.")
+            "ids of ``text`` (str, or UTF-8 bytes: checked, ValueError 'invalid UTF-8 at byte N') with "
+            "special tokens, as a uint32 array; parallel over blocks with ``threads`` (0 = all "
+            "cores). Releases the GIL.")
         .def(
             "encode_batch",
             [](const Encoder &e, nb::list texts, int threads) {

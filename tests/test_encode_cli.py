@@ -120,3 +120,24 @@ def test_docstrings_have_examples():
     for name in ("encode", "export"):
         doc = names[name].__doc__
         assert "Example: bpe-store " + name in doc
+
+
+def test_encode_invalid_utf8(trained, tmp_path, capsys):
+    db, _, _ = trained
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine text here\n" * 10 + b"caf\xc3 \xed\xa0\x80 end")
+    code, err = run(["encode", str(db), str(bad), "-o", str(tmp_path / "o.npy")], capsys)
+    assert code == 2 and "invalid UTF-8 at byte 153" in err
+    assert not (tmp_path / "o.npy").exists()
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_encode_files_block_sizes(trained, native):
+    """Both file paths (bytes + native split, str + regex) give encode's ids at any block size."""
+    db, a, b = trained
+    tok = Tokenizer.from_store(db, native=native)
+    want = tok.encode(a.read_text(encoding="utf-8")) + tok.encode(b.read_text(encoding="utf-8"))
+    for block in (13, 1000, 1 << 20):
+        got: list[int] = []
+        encode_files(tok, [a, b], lambda ids: got.extend(ids.tolist()), block=block)
+        assert got == want

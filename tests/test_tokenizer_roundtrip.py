@@ -134,3 +134,24 @@ def test_decode_numpy_ids(pair):
     _, nat = pair
     ids = nat.encode_to_array("numpy ids 🙃", 1)
     assert nat.decode(ids.astype(np.uint16)) == "numpy ids 🙃"
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.one_of(st.binary(max_size=40),
+                      st.lists(st.sampled_from([b"a", b"\xc3\xa9", b"\xed\xa0\x80", b"\xf4\x90\x80\x80",
+                                                b"\xe0\x80\xaf", b"\xf0\x9f\x99\x83", b"\xc0\xaf", b"\xe2\x82",
+                                                b" ", b"\n"]), max_size=12).map(b"".join)))
+def test_native_utf8_check_matches_python(pair, data):
+    """Bytes given to the native encoder are checked as Python's strict decoder checks them."""
+    import re
+
+    py, nat = pair
+    if not nat._core.native_split:
+        return
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        with pytest.raises(ValueError, match=re.escape(f"invalid UTF-8 at byte {exc.start}")):
+            nat.encode_to_array(data, 1)
+    else:
+        assert nat.encode_to_array(data, 1).tolist() == py.encode(text)

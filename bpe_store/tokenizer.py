@@ -197,7 +197,7 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; special tokens become their ids."""
         if self._core is not None and self._core.native_split:
-            return self._core.encode(text, 1).tolist()
+            return self._core.encode_list(text)
         if self._special_re is None:
             return self._encode_ordinary(text)
         out: list[int] = []

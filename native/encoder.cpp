@@ -271,6 +271,14 @@ class Encoder {
         if (byte_ids.size() != 256) throw std::invalid_argument("byte_ids must hold 256 ids");
         std::copy(byte_ids.begin(), byte_ids.end(), byte_id_);
         table_.build(merges);
+        // one Python int per id, made once: building result lists then costs an INCREF per id
+        // instead of an allocation (ids above 256 are not in CPython's small-int cache)
+        uint32_t top = 0;
+        for (uint32_t b : byte_ids) top = std::max(top, b);
+        for (const auto &m : merges) top = std::max(top, std::get<2>(m));
+        for (const auto &sp : specials) top = std::max(top, sp.second);
+        ints_.reserve(size_t(top) + 1);
+        for (uint32_t i = 0; i <= top; ++i) ints_.push_back(nb::steal(PyLong_FromUnsignedLong(i)));
         for (const auto &[b, id] : specials) {
             if (b.size() == 0) throw std::invalid_argument("special tokens must be non-empty");
             specials_.toks.emplace_back(std::string(b.c_str(), b.size()), id);
@@ -491,6 +499,22 @@ class Encoder {
     const Specials &specials() const { return specials_; }
 
   private:
+    std::vector<nb::object> ints_;
+
+  public:
+    // list[int] of ids, with the GIL held
+    nb::list to_list(const std::vector<uint32_t> &ids) const {
+        PyObject *l = PyList_New(Py_ssize_t(ids.size()));
+        if (!l) throw nb::python_error();
+        for (size_t j = 0; j < ids.size(); ++j) {
+            PyObject *o = ints_[ids[j]].ptr();
+            Py_INCREF(o);
+            PyList_SET_ITEM(l, Py_ssize_t(j), o);
+        }
+        return nb::steal<nb::list>(l);
+    }
+
+  private:
     uint32_t byte_id_[256];
     MergeTable table_;
     Specials specials_;
@@ -613,6 +637,20 @@ void register_encoder(nb::module_ &m) {
             "special tokens, as a uint32 array; parallel over blocks with ``threads`` (0 = all "
             "cores). Releases the GIL.")
         .def(
+            "encode_list",
+            [](const Encoder &e, nb::handle text) {
+                if (!e.native_split) throw std::logic_error("this encoder has no native pre-tokenizer");
+                std::string_view s = utf8_of(text);
+                if (PyBytes_Check(text.ptr())) throw nb::type_error("encode_list takes str");
+                std::vector<uint32_t> out;
+                {
+                    nb::gil_scoped_release release;
+                    out = e.encode_text(s, 1, kBlock);
+                }
+                return e.to_list(out);
+            },
+            nb::arg("text"), "list[int] of ``text`` (str) with special tokens, on this thread.")
+        .def(
             "encode_batch",
             [](const Encoder &e, nb::list texts, int threads) {
                 if (!e.native_split) throw std::logic_error("this encoder has no native pre-tokenizer");
@@ -641,10 +679,7 @@ void register_encoder(nb::module_ &m) {
                 }
                 nb::list result;
                 for (auto &o : outs) {
-                    nb::list l = nb::steal<nb::list>(PyList_New(Py_ssize_t(o.size())));
-                    for (size_t j = 0; j < o.size(); ++j)
-                        PyList_SET_ITEM(l.ptr(), Py_ssize_t(j), PyLong_FromUnsignedLong(o[j]));
-                    result.append(l);
+                    result.append(e.to_list(o));
                     std::vector<uint32_t>().swap(o);
                 }
                 return result;

@@ -1,51 +1,613 @@
-"""The ``bpe-store`` command line: a Typer app (also ``python -m bpe_store`` and ``python cli.py``)."""
+"""The ``bpe-store`` command line: a Typer app (also ``python -m bpe_store`` and ``python cli.py``).
+
+Commands: ``train`` (resumable; progress bars or JSON lines; Ctrl-C saves a checkpoint),
+``status``, ``sql``, ``show``, ``why`` (read-only inspection, safe while a run trains), and
+``db upgrade`` (schema migrations); ``encode``/``export`` come from ``cli_tokenize``.
+
+Errors a user can make are one line on stderr and a documented exit code (see
+``bpe_store.errors``); ``--verbose`` adds the traceback.
+"""
 
 from __future__ import annotations
 
+import csv
+import glob as _glob
+import io
+import json
+import shlex
+import signal
 import sys
+import threading
+import traceback
+from collections.abc import Iterator, Sequence
+from enum import Enum
 from pathlib import Path
-from typing import Optional
+from types import FrameType
+from typing import Any, Optional
 
 import typer
+from typer.core import TyperGroup
 
-from .errors import BpeStoreError
+from .errors import EXIT_CODES, EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BpeStoreError, InputError
+from .progress import Reporter
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="Byte-level BPE training whose whole state lives in one SQLite file.")
+_VERBOSE_KEY = "bpe_store.verbose"
+_ARGV_KEY = "bpe_store.argv"
+
+
+def _typer_handles() -> tuple[type[BaseException], ...]:
+    """What Typer reports itself (exit, abort, usage errors), from whichever click it uses."""
+    click_exception = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+    return (typer.Exit, typer.Abort, click_exception)
+
+
+_TYPER_HANDLES = _typer_handles()
+
+
+class _Group(TyperGroup):
+    """The root group: keeps the raw argv (for the resume command) and turns errors into exit codes."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: typer.Context | None = None,
+                     **extra: Any) -> typer.Context:
+        raw = list(args)
+        ctx = super().make_context(info_name, args, parent=parent, **extra)
+        ctx.meta.setdefault(_ARGV_KEY, raw)
+        return ctx
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _TYPER_HANDLES:
+            raise
+        except BpeStoreError as exc:
+            _fail(ctx, exc, exc.exit_code, str(exc))
+        except KeyboardInterrupt as exc:
+            _fail(ctx, exc, EXIT_SIGINT, "interrupted; the store is at its last checkpoint")
+        except Exception as exc:  # noqa: BLE001 - a bug or the system: one line, the trace on --verbose
+            _fail(ctx, exc, EXIT_FAILED, f"unexpected {type(exc).__name__}: {exc} "
+                                         "(run with --verbose for the traceback)")
+
+
+def _fail(ctx: typer.Context, exc: BaseException, code: int, message: str) -> None:
+    if ctx.meta.get(_VERBOSE_KEY):
+        typer.echo("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), err=True)
+    typer.echo(f"error: {message}", err=True)
+    ctx.exit(code)
+
+
+def _exit_code_table() -> str:
+    return "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES.items())
+
+
+app = typer.Typer(
+    cls=_Group, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    rich_markup_mode=None, help="Byte-level BPE training whose whole state lives in one SQLite file.",
+    epilog="\b\nExit codes:\n" + _exit_code_table())
+db_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                     help="Manage the store file itself (schema migrations).")
+app.add_typer(db_app, name="db")
+
+VERBOSE_HELP = "Show the traceback of an error."
+
+
+def _set_verbose(ctx: typer.Context, verbose: bool) -> None:
+    if verbose:
+        ctx.meta[_VERBOSE_KEY] = True
 
 
 @app.callback()
-def _root() -> None:
+def _root(ctx: typer.Context,
+          verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP)) -> None:
     """Byte-level BPE training whose whole state lives in one SQLite file."""
+    _set_verbose(ctx, verbose)
+
+
+# -- shared options and helpers -----------------------------------------------------------------
+
+
+def _db_argument() -> Any:
+    return typer.Argument(..., help="The store (a SQLite file made by bpe-store train).", show_default=False,
+                          metavar="DB")
+
+
+def _verbose_option() -> Any:
+    return typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP)
+
+
+class Format(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+class ProgressMode(str, Enum):
+    auto = "auto"
+    bar = "bar"
+    json = "json"
+    none = "none"
+
+
+_ESCAPES = {i: f"\\x{i:02x}" for i in range(32)} | {9: "\\t", 10: "\\n", 13: "\\r", 127: "\\x7f"}
+
+
+def show_token(b: bytes) -> str:
+    """Token bytes for a table: quoted, with spaces visible and control bytes escaped."""
+    from .inspect import token_text
+
+    return "'" + token_text(b).translate(_ESCAPES) + "'"
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bytes):
+        return show_token(v)
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v).translate(_ESCAPES)
+
+
+def _plain(v: Any) -> Any:
+    """A value for CSV/JSON: token bytes become text."""
+    from .inspect import token_text
+
+    return token_text(v) if isinstance(v, bytes) else v
+
+
+def render(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: Format) -> str:
+    """Rows as an aligned text table, CSV, or a JSON list of objects."""
+    if fmt == Format.json:
+        return json.dumps([{c: _plain(v) for c, v in zip(columns, r)} for r in rows], ensure_ascii=False, indent=1)
+    if fmt == Format.csv:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(columns)
+        w.writerows([[_plain(v) for v in r] for r in rows])
+        return buf.getvalue().rstrip("\n")
+    cells = [[_cell(v) for v in r] for r in rows]
+    numeric = [all(isinstance(r[i], (int, float)) or r[i] is None for r in rows) for i in range(len(columns))]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+
+    def line(vals: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
+
+    return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+# -- train: inputs, signals, the resume command ---------------------------------------------------
+
+
+def _is_glob(arg: str) -> bool:
+    return any(ch in arg for ch in "*?[")
+
+
+def _skip(p: Path, root: Path, db: Path) -> bool:
+    """Hidden files and the store's own files are never inputs."""
+    if any(part.startswith(".") for part in p.relative_to(root).parts):
+        return True
+    return p.resolve() in {Path(f"{db.resolve()}{s}") for s in ("", "-wal", "-shm", "-journal")}
+
+
+def expand_inputs(args: Sequence[str], pattern: str, db: Path) -> list[Path]:
+    """Files to train on, in a stable order: a file as given, a directory's files matching
+    ``pattern`` (sorted), a quoted glob's matches (sorted); duplicates dropped."""
+    out: list[Path] = []
+    for arg in args:
+        p = Path(arg)
+        if p.is_dir():
+            found = sorted(f for f in p.glob(pattern) if f.is_file() and not _skip(f, p, db))
+            if not found:
+                raise InputError(f"{arg}: no file matching {pattern!r} in this directory (see --glob)")
+        elif _is_glob(arg) and not p.exists():
+            found = sorted(Path(f) for f in _glob.glob(arg, recursive=True) if Path(f).is_file())
+            if not found:
+                raise InputError(f"{arg}: no file matches this pattern")
+        elif not p.exists():
+            raise InputError(f"{p}: no such file")  # before any progress line: one line, as for every error
+        else:
+            found = [p]
+        out.extend(found)
+    seen: set[Path] = set()
+    unique = []
+    for p in out:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    return unique
+
+
+class StopOnSignal:
+    """SIGINT/SIGTERM handling for a training run.
+
+    The first signal sets ``event``: training finishes its current sub-step, writes a checkpoint
+    and raises ``Interrupted``. A second one raises KeyboardInterrupt at once; the open
+    transaction is rolled back, so the store stays at its last checkpoint.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, notify: Any = None):
+        self.event = threading.Event()
+        self.signum: int | None = None
+        self.notify = notify
+        self._noted = False
+        self._old: dict[int, Any] = {}
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_SIGTERM if self.signum == signal.SIGTERM else EXIT_SIGINT
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else "SIGINT"
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        first = self.signum is None
+        self.signum = signum
+        if not first:
+            raise KeyboardInterrupt
+        self.event.set()  # nothing else here: writing to a stream inside a handler is not re-entrant
+
+    def note_stopping(self) -> None:
+        """Tell the person, once, that a stop is under way; called from the main flow, not the handler."""
+        if self.signum is None or self._noted or self.notify is None:
+            return
+        self._noted = True
+        self.notify(f"{self.signal_name}: finishing the current batch and writing a checkpoint "
+                    "(press Ctrl-C again to stop at once)", {"stage": "stopping", "signal": self.signal_name})
+
+    def watch(self, reporter: Any) -> Any:
+        """A progress callable: ``reporter``, preceded by the stop notice once a signal came."""
+        def progress(event: dict) -> None:
+            self.note_stopping()
+            reporter(event)
+
+        return progress
+
+    def __enter__(self) -> StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for s in self.SIGNALS:
+                self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, old in self._old.items():
+            signal.signal(s, old)
+        self._old.clear()
+
+
+def resume_command(ctx: typer.Context) -> str:
+    """The command that resumes this run: this one, less ``--restart`` (which would start over)."""
+    root = ctx.find_root()
+    argv = [a for a in root.meta.get(_ARGV_KEY, sys.argv[1:]) if a != "--restart"]
+    return shlex.join(shlex.split(root.info_name or "bpe-store") + argv)
+
+
+def _saved_summary(db: Path) -> str:
+    """What a stopped run's store holds, in one line."""
+    from .inspect import status
+    from .progress import format_bytes
+
+    try:
+        st = status(db)
+    except BpeStoreError as exc:
+        return f"could not read {db} back: {exc}"
+    if st["phase"] == "counting":
+        c = st["counting"]
+        what = (f"{c['chunks_done']} of {c['chunks_total']} chunks counted "
+                f"({format_bytes(c['bytes_done'])} of {format_bytes(c['bytes_total'])})")
+    else:
+        what = f"{st['merges_done']} of {st['merges_target']} merges"
+    at = (st["last_checkpoint"] or {}).get("at", "?")
+    return f"{db} holds {what} (last checkpoint {at})"
+
+
+def _reporter(progress: ProgressMode, quiet: bool) -> Reporter:
+    from .progress import Silent, make_reporter
+
+    return Silent() if quiet else make_reporter(progress.value)
 
 
 @app.command()
 def train(
-    inputs: list[Path] = typer.Argument(..., help="Corpus files (UTF-8 text)."),
+    ctx: typer.Context,
+    inputs: list[str] = typer.Argument(..., help="Corpus files, directories (see --glob) or quoted globs.",
+                                       show_default=False, metavar="INPUTS"),
     db: Path = typer.Option(..., "--db", help="The store (SQLite file); created, or resumed if it exists."),
-    vocab_size: int = typer.Option(..., "--vocab-size", help="Target vocabulary size (specials + 256 + merges)."),
+    vocab_size: int = typer.Option(..., "--vocab-size",
+                                   help="Target vocabulary size (specials + 256 + merges); a larger one "
+                                        "continues a finished store."),
     special: list[str] = typer.Option([], "--special", help="A special token (repeat for several)."),
     pattern: Optional[str] = typer.Option(None, "--pattern", help="Pre-tokenization regex (default GPT-2's)."),
+    glob: str = typer.Option("*", "--glob", help="Files to take from directory inputs, e.g. '**/*.txt'."),
     workers: Optional[int] = typer.Option(None, "--workers", "--threads", help="Counting workers (default: all cores)."),
     chunk_size: int = typer.Option(8 << 20, "--chunk-size", help="Bytes per counting chunk."),
     checkpoint_merges: int = typer.Option(2000, "--checkpoint-merges", help="Merges per checkpoint."),
     checkpoint_seconds: float = typer.Option(30.0, "--checkpoint-seconds", help="Seconds of merging per checkpoint."),
     invalid_utf8: str = typer.Option("strict", "--invalid-utf8", help="'strict' (refuse) or 'replace' (U+FFFD)."),
     restart: bool = typer.Option(False, "--restart", help="Discard the store's progress and start over."),
+    progress: ProgressMode = typer.Option(ProgressMode.auto, "--progress",
+                                          help="auto: bars on a terminal, else JSON lines on stderr."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
+    verbose: bool = _verbose_option(),
 ) -> None:
     """Train a BPE into a store, or resume it: run the same command again after a stop.
 
+    Ctrl-C (or SIGTERM) finishes the current batch, writes a checkpoint, prints the command that
+    resumes, and exits 130 (143); a second Ctrl-C stops at once at the last checkpoint.
+
+    \b
     Example: bpe-store train corpus.txt --db run.db --vocab-size 32000 --special '<|endoftext|>'
     """
     from .pretokenize import GPT2_PATTERN
+    from .train import Interrupted
     from .train import train as run_train
 
-    result = run_train(inputs, db, vocab_size, special, pattern=pattern or GPT2_PATTERN, workers=workers,
-                       chunk_size=chunk_size, checkpoint_merges=checkpoint_merges,
-                       checkpoint_seconds=checkpoint_seconds, invalid_utf8=invalid_utf8, restart=restart)
+    _set_verbose(ctx, verbose)
+    files = expand_inputs(inputs, glob, db)
+    reporter = _reporter(progress, quiet)
+    stopper = StopOnSignal(notify=reporter.note)
+    try:
+        with stopper:
+            result = run_train(files, db, vocab_size, special, pattern=pattern or GPT2_PATTERN, workers=workers,
+                               chunk_size=chunk_size, checkpoint_merges=checkpoint_merges,
+                               checkpoint_seconds=checkpoint_seconds, invalid_utf8=invalid_utf8,
+                               restart=restart, progress=stopper.watch(reporter), stop=stopper.event)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        stopper.note_stopping()
+        reporter.close()
+        _report_stop(ctx, db, stopper, reporter, at_once=isinstance(exc, KeyboardInterrupt))
+        raise typer.Exit(stopper.exit_code) from None
+    finally:
+        reporter.close()
     reason = {"vocab_size": "reached the vocabulary size", "no_pairs": "no pair left to merge"}
-    typer.echo(f"{db}: {len(result.merges)} merges, vocab {len(result.vocab)} "
-               f"({reason.get(result.stop_reason or '', result.phase)})", err=True)
+    reporter.note(f"{db}: {len(result.merges)} merges, vocab {len(result.vocab)} "
+                  f"({reason.get(result.stop_reason or '', result.phase)})",
+                  {"stage": "done", "merges": len(result.merges), "vocab_size": len(result.vocab),
+                   "stop_reason": result.stop_reason})
+
+
+def _report_stop(ctx: typer.Context, db: Path, stopper: StopOnSignal, reporter: Reporter, at_once: bool) -> None:
+    """After a stop: what the store holds and the exact command that resumes (always shown)."""
+    how = "stopped at once" if at_once else "stopped after a checkpoint"
+    saved = _saved_summary(db)
+    cmd = resume_command(ctx)
+    reporter.note("", {"stage": "interrupted", "signal": stopper.signal_name, "saved": saved, "resume": cmd})
+    typer.echo(f"{stopper.signal_name}: {how}; {saved}.\nResume with:\n  {cmd}", err=True)
+
+
+# -- status ---------------------------------------------------------------------------------------
+
+
+def _status_lines(st: dict) -> Iterator[str]:
+    from .progress import format_bytes, format_duration
+
+    yield f"store        {st['path']}  ({format_bytes(st['db_bytes'])}, schema {st['schema']})"
+    if not st["schema_is_current"]:
+        yield f"             schema is older than this bpe-store's: bpe-store db upgrade {st['path']}"
+    done, target = st["merges_done"], st["merges_target"]
+    pct = f" ({100 * done / target:.1f}%)" if target else ""
+    phase = st["phase"] + (f" ({st['stop_reason']})" if st["stop_reason"] else "")
+    yield f"phase        {phase}"
+    c = st["counting"]
+    yield (f"counting     {c['chunks_done']} / {c['chunks_total']} chunks, "
+           f"{format_bytes(c['bytes_done'])} / {format_bytes(c['bytes_total'])}; {st['words']} distinct words")
+    yield f"merges       {done} / {target}{pct}  (vocab size {st['vocab_size']})"
+    unit = st["speed_unit"]
+    speed = "?" if st["speed"] is None else (f"{format_bytes(st['speed'])}/s" if unit == "bytes/s"
+                                              else f"{st['speed']:.0f} merges/s")
+    yield f"elapsed      {format_duration(st['elapsed_s'])} of training   speed {speed}   ETA {format_duration(st['eta_s'])}"
+    last = st["last_checkpoint"]
+    if last:
+        yield (f"checkpoint   {last['at']} ({format_duration(last['age_s'])} ago), {last['phase']}, "
+               f"{last['merges_done']} merges")
+    yield _holder_line(st)
+    yield f"inputs       {len(st['inputs'])} file(s), {format_bytes(sum(i['size'] for i in st['inputs']))}"
+    for i in st["inputs"]:
+        yield f"  {i['path']}  {format_bytes(i['size'])}  sha256 {i['sha256'][:12]}  {i['state']}"
+    pattern = "GPT-2's" if st["pattern_is_gpt2"] else repr(st["pattern"])
+    yield f"parameters   specials {st['special_tokens']}, invalid UTF-8 {st['invalid_utf8']}, pattern {pattern}"
+    if st["sessions"]:
+        yield f"sessions     {len(st['sessions'])} most recent:"
+        for s in st["sessions"]:
+            yield _session_line(s)
+
+
+def _holder_line(st: dict) -> str:
+    h = st["holder"]
+    if not st["held"]:
+        return "running      no (no process holds the store)"
+    if h and h.get("pid"):
+        return f"running      yes: pid {h['pid']} on {h['host']} since {h['started_at']}"
+    return "running      yes (a process holds the store)"
+
+
+def _session_line(s: dict) -> str:
+    end = s["ended_at"] or "-"
+    who = f"pid {s['pid']} on {s['host']}" if s["pid"] else "before sessions were recorded"
+    return (f"  #{s['id']}  {s['started_at']} .. {end}  {s['state']:<14}  merges {s['merges_start']}"
+            f"->{s['merges_end'] if s['merges_end'] is not None else '?'}  {who}")
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    db: Path = _db_argument(),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object, for scripts."),
+    verbose: bool = _verbose_option(),
+) -> None:
+    """Where a run is: phase, inputs, merges done / target, elapsed, ETA, last checkpoint.
+
+    Also the file's size, whether a training process holds it now, and its recent sessions.
+    Safe while a run trains (it only reads).
+
+    \b
+    Example: bpe-store status run.db --json
+    """
+    from .inspect import status as read_status
+
+    _set_verbose(ctx, verbose)
+    st = read_status(db)
+    if as_json:
+        typer.echo(json.dumps(st, indent=1))
+    else:
+        typer.echo("\n".join(_status_lines(st)))
+
+
+# -- sql, show, why -------------------------------------------------------------------------------
+
+
+@app.command()
+def sql(
+    ctx: typer.Context,
+    db: Path = _db_argument(),
+    query: str = typer.Argument(..., help="One SQL statement (read-only).", show_default=False, metavar="QUERY"),
+    fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="At most this many rows."),
+    verbose: bool = _verbose_option(),
+) -> None:
+    """Run a read-only SQL query on a store and print the rows (a write is refused).
+
+    Works while a training run writes to the same store: the query sees its last checkpoint.
+    Views for people: merge_log, top_pairs, top_words, vocab_text, progress.
+
+    \b
+    Example: bpe-store sql run.db "SELECT * FROM merge_log LIMIT 10" --format csv
+    """
+    from .inspect import sql as run_sql
+
+    _set_verbose(ctx, verbose)
+    columns, rows = run_sql(db, query, limit)
+    typer.echo(render(columns, rows, fmt))
+
+
+class ShowWhat(str, Enum):
+    merges = "merges"
+    words = "words"
+    pairs = "pairs"
+    vocab = "vocab"
+
+
+@app.command()
+def show(
+    ctx: typer.Context,
+    db: Path = _db_argument(),
+    what: ShowWhat = typer.Argument(..., help="merges (by rank), words and pairs (most frequent first), vocab (by id).",
+                                    show_default=False, metavar="merges|words|pairs|vocab"),
+    limit: int = typer.Option(20, "--limit", "-n", help="At most this many rows."),
+    offset: int = typer.Option(0, "--offset", help="Skip this many rows first."),
+    fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
+    verbose: bool = _verbose_option(),
+) -> None:
+    """List a store's merges, words, pairs or vocabulary, tokens shown as quoted text.
+
+    \b
+    Example: bpe-store show run.db merges --limit 10
+    """
+    from .inspect import show as read_show
+
+    _set_verbose(ctx, verbose)
+    columns, rows = read_show(db, what.value, limit, offset)
+    typer.echo(render(columns, rows, fmt))
+
+
+def _tree_lines(node: dict, prefix: str = "", last: bool = True, top: bool = True) -> Iterator[str]:
+    if node["kind"] == "merge":
+        what = f"id {node['id']}, merge #{node['rank']}, count {node['count']}"
+    else:
+        what = f"id {node['id']}, {node['kind']}"
+    branch = "" if top else ("└── " if last else "├── ")
+    yield f"{prefix}{branch}{show_token(node['bytes'])}  ({what})"
+    child_prefix = prefix if top else prefix + ("    " if last else "│   ")
+    parts = node["parts"]
+    for i, part in enumerate(parts):
+        yield from _tree_lines(part, child_prefix, i == len(parts) - 1, top=False)
+
+
+@app.command()
+def why(
+    ctx: typer.Context,
+    db: Path = _db_argument(),
+    token: str = typer.Argument(..., help="The token as text (e.g. ' the'), or its id with --id.", show_default=False,
+                               metavar="TOKEN"),
+    by_id: bool = typer.Option(False, "--id", help="TOKEN is a vocabulary id."),
+    limit: int = typer.Option(10, "--limit", "-n", help="How many words to list."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object, for scripts."),
+    verbose: bool = _verbose_option(),
+) -> None:
+    """How a token was built (its merges, with counts at merge time) and the words that hold it.
+
+    \b
+    Example: bpe-store why run.db ' the'
+    """
+    from .inspect import why as explain
+
+    _set_verbose(ctx, verbose)
+    if by_id:
+        try:
+            key: str | int = int(token)
+        except ValueError:
+            raise InputError(f"--id needs an integer id, not {token!r}") from None
+    else:
+        key = token
+    info = explain(db, key, limit)
+    if as_json:
+        typer.echo(json.dumps(_jsonable(info), ensure_ascii=False, indent=1))
+        return
+    lines = list(_tree_lines(info["token"]))
+    lines.append("")
+    lines.append(f"in {info['words_containing']} distinct words ({info['occurrences']} occurrences); "
+                 f"the most frequent (current split, * = uses this token):")
+    for w in info["words"]:
+        split = " ".join(show_token(b) for b in w["split"])
+        mark = "*" if w["uses"] else " "
+        lines.append(f" {mark} {w['count']:>10}  {show_token(w['word'])}  = {split}")
+    typer.echo("\n".join(lines))
+
+
+def _jsonable(v: Any) -> Any:
+    from .inspect import token_text
+
+    if isinstance(v, bytes):
+        return token_text(v)
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+# -- db -------------------------------------------------------------------------------------------
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    ctx: typer.Context,
+    db: Path = _db_argument(),
+    verbose: bool = _verbose_option(),
+) -> None:
+    """Upgrade a store's schema to this bpe-store's, in place (one transaction).
+
+    Refused while a training run holds the store.
+
+    \b
+    Example: bpe-store db upgrade run.db
+    """
+    from . import migrate
+    from .store import Store
+
+    _set_verbose(ctx, verbose)
+    with Store.open(db, allow_old=True) as store:
+        before = migrate.current_revision(store.conn)
+        store.conn.commit()
+        head = migrate.head_revision()
+        if before == head:
+            typer.echo(f"{db}: already at the newest schema ({head})")
+            return
+        migrate.upgrade(store.conn)
+        store.conn.commit()
+    typer.echo(f"{db}: upgraded the schema from {before} to {head}")
 
 
 from . import cli_tokenize  # noqa: E402  (commands defined in their own module)
@@ -53,24 +615,16 @@ from . import cli_tokenize  # noqa: E402  (commands defined in their own module)
 cli_tokenize.register(app)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app; a BpeStoreError is one line on stderr and its exit code."""
-    try:
-        app(args=argv, standalone_mode=False)
-    except BpeStoreError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        typer.echo("interrupted; the store is at its last checkpoint", err=True)
-        sys.exit(130)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except Exception as exc:  # click usage errors
-        import click
+def _prog_name() -> str:
+    """How this process was started, for usage lines and the resume command."""
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path("bpe-store")
+    if argv0.name == "__main__.py":
+        return "python -m bpe_store"
+    if argv0.suffix == ".py":
+        return f"python {sys.argv[0]}"
+    return "bpe-store"
 
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(130)
-        raise
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``bpe-store``, ``python -m bpe_store`` and ``python cli.py``."""
+    app(args=argv, prog_name=_prog_name())

@@ -143,6 +143,7 @@ class Store:
         self._engine = engine
         self.conn = conn
         self._lock_fd = lock_fd
+        self._word_ids: dict[bytes, int] | None = None
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -341,15 +342,33 @@ class Store:
 
     def add_word_counts(self, counts: Iterable[tuple[bytes, int]], chunk_done: Sequence[tuple[int, int]],
                         elapsed_s: float) -> None:
-        """One transaction: add ``(word, count)`` deltas and mark ``(chunk id, pre-tokens)`` counted."""
+        """One transaction: add ``(word, count)`` deltas and mark ``(chunk id, pre-tokens)`` counted.
+
+        Word ids are assigned here from an in-memory ``{bytes: id}`` map (loaded from the store on
+        first use), so a new word is a rowid append and a known one an update by rowid.
+        """
+        if self._word_ids is None:
+            self._word_ids = {b: i for i, b in self.sql("SELECT id, bytes FROM words")}
+        ids = self._word_ids
+        new: list[tuple[int, bytes, int]] = []
+        old: list[tuple[int, int]] = []
+        next_id = len(ids) + 1
+        for word, count in counts:
+            i = ids.get(word)
+            if i is None:
+                new.append((next_id, word, count))
+                next_id += 1
+            else:
+                old.append((count, i))
         with self.transaction():
-            self.executemany("INSERT INTO words (bytes, count) VALUES (?, ?)"
-                             " ON CONFLICT(bytes) DO UPDATE SET count = count + excluded.count",
-                             list(counts))
+            self.executemany("INSERT INTO words (id, bytes, count) VALUES (?, ?, ?)", new)
+            self.executemany("UPDATE words SET count = count + ? WHERE id = ?", old)
             self.executemany("UPDATE chunks SET counted = 1, pretokens = ? WHERE id = ?",
                              [(n, cid) for cid, n in chunk_done])
             self.sql("UPDATE run SET updated_at = ? WHERE id = 1", (now(),))
             self.add_checkpoint_row("counting", 0, elapsed_s, None)
+        for i, word, _ in new:  # only once committed: a failed flush leaves the map as the store
+            ids[word] = i
 
     def load_words(self) -> tuple[list[int], list[bytes], list[int], list[bytes | None]]:
         """All words in id order: ``(ids, bytes, counts, token blobs or None)``."""
@@ -364,6 +383,7 @@ class Store:
                              [(a, b, c) for (a, b), c in pairs.items()])
             self.sql("UPDATE run SET phase = 'merging', updated_at = ? WHERE id = 1", (now(),))
             self.add_checkpoint_row("merging", 0, elapsed_s, None)
+        self._word_ids = None  # counting is over; free the map
 
     # -- merging -------------------------------------------------------------------------------
 

@@ -29,13 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import regex
+from sqlalchemy.exc import DBAPIError
 
-from . import __version__
-from .count import DEFAULT_CHUNK_SIZE, count_chunk_task, plan_chunks, scan_source
+from . import __version__, sessions
+from .count import (DEFAULT_CHUNK_SIZE, add_counts, count_chunk_task, count_chunks_threaded, native_counts,
+                    plan_chunks, scan_source)
 from .errors import BpeStoreError, InputError, ResumeMismatch, StoreError
 from .merge import MergeEngine, pair_counts_of
 from .pretokenize import GPT2_PATTERN
-from .store import RunParams, Source, Store, pack_tokens, unpack_tokens
+from .store import RunParams, Source, Store, _sqlite_error, pack_tokens, unpack_tokens
 
 #: A checkpoint is written after this many merges or this many seconds of merging, whichever
 #: comes first. Small enough that a kill loses little; large enough that writing stays cheap.
@@ -136,7 +138,19 @@ def _same_inputs(store: Store, paths: Sequence[Path], params: RunParams) -> None
     del merges_done
 
 
-def train(
+def train(*args, **kwargs) -> TrainResult:
+    """Train (or resume training) a byte-level BPE into a store; see ``_train`` for the arguments.
+
+    SQLite failures anywhere (corrupt file, full disk) surface as one-line ``StoreError``s.
+    """
+    try:
+        return _train(*args, **kwargs)
+    except DBAPIError as exc:
+        db = kwargs.get("db", args[1] if len(args) > 1 else "store")
+        raise _sqlite_error(Path(db), exc) from exc
+
+
+def _train(
     inputs: Sequence[str | os.PathLike] | str | os.PathLike,
     db: str | os.PathLike,
     vocab_size: int,
@@ -208,7 +222,9 @@ def train(
                 Path(str(db) + suffix).unlink(missing_ok=True)
             raise
 
+    session = None
     try:
+        session = sessions.begin(store)  # the store's history: who trained, when, how it ended
         elapsed0 = store.elapsed()
 
         def elapsed() -> float:
@@ -219,7 +235,12 @@ def train(
             _count(store, params, workers, count_flush_seconds, elapsed, progress, stop)
             _start_merging(store, params, elapsed, progress)
         _merge(store, params, checkpoint_merges, checkpoint_seconds, elapsed, progress, stop)
-        return read_result(store)
+        result = read_result(store)
+        sessions.end(store, session)
+        return result
+    except BaseException as exc:
+        sessions.end(store, session, exc)
+        raise
     finally:
         store.close()
 
@@ -240,12 +261,19 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
         return
     pool = None
     todo_bytes = sum(size_of.values())
-    if workers > 1 and len(tasks) > 1 and todo_bytes >= _IN_PROCESS_BYTES:
+    results: Iterable
+    if workers > 1 and len(tasks) > 1 and native_counts(params.pattern):
+        # native counting releases the GIL: threads scale like processes without pickling the
+        # counts back, spawning interpreters or holding a copy of each chunk per process
+        # (bench/RESULTS-count.md); Ctrl-C reaches only this thread, which decides how to stop
+        results = count_chunks_threaded(tasks, min(workers, len(tasks)))
+    elif workers > 1 and len(tasks) > 1 and todo_bytes >= _IN_PROCESS_BYTES:
+        # the regex path holds the GIL, so it needs processes.
         # spawn, not fork: the parent holds a SQLite connection and maybe threads
         ctx = multiprocessing.get_context("spawn")
         # workers ignore Ctrl-C: the parent decides how to stop (finish a flush, or abort)
         pool = ctx.Pool(min(workers, len(tasks)), initializer=_ignore_sigint)
-        results: Iterable = pool.imap_unordered(count_chunk_task, tasks)
+        results = pool.imap_unordered(count_chunk_task, tasks)
     else:
         results = map(count_chunk_task, tasks)
     try:
@@ -253,7 +281,7 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
         marks: list[tuple[int, int]] = []
         last_flush = time.monotonic()
         for cid, counts, n in results:
-            delta.update(counts)
+            add_counts(delta, counts)
             marks.append((cid, n))
             done += size_of[cid]
             _emit(progress, stage="counting", done=done, total=total)
@@ -270,6 +298,9 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
         if pool is not None:
             pool.terminate()
             pool.join()
+        close = getattr(results, "close", None)
+        if close is not None:  # threads: cancel queued chunks, wait for the running ones
+            close()
 
 
 def _ignore_sigint() -> None:
@@ -284,8 +315,6 @@ def _start_merging(store: Store, params: RunParams, elapsed: Callable[[], float]
     """4. pairs: count adjacent pairs of the counted words and move the run to merging."""
     _emit(progress, stage="pairs")
     _, wbytes, counts, _ = store.load_words()
-    if not wbytes:
-        raise InputError(f"the corpus has no text to train on (only special tokens?); {store.path} keeps the counts")
     n = len(params.special_tokens)
     pairs = pair_counts_of([_initial_tokens(w, n) for w in wbytes], counts)
     store.start_merging(pairs, elapsed())

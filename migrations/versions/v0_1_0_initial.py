@@ -48,9 +48,11 @@ TABLES = [
         pretokens INTEGER                      -- pre-tokens it held (64-bit)
     )""",
     # tokens: the word's current split as little-endian uint32 vocab ids; NULL = single bytes.
+    # No index on bytes: the counter assigns ids itself, so new words are rowid appends (a UNIQUE
+    # blob index made 1M-word counting flushes 3x slower, and count updates 6x slower).
     """CREATE TABLE words (
         id INTEGER PRIMARY KEY,
-        bytes BLOB NOT NULL UNIQUE,
+        bytes BLOB NOT NULL,
         count INTEGER NOT NULL,
         tokens BLOB
     )""",

@@ -1,0 +1,162 @@
+"""Train side by side: bpe_store and the trainers people use today, on the same corpus and machine.
+
+Each trainer runs in its own subprocess; this parent measures wall time and the peak RSS of the
+whole process tree (polled every 20 ms with psutil), and prints a markdown table with the ratio
+bpe_store / peer. Peers get the corpus as documents split at ``<|endoftext|>`` (none of them
+knows special tokens); thread pools are capped with RAYON_NUM_THREADS.
+
+    python bench/bench_train.py --corpus enwiki --vocab 32000 --threads 2
+    python bench/bench_train.py --corpus zh --vocab 10000 --threads 2 --tools bpe_store,rustbpe
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("BPE_STORE_SHARED", ROOT.parent / "shared"))
+CORPORA = {
+    "enwiki": SHARED / "corpora" / "enwiki-100M.txt",
+    "zh": SHARED / "corpora" / "zhwiki-20M.txt",
+    "ru": SHARED / "corpora" / "tinystories-ru-20M.txt",
+    "cs336": SHARED / "corpora" / "cs336" / "corpus.en",
+}
+GPT2 = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+EOT = "<|endoftext|>"
+TOOLS = ["bpe_store", "bpe_store_one_checkpoint", "rustbpe", "hf_tokenizers", "bpeasy"]
+
+
+# -- the trainers (each runs in a child process) ---------------------------------------------------
+
+def _docs(path: Path):
+    text = path.read_text(encoding="utf-8")
+    return [d for d in text.split(EOT) if d]
+
+
+def run_bpe_store(path: Path, vocab: int, threads: int, one_checkpoint: bool) -> dict:
+    from bpe_store import train
+
+    marks: dict[str, float] = {}
+    t0 = time.perf_counter()
+
+    def progress(event: dict) -> None:
+        if event["stage"] == "pairs" and "count_s" not in marks:
+            marks["count_s"] = time.perf_counter() - t0
+
+    kw = dict(checkpoint_merges=10**9, checkpoint_seconds=1e9) if one_checkpoint else {}
+    with tempfile.TemporaryDirectory() as d:
+        r = train([path], Path(d) / "bench.db", vocab, [EOT], workers=threads, progress=progress, **kw)
+        db_mb = (Path(d) / "bench.db").stat().st_size / 1e6
+        total = time.perf_counter() - t0
+    return {"merges": len(r.merges), "count_s": marks.get("count_s"), "merge_s": total - marks.get("count_s", 0),
+            "db_mb": round(db_mb, 1)}
+
+
+def run_rustbpe(path: Path, vocab: int, threads: int) -> dict:
+    import rustbpe
+
+    tok = rustbpe.Tokenizer()
+    tok.train_from_iterator(_docs(path), vocab_size=vocab, pattern=GPT2)
+    return {"merges": tok.vocab_size - 256}
+
+
+def run_hf_tokenizers(path: Path, vocab: int, threads: int) -> dict:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=[EOT], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(_docs(path), trainer=trainer)
+    return {"merges": tok.get_vocab_size() - 257}
+
+
+def run_bpeasy(path: Path, vocab: int, threads: int) -> dict:
+    import bpeasy
+
+    ranks = bpeasy.train_bpe(iter(_docs(path)), GPT2, 128, vocab)
+    return {"merges": len(ranks) - 256}
+
+
+def child(tool: str, path: Path, vocab: int, threads: int) -> None:
+    t0 = time.perf_counter()
+    if tool.startswith("bpe_store"):
+        out = run_bpe_store(path, vocab, threads, tool == "bpe_store_one_checkpoint")
+    else:
+        out = globals()[f"run_{tool}"](path, vocab, threads)
+    out["inner_s"] = time.perf_counter() - t0
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+# -- the parent: measure each child ----------------------------------------------------------------
+
+def measure(tool: str, path: Path, vocab: int, threads: int) -> dict:
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
+               TOKENIZERS_PARALLELISM="true")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, __file__, "--child", tool, "--path", str(path), "--vocab",
+                             str(vocab), "--threads", str(threads)], stdout=subprocess.PIPE, text=True, env=env)
+    ps = psutil.Process(proc.pid)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            rss = sum(p.memory_info().rss for p in [ps, *ps.children(recursive=True)])
+            peak = max(peak, rss)
+        except psutil.Error:
+            pass
+        time.sleep(0.02)
+    wall = time.perf_counter() - t0
+    out = proc.stdout.read()
+    proc.stdout.close()
+    result = next((json.loads(l[7:]) for l in out.splitlines() if l.startswith("RESULT ")), None)
+    if proc.returncode != 0 or result is None:
+        return {"tool": tool, "error": f"exit {proc.returncode}"}
+    return {"tool": tool, "wall_s": wall, "peak_rss_mb": peak / 1e6, **result}
+
+
+def machine() -> str:
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    return f"{cpu}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", default="enwiki", help=f"one of {sorted(CORPORA)} or a path")
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tools", default=",".join(TOOLS))
+    ap.add_argument("--child"), ap.add_argument("--path")
+    a = ap.parse_args()
+    if a.child:
+        return child(a.child, Path(a.path), a.vocab, a.threads)
+    path = CORPORA.get(a.corpus, Path(a.corpus))
+    rows = [measure(t, path, a.vocab, a.threads) for t in a.tools.split(",")]
+    ours = next((r for r in rows if r["tool"] == "bpe_store" and "wall_s" in r), None)
+    print(f"\n{path.name} ({path.stat().st_size / 1e6:.1f} MB) -> vocab {a.vocab}, {a.threads} threads; {machine()}")
+    print(f"command: python bench/bench_train.py --corpus {a.corpus} --vocab {a.vocab} --threads {a.threads}"
+          f" --tools {a.tools}\n")
+    print("| trainer | wall s | counting s | merging s | peak RSS MB | merges | bpe_store time / this | bpe_store RSS / this |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['tool']} | {r['error']} | | | | | | |")
+            continue
+        fmt = lambda v: "" if v is None else f"{v:.2f}"
+        ratio_t = fmt(ours["wall_s"] / r["wall_s"]) if ours else ""
+        ratio_m = fmt(ours["peak_rss_mb"] / r["peak_rss_mb"]) if ours else ""
+        print(f"| {r['tool']} | {r['wall_s']:.2f} | {fmt(r.get('count_s'))} | {fmt(r.get('merge_s'))} | "
+              f"{r['peak_rss_mb']:.0f} | {r['merges']} | {ratio_t} | {ratio_m} |")
+
+
+if __name__ == "__main__":
+    main()

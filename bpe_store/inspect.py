@@ -1,0 +1,282 @@
+"""Read-only questions to a store: ``status``, ``show``, ``why`` and ``sql``.
+
+Every function here opens the store read-only (``Store.open(readonly=True)``: a write is refused
+by SQLite itself) and asks all its questions inside one read transaction, so the answers are one
+consistent snapshot even while a training run writes to the same file (WAL mode: a reader sees
+the last committed checkpoint, never half of one). Results are plain dicts and lists; the CLI
+formats them. Token bytes stay ``bytes`` here; ``token_text`` turns them into text.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+
+from . import migrate
+from .errors import InputError, StoreError
+from .pretokenize import GPT2_PATTERN
+from .store import Store, unpack_tokens
+
+#: ``show`` tables: what each lists, in which order (ties broken as the trainer breaks them).
+SHOW_QUERIES = {
+    "merges": 'SELECT m.rank, l.bytes AS "left", r.bytes AS "right", CAST(l.bytes || r.bytes AS BLOB) AS token,'
+              ' m.count, m.token AS token_id FROM merges m JOIN vocab l ON l.id = m."left"'
+              ' JOIN vocab r ON r.id = m."right" ORDER BY m.rank LIMIT ? OFFSET ?',
+    "words": "SELECT bytes AS word, count, length(bytes) AS n_bytes,"
+             " CASE WHEN tokens IS NULL THEN length(bytes) ELSE length(tokens) / 4 END AS n_tokens"
+             " FROM words ORDER BY count DESC, bytes LIMIT ? OFFSET ?",
+    "pairs": 'SELECT l.bytes AS "left", r.bytes AS "right", p.count FROM pair_counts p'
+             ' JOIN vocab l ON l.id = p."left" JOIN vocab r ON r.id = p."right"'
+             " ORDER BY p.count DESC, l.bytes DESC, r.bytes DESC LIMIT ? OFFSET ?",
+    "vocab": "SELECT id, bytes AS token, kind, length(bytes) AS n_bytes FROM vocab ORDER BY id LIMIT ? OFFSET ?",
+}
+#: Checkpoints an ETA's speed is measured over (the newest ones).
+ETA_CHECKPOINTS = 10
+
+Row = dict[str, Any]
+
+
+def token_text(b: bytes) -> str:
+    """Token bytes as text: UTF-8, with any invalid byte shown as ``\\xNN``."""
+    return b.decode("utf-8", "backslashreplace")
+
+
+def _text_factory(b: bytes) -> str:
+    # CAST(blob AS TEXT) in a user's query can give invalid UTF-8: show it, do not fail
+    return b.decode("utf-8", "backslashreplace")
+
+
+@contextmanager
+def reading(path: str | os.PathLike, *, allow_old: bool = False) -> Iterator[Store]:
+    """A read-only store whose queries all see one snapshot; closed (and released) on exit."""
+    store = Store.open(path, readonly=True, allow_old=allow_old)
+    try:
+        raw = store.conn.connection.driver_connection
+        raw.text_factory = _text_factory  # type: ignore[union-attr]
+        raw.execute("PRAGMA query_only = ON")  # type: ignore[union-attr]
+        yield store
+    except DBAPIError as exc:
+        raise StoreError(f"{store.path}: SQLite error: {getattr(exc, 'orig', exc)}") from exc
+    finally:
+        store.close()
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+def _age_s(at: str | None) -> float | None:
+    if not at:
+        return None
+    then = _dt.datetime.fromisoformat(at)
+    return max((_dt.datetime.now(_dt.timezone.utc) - then).total_seconds(), 0.0)
+
+
+def _input_state(path: str, size: int, mtime_ns: int) -> str:
+    """``ok``, ``missing``, ``changed`` (other size) or ``touched`` (same size, other mtime)."""
+    p = Path(path)
+    if not p.is_file():
+        return "missing"
+    st = p.stat()
+    if st.st_size != size:
+        return "changed"
+    return "ok" if st.st_mtime_ns == mtime_ns else "touched"
+
+
+def _inputs(store: Store) -> list[Row]:
+    rows = store.sql("SELECT path, size, mtime_ns, sha256 FROM sources ORDER BY id").fetchall()
+    return [{"path": p, "size": s, "sha256": h, "state": _input_state(p, s, m)} for p, s, m, h in rows]
+
+
+def _counting(store: Store) -> Row:
+    r = store.sql('SELECT count(*), coalesce(sum(counted), 0), coalesce(sum("end" - start), 0),'
+                  ' coalesce(sum(CASE WHEN counted = 1 THEN "end" - start ELSE 0 END), 0) FROM chunks').one()
+    return {"chunks_total": r[0], "chunks_done": r[1], "bytes_total": r[2], "bytes_done": r[3]}
+
+
+def _speed(store: Store, phase: str, counting: Row) -> float | None:
+    """Units per second of training time: bytes while counting, merges while merging."""
+    if phase == "counting":
+        el = store.sql("SELECT max(elapsed_s) FROM checkpoints WHERE phase = 'counting'").scalar()
+        return counting["bytes_done"] / el if el else None
+    rows = store.sql("SELECT merges_done, elapsed_s FROM checkpoints WHERE phase IN ('merging', 'done')"
+                     " ORDER BY id DESC LIMIT ?", (ETA_CHECKPOINTS,)).fetchall()
+    if len(rows) < 2:
+        return None
+    (m1, e1), (m0, e0) = rows[0], rows[-1]
+    return (m1 - m0) / (e1 - e0) if e1 > e0 and m1 > m0 else None
+
+
+def _eta(phase: str, speed: float | None, counting: Row, merges_done: int, target: int) -> float | None:
+    if phase == "done":
+        return 0.0
+    if speed is None:
+        return None
+    if phase == "counting":
+        return (counting["bytes_total"] - counting["bytes_done"]) / speed  # merging not known yet
+    return max(target - merges_done, 0) / speed
+
+
+def _sessions(store: Store, limit: int = 10) -> list[Row]:
+    if not store.sql("SELECT 1 FROM sqlite_master WHERE name = 'sessions'").first():
+        return []
+    rows = store.sql("SELECT id, pid, host, argv, bpe_store_version, started_at, ended_at, outcome,"
+                     " merges_start, merges_end FROM sessions ORDER BY id DESC LIMIT ?", (limit,)).mappings()
+    out = []
+    for r in rows:
+        d = dict(r)
+        d["argv"] = json.loads(d["argv"]) if d["argv"] else None
+        out.append(d)
+    return out[::-1]
+
+
+def _holder(held: bool, sessions: list[Row]) -> Row | None:
+    """The session training in the store now: the newest one still open, if the store is held.
+
+    Also sets each session's ``state``: its outcome, ``running`` for the holder, or ``ended
+    abruptly`` for an open row nobody holds (killed, or stopped at once by a second Ctrl-C)."""
+    open_ = [s for s in sessions if s["ended_at"] is None]
+    holder = open_[-1] if held and open_ else None
+    for s in sessions:
+        s["state"] = s["outcome"] or ("running" if s is holder else "ended abruptly")
+    if held and holder is None:
+        return {"pid": None, "host": None, "started_at": None, "argv": None}
+    return holder
+
+
+def _db_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+def status(path: str | os.PathLike) -> Row:
+    """Everything ``bpe-store status`` shows, as one dict (the ``--json`` output)."""
+    p = Path(path)
+    held = Store.is_locked(p) if p.is_file() else False
+    with reading(p, allow_old=True) as store:
+        run = store.run_row()
+        rev = migrate.current_revision(store.conn)
+        specials = json.loads(run["special_tokens"])
+        target = run["vocab_size"] - 256 - len(specials)
+        merges_done = store.sql("SELECT count(*) FROM merges").scalar()
+        counting = _counting(store)
+        speed = _speed(store, run["phase"], counting)
+        last = store.sql("SELECT at, phase, merges_done, elapsed_s FROM checkpoints"
+                         " ORDER BY id DESC LIMIT 1").mappings().first()
+        sessions = _sessions(store)
+        info = {
+            "path": str(p), "schema": rev, "schema_is_current": rev == migrate.head_revision(),
+            "phase": run["phase"], "stop_reason": run["stop_reason"],
+            "vocab_size": run["vocab_size"], "special_tokens": specials, "pattern": run["pattern"],
+            "pattern_is_gpt2": run["pattern"] == GPT2_PATTERN,
+            "invalid_utf8": run["invalid_utf8"], "inputs": _inputs(store), "counting": counting,
+            "merges_done": merges_done, "merges_target": target,
+            "words": store.sql("SELECT count(*) FROM words").scalar(),
+            "elapsed_s": float(last["elapsed_s"]) if last else 0.0,
+            "speed": speed, "speed_unit": "bytes/s" if run["phase"] == "counting" else "merges/s",
+            "eta_s": _eta(run["phase"], speed, counting, merges_done, target),
+            "last_checkpoint": ({**dict(last), "age_s": _age_s(last["at"])} if last else None),
+            "created_at": run["created_at"], "updated_at": run["updated_at"],
+            "bpe_store_version": run["bpe_store_version"],
+        }
+    info["db_bytes"] = _db_bytes(p)
+    info["held"] = held
+    info["holder"] = _holder(held, sessions)
+    info["sessions"] = sessions
+    return info
+
+
+# -- show --------------------------------------------------------------------------------------
+
+
+def show(path: str | os.PathLike, what: str, limit: int = 20, offset: int = 0) -> tuple[list[str], list[tuple]]:
+    """``(columns, rows)`` of one of ``SHOW_QUERIES``; token columns hold bytes."""
+    if what not in SHOW_QUERIES:
+        raise InputError(f"cannot show {what!r}: choose one of {', '.join(SHOW_QUERIES)}")
+    if limit < 0 or offset < 0:
+        raise InputError("--limit and --offset must not be negative")
+    with reading(path) as store:
+        res = store.sql(SHOW_QUERIES[what], (limit, offset))
+        return list(res.keys()), [tuple(r) for r in res]
+
+
+# -- why ---------------------------------------------------------------------------------------
+
+
+def _find_token(store: Store, token: str | int) -> int:
+    """The vocabulary id of ``token`` (text: the first id spelling its UTF-8 bytes)."""
+    if isinstance(token, int):
+        if not store.sql("SELECT 1 FROM vocab WHERE id = ?", (token,)).first():
+            n = store.sql("SELECT count(*) FROM vocab").scalar()
+            raise InputError(f"no token with id {token} (the vocabulary has ids 0..{n - 1})")
+        return token
+    found = store.sql("SELECT min(id) FROM vocab WHERE bytes = ?", (token.encode("utf-8"),)).scalar()
+    if found is None:
+        raise InputError(f"{token!r} is not a token of this vocabulary; "
+                         "try `bpe-store show DB vocab` or a shorter piece of it")
+    return found
+
+
+def _tree(store: Store, tid: int, first: int, vocab: dict[int, tuple[bytes, str]]) -> Row:
+    """How token ``tid`` was built: ``{"id", "bytes", "kind", "rank", "count", "parts"}``."""
+    b, kind = vocab[tid]
+    node: Row = {"id": tid, "bytes": b, "kind": kind, "rank": None, "count": None, "parts": []}
+    if kind == "merge":
+        row = store.sql('SELECT rank, "left", "right", count FROM merges WHERE rank = ?', (tid - first,)).one()
+        node["rank"], node["count"] = row[0], row[3]
+        node["parts"] = [_tree(store, row[1], first, vocab), _tree(store, row[2], first, vocab)]
+    return node
+
+
+def _split(blob: bytes | None, word: bytes, n_special: int) -> list[int]:
+    """A word's current token ids (``tokens`` NULL: still single bytes)."""
+    return unpack_tokens(blob) if blob is not None else [n_special + c for c in word]
+
+
+def why(path: str | os.PathLike, token: str | int, limit: int = 10) -> Row:
+    """How ``token`` was built (its merge tree with counts at merge time) and the most frequent
+    words that contain its bytes, each with its current split."""
+    with reading(path) as store:
+        vocab = {i: (b, k) for i, b, k in store.load_vocab()}
+        n_special = sum(1 for b, k in vocab.values() if k == "special")
+        tid = _find_token(store, token)
+        tbytes = vocab[tid][0]
+        first = store.sql("SELECT min(id) FROM vocab WHERE bytes = ?", (tbytes,)).scalar()
+        tree = _tree(store, tid, n_special + 256, vocab)
+        rows = store.sql("SELECT bytes, count, tokens FROM words WHERE instr(bytes, ?) > 0"
+                         " ORDER BY count DESC, bytes LIMIT ?", (tbytes, limit)).fetchall()
+        total = store.sql("SELECT count(*), coalesce(sum(count), 0) FROM words WHERE instr(bytes, ?) > 0",
+                          (tbytes,)).one()
+        words = []
+        for w, c, blob in rows:
+            split = _split(blob, w, n_special)
+            words.append({"word": w, "count": c, "split": [vocab[t][0] for t in split], "uses": first in split})
+    return {"token": tree, "first_id": first, "words": words,
+            "words_containing": total[0], "occurrences": total[1]}
+
+
+# -- sql ---------------------------------------------------------------------------------------
+
+
+def sql(path: str | os.PathLike, statement: str, limit: int | None = None) -> tuple[list[str], list[tuple]]:
+    """``(columns, rows)`` of one read-only SQL statement. A write is refused."""
+    with reading(path) as store:
+        raw = store.conn.connection.driver_connection
+        try:
+            cur = raw.execute(statement)  # type: ignore[union-attr]
+            rows = cur.fetchall() if limit is None else cur.fetchmany(limit)
+        except sqlite3.Warning as exc:  # more than one statement
+            raise InputError(f"give one SQL statement at a time ({exc})") from None
+        except sqlite3.Error as exc:
+            msg = str(exc)
+            if "readonly" in msg or "read-only" in msg or "query_only" in msg or "query only" in msg:
+                raise InputError(f"bpe-store sql is read-only: the store was not changed ({msg})") from None
+            raise InputError(f"SQL error: {msg}") from None
+        columns = [d[0] for d in cur.description or ()]
+        return columns, [tuple(r) for r in rows]

@@ -1,0 +1,347 @@
+"""Bad input gets a clear one-line error, and the store is left exactly as it was.
+
+Missing, unreadable, empty or invalid-UTF-8 inputs; bad parameters; a resume with other
+parameters or changed inputs; foreign, corrupt, newer or locked databases; a read-only location
+and a full disk (real tmpfs mounts where the machine allows them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bpe_store import InputError, ResumeMismatch, Store, StoreError, train
+from bpe_store.cli import main
+
+from conftest import ROOT, shared_file
+
+SPECIAL = ["<|endoftext|>"]
+
+
+def dump(db: Path) -> list[str]:
+    """The store's logical content (robust to WAL checkpointing moving bytes between files)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return list(con.iterdump())
+    finally:
+        con.close()
+
+
+def file_hash(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    p = tmp_path / "corpus.txt"
+    p.write_bytes(shared_file("cs336", "corpus.en").read_bytes()[:20_000])
+    return p
+
+
+@pytest.fixture
+def trained(tmp_path: Path, corpus: Path) -> Path:
+    db = tmp_path / "trained.db"
+    train([corpus], db, 300, SPECIAL)
+    return db
+
+
+def _raises(exc_type, match: str, *args, **kwargs):
+    with pytest.raises(exc_type, match=match) as info:
+        train(*args, **kwargs)
+    assert "\n" not in str(info.value)
+    return info.value
+
+
+# -- inputs -------------------------------------------------------------------------------------
+
+def test_missing_input_creates_nothing(tmp_path, db_path):
+    _raises(InputError, "no such file", [tmp_path / "nope.txt"], db_path, 300, SPECIAL)
+    assert not db_path.exists()
+
+
+def test_directory_input(tmp_path, db_path):
+    _raises(InputError, "is a directory", [tmp_path], db_path, 300, SPECIAL)
+    assert not db_path.exists()
+
+
+def test_unreadable_input(tmp_path, db_path, corpus):
+    corpus.chmod(0)
+    try:
+        try:
+            corpus.read_bytes()
+            pytest.skip("running as a user who can read a mode-000 file (root)")
+        except PermissionError:
+            pass
+        _raises(InputError, "cannot read", [corpus], db_path, 300, SPECIAL)
+        assert not db_path.exists()
+    finally:
+        corpus.chmod(0o644)
+
+
+def test_unreadable_input_message(tmp_path, db_path, corpus, monkeypatch):
+    """The same path as above, forced even for root: open() refusing the file."""
+    import builtins
+
+    real_open = builtins.open
+
+    def deny(path, *a, **k):
+        if Path(path) == corpus:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", deny)
+    _raises(InputError, "cannot read .*Permission denied", [corpus], db_path, 300, SPECIAL)
+    assert not db_path.exists()
+
+
+def test_empty_corpus(tmp_path, db_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    _raises(InputError, "is empty", [empty], db_path, 300, SPECIAL)
+    assert not db_path.exists()
+
+
+def test_no_inputs(db_path):
+    _raises(InputError, "no input", [], db_path, 300, SPECIAL)
+
+
+def test_invalid_utf8_says_where(tmp_path, db_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"hello\nworld\n" + b"ok \xff\xfe more\n" * 3)
+    e = _raises(InputError, r"invalid UTF-8 at byte 15 \(line 3\)", [bad], db_path, 300, SPECIAL)
+    assert "--invalid-utf8 replace" in str(e)
+    assert not db_path.exists()
+
+
+def test_invalid_utf8_across_read_blocks(tmp_path, db_path, monkeypatch):
+    import bpe_store.count as count
+
+    monkeypatch.setattr(count, "_READ_BLOCK", 7)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes("ab é cd\n".encode() * 3 + b"x\xc3")  # truncated 2-byte sequence at the end
+    _raises(InputError, r"invalid UTF-8 at byte 28 \(line 4\)", [bad], db_path, 300, SPECIAL)
+
+
+def test_invalid_utf8_replace_policy_trains(tmp_path, db_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"low lower \xff lowest " * 50)
+    r = train([bad], db_path, 270, SPECIAL, invalid_utf8="replace")
+    assert (b"\xef\xbf", b"\xbd") in r.merges  # the byte became U+FFFD, a word of its own
+    assert r.merge_counts[r.merges.index((b"\xef\xbf", b"\xbd"))] == 50
+
+
+# -- parameters ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("vocab_size,specials,match", [
+    (256, SPECIAL, "too small: it must be at least 256 bytes \\+ 1 special tokens = 257"),
+    (100, [], "too small"),
+    (300, [""], "non-empty"),
+    (300, ["<|x|>", "<|x|>"], "more than once"),
+])
+def test_bad_parameters(corpus, db_path, vocab_size, specials, match):
+    _raises(InputError, match, [corpus], db_path, vocab_size, specials)
+    assert not db_path.exists()
+
+
+def test_bad_pattern(corpus, db_path):
+    _raises(InputError, "pattern does not compile", [corpus], db_path, 300, SPECIAL, pattern="(unclosed")
+
+
+# -- resuming with something else ---------------------------------------------------------------
+
+def test_resume_with_other_specials_is_refused(trained, corpus):
+    before = dump(trained)
+    e = _raises(ResumeMismatch, "special tokens", [corpus], trained, 300, ["<|other|>"])
+    assert "--restart" in str(e)
+    assert dump(trained) == before
+
+
+def test_resume_with_other_pattern_is_refused(trained, corpus):
+    before = dump(trained)
+    _raises(ResumeMismatch, "pattern", [corpus], trained, 300, SPECIAL, pattern=r"\S+|\s+")
+    assert dump(trained) == before
+
+
+def test_resume_with_other_inputs_is_refused(trained, corpus, tmp_path):
+    other = tmp_path / "other.txt"
+    other.write_text("something else entirely")
+    before = dump(trained)
+    _raises(ResumeMismatch, "inputs", [other], trained, 300, SPECIAL)
+    assert dump(trained) == before
+
+
+def test_resume_with_grown_input_is_refused(trained, corpus):
+    before = dump(trained)
+    with open(corpus, "ab") as f:
+        f.write(b"more text")
+    _raises(ResumeMismatch, "changed size", [corpus], trained, 300, SPECIAL)
+    assert dump(trained) == before
+
+
+def test_resume_with_same_size_edit_is_refused(trained, corpus):
+    data = bytearray(corpus.read_bytes())
+    data[100:105] = b"XXXXX"
+    corpus.write_bytes(bytes(data))
+    st = corpus.stat()
+    os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    before = dump(trained)
+    _raises(ResumeMismatch, "changed content", [corpus], trained, 300, SPECIAL)
+    assert dump(trained) == before
+
+
+def test_touched_but_unchanged_input_resumes(trained, corpus):
+    os.utime(corpus, None)
+    r = train([corpus], trained, 300, SPECIAL)
+    assert len(r.merges) == 300 - 257
+
+
+def test_smaller_vocab_points_to_export(trained, corpus):
+    before = dump(trained)
+    _raises(ResumeMismatch, "export --vocab-size 280", [corpus], trained, 280, SPECIAL)
+    assert dump(trained) == before
+
+
+def test_restart_starts_over(trained, corpus):
+    r = train([corpus], trained, 290, ["<|endoftext|>", "<|pad|>"], restart=True)
+    assert r.vocab[1] == b"<|pad|>" and len(r.vocab) == 290
+
+
+# -- the database -------------------------------------------------------------------------------
+
+def test_foreign_sqlite_database_is_refused_and_untouched(corpus, tmp_path):
+    db = tmp_path / "foreign.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    con.execute("INSERT INTO customers VALUES (1, 'Ada')")
+    con.commit()
+    con.close()
+    before = file_hash(db)
+    _raises(StoreError, "not a bpe_store store \\(customers\\)", [corpus], db, 300, SPECIAL)
+    _raises(StoreError, "not a bpe_store store", [corpus], db, 300, SPECIAL, restart=True)
+    assert file_hash(db) == before
+    assert not Path(str(db) + "-wal").exists()
+
+
+def test_non_sqlite_file_is_refused(corpus, tmp_path):
+    db = tmp_path / "notes.db"
+    db.write_bytes(b"these are my notes, not a database\n" * 100)
+    before = file_hash(db)
+    _raises(StoreError, "not a SQLite database", [corpus], db, 300, SPECIAL)
+    assert file_hash(db) == before
+
+
+def test_truncated_store_is_refused(trained, corpus, tmp_path):
+    data = trained.read_bytes()
+    cut = tmp_path / "cut.db"
+    cut.write_bytes(data[: len(data) // 3])
+    before = file_hash(cut)
+    _raises(StoreError, "corrupt|malformed|inconsistent", [corpus], cut, 300, SPECIAL)
+    assert file_hash(cut) == before
+
+
+def test_store_from_newer_version_is_refused(trained, corpus):
+    con = sqlite3.connect(trained)
+    con.execute("UPDATE alembic_version SET version_num = 'v9_9_9_future'")
+    con.commit()
+    con.close()
+    before = dump(trained)
+    _raises(StoreError, "newer bpe_store", [corpus], trained, 300, SPECIAL)
+    assert dump(trained) == before
+
+
+def test_inconsistent_store_is_refused(tmp_path, corpus):
+    db = tmp_path / "half.db"
+    train([corpus], db, 280, SPECIAL, checkpoint_merges=5)
+    con = sqlite3.connect(db)
+    con.execute("UPDATE run SET phase = 'merging', vocab_size = 300")
+    con.execute('UPDATE pair_counts SET count = count + 1 WHERE ("left", "right") IN (SELECT "left", "right" FROM pair_counts LIMIT 1)')
+    con.commit()
+    con.close()
+    _raises(StoreError, "inconsistent", [corpus], db, 300, SPECIAL)
+
+
+def test_db_path_is_a_directory(corpus, tmp_path):
+    _raises(StoreError, "is a directory", [corpus], tmp_path, 300, SPECIAL)
+
+
+def test_store_held_by_another_process(trained, corpus):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from bpe_store import Store; s = Store.open(sys.argv[1]);"
+         " print('held', flush=True); time.sleep(60)", str(trained)],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert Store.is_locked(trained)
+        before = dump(trained)
+        _raises(StoreError, "another bpe-store process", [corpus], trained, 300, SPECIAL)
+        assert dump(trained) == before
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    assert not Store.is_locked(trained)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """Mount a small tmpfs (needs root and a kernel that allows it; skipped elsewhere)."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+
+    def mount(*opts: str) -> Path:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(opts), "tmpfs", str(mnt)],
+                           capture_output=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+        return mnt
+
+    yield mount
+    subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_read_only_location(corpus, tmpfs):
+    mnt = tmpfs("ro", "size=1m")
+    _raises(StoreError, "cannot write|read-only", [corpus], mnt / "run.db", 300, SPECIAL)
+    assert not (mnt / "run.db").exists()
+
+
+def test_full_disk_leaves_last_checkpoint_and_resume_completes(tmp_path, tmpfs):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(shared_file("cs336", "corpus.en").read_bytes())
+    full = train([corpus], tmp_path / "full.db", 1200, SPECIAL, checkpoint_merges=20)
+    mnt = tmpfs("size=720k")
+    db = mnt / "run.db"
+    e = _raises(StoreError, "disk is full", [corpus], db, 1200, SPECIAL, checkpoint_merges=20)
+    assert "last checkpoint" in str(e)
+    # the store is readable, consistent and at a checkpoint: grow the disk and resume
+    subprocess.run(["mount", "-o", "remount,size=64m", str(mnt)], check=True)
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    saved = con.execute("SELECT count(*) FROM merges").fetchone()[0]
+    last = con.execute("SELECT merges_done FROM checkpoints ORDER BY id DESC LIMIT 1").fetchone()[0]
+    con.close()
+    assert saved == last  # exactly the last checkpoint, nothing half-written
+    r = train([corpus], db, 1200, SPECIAL, checkpoint_merges=20)
+    assert r.merges == full.merges and r.merge_counts == full.merge_counts
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+def test_cli_prints_one_line_and_exit_code(tmp_path, capsys, corpus):
+    with pytest.raises(SystemExit) as info:
+        main(["train", str(tmp_path / "missing.txt"), "--db", str(tmp_path / "x.db"), "--vocab-size", "300"])
+    assert info.value.code == InputError.exit_code
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_cli_resume_mismatch_has_its_own_exit_code(trained, corpus, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["train", str(corpus), "--db", str(trained), "--vocab-size", "300", "--special", "<|x|>"])
+    assert info.value.code == ResumeMismatch.exit_code
+    assert ResumeMismatch.exit_code not in (0, 1, 2, 130, 143)

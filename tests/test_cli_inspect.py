@@ -1,0 +1,255 @@
+"""``status``, ``sql``, ``show`` and ``why``: read-only inspection, also while a run trains."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bpe_store import inspect
+from bpe_store.errors import StoreError
+from bpe_store.store import Store
+from bpe_store.train import Interrupted, read_result, train
+from cli_helpers import SPECIAL, cli_cmd, env, run
+from conftest import shared_file
+
+VOCAB = 400
+TARGET = VOCAB - 257
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory) -> Path:
+    db = tmp_path_factory.mktemp("inspect") / "run.db"
+    r = run("train", shared_file("cs336", "corpus.en"), "--db", db, "--vocab-size", VOCAB, "--special", SPECIAL,
+            "--checkpoint-merges", "50", "--quiet")
+    assert r.exit_code == 0, r.output
+    return db
+
+
+@pytest.fixture(scope="module")
+def stopped_path(tmp_path_factory) -> Path:
+    """A store stopped mid-merge (as Ctrl-C leaves it)."""
+    db = tmp_path_factory.mktemp("stopped") / "run.db"
+    stop = threading.Event()
+
+    def progress(e: dict) -> None:
+        if e["stage"] == "checkpoint" and e.get("phase") == "merging" and e["done"] >= 40:
+            stop.set()
+
+    with pytest.raises(Interrupted):
+        train([shared_file("cs336", "corpus.en")], db, VOCAB, [SPECIAL], checkpoint_merges=20,
+              progress=progress, stop=stop)
+    return db
+
+
+def merges_of(db: Path) -> list[tuple[bytes, bytes]]:
+    with Store.open(db, readonly=True) as store:
+        return read_result(store).merges
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+def test_status_of_a_finished_run(store_path):
+    r = run("status", store_path)
+    assert r.exit_code == 0, r.output
+    text = r.stdout
+    assert "phase        done (vocab_size)" in text
+    assert f"merges       {TARGET} / {TARGET} (100.0%)" in text
+    assert "running      no" in text
+    assert str(shared_file("cs336", "corpus.en").resolve()) in text and "  ok" in text
+    assert "checkpoint   " in text and "ETA 0:00:00" in text
+    assert "schema v0_2_0_sessions" in text
+
+
+def test_status_json(store_path):
+    r = run("status", store_path, "--json")
+    st = json.loads(r.stdout)
+    assert st["phase"] == "done" and st["merges_done"] == st["merges_target"] == TARGET
+    assert st["held"] is False and st["holder"] is None
+    assert st["db_bytes"] >= store_path.stat().st_size > 0
+    assert st["counting"]["bytes_done"] == st["counting"]["bytes_total"] == shared_file("cs336", "corpus.en").stat().st_size
+    assert st["inputs"][0]["state"] == "ok" and len(st["inputs"][0]["sha256"]) == 64
+    assert st["last_checkpoint"]["merges_done"] == TARGET and st["eta_s"] == 0.0
+    assert [s["outcome"] for s in st["sessions"]] == ["done"]
+    assert st["sessions"][0]["merges_start"] == 0 and st["sessions"][0]["merges_end"] == TARGET
+    assert st["sessions"][0]["argv"] and st["special_tokens"] == [SPECIAL]
+
+
+def test_status_of_a_stopped_run_has_an_eta(stopped_path):
+    st = json.loads(run("status", stopped_path, "--json").stdout)
+    assert st["phase"] == "merging" and 0 < st["merges_done"] < TARGET
+    assert st["speed"] > 0 and st["eta_s"] > 0 and st["speed_unit"] == "merges/s"
+    assert st["sessions"][-1]["outcome"] == "interrupted"
+
+
+def test_status_says_when_a_process_holds_the_store(stopped_path):
+    with Store.open(stopped_path):  # a writer holds the lock, as a training run does
+        st = json.loads(run("status", stopped_path, "--json").stdout)
+        text = run("status", stopped_path).stdout
+    assert st["held"] is True and "running      yes" in text
+
+
+# -- sql ---------------------------------------------------------------------------------------
+
+
+def test_sql_table_csv_json(store_path):
+    q = "SELECT rank, token, count FROM merge_log WHERE rank < 3"
+    table = run("sql", store_path, q)
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["rank", "token", "count"] and set(lines[1]) <= {"-", " "}
+    assert lines[2].split()[:2] == ["0", "t"]
+    csv = run("sql", store_path, q, "--format", "csv").stdout.splitlines()
+    assert csv[0] == "rank,token,count" and csv[1].startswith("0, t,")
+    rows = json.loads(run("sql", store_path, q, "-f", "json").stdout)
+    assert rows[0]["rank"] == 0 and rows[0]["token"] == " t" and len(rows) == 3
+    limited = json.loads(run("sql", store_path, "SELECT * FROM vocab", "--limit", "2", "-f", "json").stdout)
+    assert len(limited) == 2
+
+
+def test_sql_blobs_and_invalid_utf8_are_shown_not_fatal(store_path):
+    r = run("sql", store_path, "SELECT bytes, CAST(bytes AS TEXT) AS t FROM vocab WHERE id IN (11, 257)")
+    assert r.exit_code == 0, r.output
+    assert "'\\n'" in r.stdout and "\\xff" in run("sql", store_path, "SELECT token FROM vocab_text WHERE id = 256").stdout
+
+
+@pytest.mark.parametrize("statement", [
+    "DELETE FROM merges", "DROP TABLE merges", "UPDATE run SET vocab_size = 1",
+    "CREATE TABLE x (a)", "PRAGMA query_only = OFF; DELETE FROM merges",
+])
+def test_sql_refuses_writes(store_path, statement):
+    before = merges_of(store_path)
+    r = run("sql", store_path, statement)
+    assert r.exit_code == 2
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1
+    assert "Traceback" not in r.output
+    assert merges_of(store_path) == before
+
+
+def test_sql_errors_are_one_line(store_path):
+    r = run("sql", store_path, "SELECT nope FROM merges")
+    assert r.exit_code == 2 and r.stderr == "error: SQL error: no such column: nope\n"
+
+
+# -- show --------------------------------------------------------------------------------------
+
+
+def test_show_merges_words_pairs_vocab(store_path):
+    merges = merges_of(store_path)
+    rows = json.loads(run("show", store_path, "merges", "--limit", "5", "-f", "json").stdout)
+    assert [(r["left"].encode(), r["right"].encode()) for r in rows] == merges[:5]
+    assert [r["rank"] for r in rows] == list(range(5))
+    table = run("show", store_path, "merges", "-n", "3").stdout.splitlines()
+    assert table[0].split() == ["rank", "left", "right", "token", "count", "token_id"] and len(table) == 5
+    assert "' '" in table[2] and "' t'" in table[2]
+    words = json.loads(run("show", store_path, "words", "-f", "json").stdout)
+    assert len(words) == 20 and [w["count"] for w in words] == sorted((w["count"] for w in words), reverse=True)
+    pairs = json.loads(run("show", store_path, "pairs", "-n", "4", "-f", "json").stdout)
+    assert len(pairs) == 4 and pairs[0]["count"] >= pairs[-1]["count"]
+    vocab = json.loads(run("show", store_path, "vocab", "--offset", "1", "-n", "2", "-f", "json").stdout)
+    assert [v["id"] for v in vocab] == [1, 2] and vocab[0]["token"] == "\x00" and vocab[0]["kind"] == "byte"
+    special = json.loads(run("show", store_path, "vocab", "-n", "1", "-f", "json").stdout)[0]
+    assert special == {"id": 0, "token": SPECIAL, "kind": "special", "n_bytes": len(SPECIAL)}
+
+
+def test_show_bad_limit_is_a_usage_error(store_path):
+    r = run("show", store_path, "merges", "--limit", "-1")
+    assert r.exit_code == 2 and "must not be negative" in r.stderr
+
+
+# -- why ---------------------------------------------------------------------------------------
+
+
+def test_why_the(store_path):
+    r = run("why", store_path, " the")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("' the'  (id ") and ", count " in lines[0]
+    assert any(line.startswith("├── ' t'") for line in lines)
+    assert any("'h'" in line and "byte" in line for line in lines)
+    info = json.loads(run("why", store_path, " the", "--json").stdout)
+    tree = info["token"]
+    assert tree["kind"] == "merge" and tree["bytes"] == " the"
+    assert "".join(p["bytes"] for p in tree["parts"]) == " the"
+    assert tree["count"] <= min(p["count"] for p in tree["parts"] if p["count"] is not None)
+    assert info["words"][0]["word"] == " the" and info["words"][0]["uses"] is True
+    counts = [w["count"] for w in info["words"]]
+    assert counts == sorted(counts, reverse=True) and info["words_containing"] >= len(counts)
+
+
+def test_why_by_id_and_bytes(store_path):
+    by_text = json.loads(run("why", store_path, " t", "--json").stdout)
+    by_id = json.loads(run("why", store_path, str(by_text["token"]["id"]), "--id", "--json").stdout)
+    assert by_id["token"] == by_text["token"]
+    byte = json.loads(run("why", store_path, "e", "--json").stdout)["token"]
+    assert byte["kind"] == "byte" and byte["parts"] == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["qqqzzz"], "is not a token of this vocabulary"),
+    (["99999", "--id"], "no token with id 99999"),
+    (["abc", "--id"], "--id needs an integer id"),
+])
+def test_why_unknown_tokens(store_path, args, message):
+    r = run("why", store_path, *args)
+    assert r.exit_code == 2 and message in r.stderr and r.stderr.count("\n") == 1
+
+
+# -- reading while a run writes ------------------------------------------------------------------
+
+CONSISTENCY = ("SELECT (SELECT count(*) FROM merges), (SELECT max(rank) FROM merges),"
+               " (SELECT count(*) FROM vocab), (SELECT merges_done FROM checkpoints ORDER BY id DESC LIMIT 1),"
+               " (SELECT phase FROM run), (SELECT count(*) FROM merges m JOIN vocab v ON v.id = 257 + m.rank)")
+
+
+def test_readers_see_consistent_snapshots_while_a_run_writes(tmp_path):
+    db = tmp_path / "live.db"
+    target = 1500 - 257
+    proc = subprocess.Popen(
+        cli_cmd("train", shared_file("cs336", "corpus.en"), "--db", db, "--vocab-size", "1500", "--special", SPECIAL,
+                "--checkpoint-merges", "10", "--quiet"), env=env())
+    seen_mid, held_by_it, via_cli, seen_any = set(), False, 0, False
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            if not db.exists():
+                time.sleep(0.01)
+                continue
+            try:
+                _, rows = inspect.sql(db, CONSISTENCY)
+                st = inspect.status(db) if rows[0][4] is not None else None
+            except StoreError:
+                if seen_any:
+                    raise
+                continue  # the store is being created (schema and run row not yet committed)
+            merges, max_rank, vocab, last, phase, joined = rows[0]
+            if phase is None:  # the schema is there, the run's first transaction not yet
+                assert not seen_any and merges == vocab == 0
+                continue
+            assert vocab == 257 + merges and joined == merges
+            assert max_rank == (merges - 1 if merges else None)
+            seen_any = True
+            if phase != "counting":
+                assert last == merges
+            if 0 < merges < target:
+                seen_mid.add(merges)
+                if st["held"] and st["holder"] and st["holder"]["pid"] == proc.pid:
+                    held_by_it = held_by_it or st["sessions"][-1]["state"] == "running"
+                if via_cli < 3:
+                    r = run("sql", db, "SELECT count(*) AS n FROM merges", "-f", "json")
+                    assert r.exit_code == 0, r.output
+                    assert json.loads(r.stdout)[0]["n"] >= merges
+                    via_cli += 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    assert proc.returncode == 0
+    assert len(seen_mid) >= 3, seen_mid
+    assert held_by_it
+    assert json.loads(run("status", db, "--json").stdout)["held"] is False

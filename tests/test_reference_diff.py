@@ -1,0 +1,105 @@
+"""Differential tests: the store-backed trainer equals the pure-Python reference trainer.
+
+On hypothesis-generated Unicode (with special tokens, including overlapping ones), on slices of
+the shared Russian and Chinese corpora, and for every chunk size, worker count and batch size.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bpe_store.count import count_chunk, plan_chunks
+from bpe_store.pretokenize import GPT2_PATTERN, count_words
+from bpe_store.reference import reference_train_bpe
+from bpe_store.train import train
+
+from conftest import corpus_slice
+
+SPECIALS = ["<|endoftext|>", "<|a|>", "<|a|><|b|>", "\n\n"]
+
+# Text drawn from pieces that stress pre-tokenization and chunking: specials (also overlapping
+# ones), whitespace runs next to words, contractions, digits, several scripts, emoji.
+_pieces = st.sampled_from([
+    "<|endoftext|>", "<|a|>", "<|a|><|b|>", "<|a", "|>", "\n\n", "\n", " ", "  ", "\t", "\r\n",
+    "the", " cat", "'s", "'ll", "don't", "123", " 4", "кот", " собака", "中文", "字", "é", "🙂",
+    ".", "!!", " (", "\u00a0", "\u3000", "x", "ab", "aaaa",
+])
+texts = st.one_of(
+    st.lists(_pieces, max_size=60).map("".join),
+    st.text(max_size=200),
+    st.lists(st.one_of(_pieces, st.text(max_size=8)), max_size=40).map("".join),
+)
+
+
+def _train(tmp_path, text: str, vocab_size: int, specials, **kw):
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(text.encode("utf-8"))
+    db = tmp_path / "run.db"
+    for suffix in ("", "-wal", "-shm"):
+        (tmp_path / ("run.db" + suffix)).unlink(missing_ok=True)
+    return train([path], db, vocab_size, specials, **kw)
+
+
+@settings(max_examples=60)
+@given(text=texts, chunk_size=st.integers(1, 64))
+def test_chunking_never_changes_counts(tmp_path_factory, text, chunk_size):
+    tmp = tmp_path_factory.mktemp("chunks")
+    path = tmp / "c.txt"
+    data = text.encode("utf-8")
+    path.write_bytes(data)
+    expected = count_words(text, SPECIALS)
+    for pattern in (GPT2_PATTERN, r"\S+|\s+"):
+        chunks = plan_chunks(path, len(data), SPECIALS, pattern, chunk_size)
+        assert chunks[0][0] == 0 and chunks[-1][1] == len(data)
+        assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
+        total: Counter[bytes] = Counter()
+        for start, end in chunks:
+            total.update(count_chunk(str(path), start, end, SPECIALS, pattern)[0])
+        assert total == count_words(text, SPECIALS, pattern) if pattern != GPT2_PATTERN else total == expected
+
+
+@settings(max_examples=40)
+@given(text=texts, vocab_extra=st.integers(0, 40), batch=st.sampled_from([1, 3, 2000]))
+def test_trainer_equals_reference_on_generated_text(tmp_path_factory, text, vocab_extra, batch):
+    tmp = tmp_path_factory.mktemp("diff")
+    specials = ["<|endoftext|>", "<|a|>", "<|a|><|b|>"]
+    vocab_size = 256 + len(specials) + vocab_extra
+    if not text.encode("utf-8"):
+        return
+    ref_vocab, ref_merges = reference_train_bpe(text, vocab_size, specials)
+    got = _train(tmp, text, vocab_size, specials, checkpoint_merges=batch, chunk_size=16, workers=1)
+    assert got.merges == ref_merges
+    assert got.vocab == ref_vocab
+
+
+@pytest.mark.parametrize("name,offset", [("tinystories-ru-20M.txt", 5_000_000), ("zhwiki-20M.txt", 3_000_000),
+                                         ("enwiki-100M.txt", 50_000_000)])
+def test_trainer_equals_reference_on_corpus_slices(tmp_path, name, offset):
+    text = corpus_slice(name, 60_000, offset)
+    specials = ["<|endoftext|>", "。", "\n\n"]
+    ref_vocab, ref_merges = reference_train_bpe(text, 600, specials)
+    got = _train(tmp_path, text, 600, specials, chunk_size=4096, workers=2, checkpoint_merges=37)
+    assert got.merges == ref_merges
+    assert got.vocab == ref_vocab
+
+
+def test_results_independent_of_workers_chunks_and_batches(tmp_path):
+    text = corpus_slice("tinystories-ru-20M.txt", 6_000_000)  # above the in-process threshold
+    runs = []
+    for i, (workers, chunk, batch) in enumerate([(1, 8 << 20, 2000), (2, 300_000, 50), (2, 1 << 20, 1)]):
+        d = tmp_path / str(i)
+        d.mkdir()
+        r = _train(d, text, 400, ["<|endoftext|>"], workers=workers, chunk_size=chunk, checkpoint_merges=batch)
+        runs.append((r.merges, r.merge_counts))
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_stops_cleanly_when_no_pair_is_left(tmp_path):
+    r = _train(tmp_path, "ab ab<|endoftext|>ab", 1000, ["<|endoftext|>"])
+    assert r.stop_reason == "no_pairs"
+    assert r.merges == [(b"a", b"b"), (b" ", b"ab")]
+    assert r.merge_counts == [3, 1]

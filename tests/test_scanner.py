@@ -1,0 +1,287 @@
+"""The native scanner and counter (bpe_store._core) against the `regex` specification.
+
+The contract (DESIGN.md, Semantics): native pre-tokens == ``regex.finditer(GPT2_PATTERN, text)``
+on every valid UTF-8 input, native word counts == ``pretokenize.count_words``, and training gives
+the same merges whatever the thread count or chunk size.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import regex
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from bpe_store import _core
+from bpe_store.count import add_counts, count_chunk, count_chunks_threaded, native_counts
+from bpe_store.pretokenize import GPT2_PATTERN, count_words
+from bpe_store.train import Interrupted, train
+
+from conftest import CS336, corpus_slice
+
+GPT2 = regex.compile(GPT2_PATTERN)
+OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
+
+
+def regex_pieces(text: str) -> list[bytes]:
+    return [m.encode("utf-8") for m in GPT2.findall(text)]
+
+
+def assert_same_split(text: str) -> None:
+    native = _core.pretokenize(text.encode("utf-8"))
+    expected = regex_pieces(text)
+    if native != expected:  # show the first difference, not two huge lists
+        i = next((i for i, (a, b) in enumerate(zip(native, expected)) if a != b), min(len(native), len(expected)))
+        pytest.fail(f"first difference at piece {i}: native {native[i:i + 3]!r} vs regex {expected[i:i + 3]!r}")
+
+
+# -- character classes ------------------------------------------------------------------------
+
+def test_every_code_point_is_classified_as_regex_does() -> None:
+    every = "".join(map(chr, range(0x110000)))
+    expected = bytearray(0x110000)
+    for code, pattern in ((LETTER, r"\p{L}"), (NUMBER, r"\p{N}"), (SPACE, r"\s")):
+        for m in regex.finditer(pattern, every):
+            expected[m.start()] = code
+    native = bytes(map(_core.char_class, range(0x110000)))
+    if native != bytes(expected):
+        bad = [cp for cp in range(0x110000) if native[cp] != expected[cp]][:10]
+        pytest.fail("classes differ from regex at " + ", ".join(
+            f"U+{cp:04X} (native {native[cp]}, regex {expected[cp]})" for cp in bad))
+
+
+@pytest.mark.parametrize(("cp", "cls"), [
+    (0x20, SPACE), (0x09, SPACE), (0x0B, SPACE), (0x0C, SPACE), (0x85, SPACE), (0xA0, SPACE),
+    (0x2028, SPACE), (0x3000, SPACE),
+    # not \s in `regex` (str.isspace() says yes for \x1c-\x1f: the scanner must not follow it)
+    (0x1C, OTHER), (0x1F, OTHER), (0x180E, OTHER), (0x200B, OTHER), (0xFEFF, OTHER), (0x00, OTHER),
+    (0x0661, NUMBER), (0x2160, NUMBER), (0xB2, NUMBER), (ord("中"), LETTER), (ord("ß"), LETTER),
+])
+def test_classes_of_tricky_code_points(cp: int, cls: int) -> None:
+    assert _core.char_class(cp) == cls
+
+
+def test_char_class_rejects_out_of_range() -> None:
+    with pytest.raises(ValueError):
+        _core.char_class(0x110000)
+
+
+# -- pre-tokens --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "", " ", "  ", "a", " a", "  a", "\na", " \na", "a  ", "a \n", "\n\n", "\r\n\r\nx", "x\r\n",
+    "it's", "IT'S", "they'll", "THEY'LL", "'s", "''s", " 's", "'", "'x", "we've'", "i'm'd're't",
+    "Hi there  you're 123 中文!! \t\x0b\x0c\x1c\x1d word",
+    "x\u3000\u3000y", "x\xa0y", "x \xa0y", "a\u2028 b", "\x85\x85a", "\ufeffHello", "\x00\x01 \x00",
+    "١٢٣ 四 ⅷ ²", " !!", "  !!", "a1b2", "e\u0301", " \u200b ",
+])
+def test_known_splits(text: str) -> None:
+    assert_same_split(text)
+
+
+WHITESPACE = [" ", "  ", "\t", "\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f", "\x85",
+              "\xa0", "\u1680", "\u2000", "\u2028", "\u2029", "\u202f", "\u3000", "\u200b", "\u180e", "\ufeff"]
+FRAGMENTS = ["'s", "'S", "'ll", "'LL", "'ve", "'re", "'d", "'m", "'t", "'", "''", "'x", "don't", "I'M",
+             "\x00", "\x01", "\x7f", "!", "...", "--", "€", "🙂", "e\u0301", "\u0345",
+             "0", "42", "١٢٣", "४", "〇", "Ⅻ", "½", "²",
+             "Hello", "мир", "中文", "日本語", "한국어", "ελληνικά", "עברית", "عربي", "ไทย"]
+fragment = st.one_of(st.sampled_from(WHITESPACE), st.sampled_from(FRAGMENTS),
+                     st.text(st.characters(codec="utf-8"), max_size=4))
+mixed_text = st.lists(fragment, max_size=40).map("".join)
+
+
+@given(st.text())
+@example("a \u3000 b")
+def test_random_text_splits_as_regex(text: str) -> None:
+    assert_same_split(text)
+
+
+@given(st.text(st.characters(codec="utf-8", categories=("L", "N", "Z", "P", "S", "C", "M"))))
+def test_random_text_every_category(text: str) -> None:
+    assert_same_split(text)
+
+
+@given(mixed_text)
+def test_mixed_scripts_spaces_and_contractions(text: str) -> None:
+    assert_same_split(text)
+
+
+@given(st.binary(max_size=64) | mixed_text.map(lambda t: t.encode("utf-8")[1:]))
+def test_invalid_utf8_never_breaks_the_scanner(data: bytes) -> None:
+    pieces = _core.pretokenize(data)
+    assert b"".join(pieces) == data and all(pieces)
+    counts, total = _core.count_words(data, [b"<|x|>"])
+    assert total == sum(counts.values())
+    try:
+        data.decode("utf-8")
+        valid = True
+    except UnicodeDecodeError:
+        valid = False
+    assert _core.utf8_valid(data) == valid
+
+
+@pytest.mark.parametrize(("name", "offsets"), [
+    ("enwiki-100M.txt", (0, 37_000_000, 90_000_000)),
+    ("tinystories-ru-20M.txt", (0, 9_000_000, 17_000_000)),
+    ("zhwiki-20M.txt", (0, 9_000_000, 17_000_000)),
+])
+def test_corpus_slices_split_as_regex(name: str, offsets: tuple[int, ...]) -> None:
+    for offset in offsets:
+        text = corpus_slice(name, 2 << 20, offset)
+        # start at a whole character: corpus_slice drops a cut-off head, but be explicit
+        assert_same_split(text)
+
+
+# -- counting ----------------------------------------------------------------------------------
+
+SPECIALS = ["<|endoftext|>", "<|a|>", "<|a|><|b|>", "<|b|>", "中"]
+special_piece = st.sampled_from(SPECIALS + ["<|a|", "<|", "|>", "<|a|><|", "<|endoftext|"])
+text_with_specials = st.lists(st.one_of(fragment, special_piece), max_size=40).map("".join)
+
+
+@given(text_with_specials, st.lists(st.sampled_from(SPECIALS), unique=True))
+@example("x<|a|><|b|>y<|a|>z<|b|>", ["<|a|>", "<|a|><|b|>"])
+@example("<|a|><|a|><|b|><|b|>", ["<|a|><|b|>", "<|a|>", "<|b|>"])
+def test_count_words_matches_python(text: str, specials: list[str]) -> None:
+    counts, total = _core.count_words(text.encode("utf-8"), [s.encode("utf-8") for s in specials])
+    expected = count_words(text, specials)
+    assert counts == dict(expected)
+    assert total == sum(expected.values())
+
+
+def test_count_words_rejects_empty_special() -> None:
+    with pytest.raises(ValueError):
+        _core.count_words(b"abc", [b""])
+
+
+def test_count_chunk_native_equals_regex_path(tmp_path: Path) -> None:
+    text = corpus_slice("tinystories-ru-20M.txt", 300_000, 1000) + "<|endoftext|>" + corpus_slice(
+        "zhwiki-20M.txt", 300_000, 5000)
+    path = tmp_path / "c.txt"
+    # invalid bytes in the middle: "replace" must give the same U+FFFD words on both paths
+    path.write_bytes(text.encode("utf-8") + b"\xff\xfe ab\xc3" + text.encode("utf-8")[:5000])
+    size = path.stat().st_size
+    same_pattern = f"(?:{GPT2_PATTERN})"  # same matches, but forces the regex path
+    assert native_counts(GPT2_PATTERN) and not native_counts(same_pattern)
+    for specials in ([], ["<|endoftext|>"]):
+        native = count_chunk(str(path), 0, size, specials, GPT2_PATTERN, "replace")
+        python = count_chunk(str(path), 0, size, specials, same_pattern, "replace")
+        assert native == python
+    with pytest.raises(UnicodeDecodeError):
+        count_chunk(str(path), 0, size, [], GPT2_PATTERN, "strict")
+
+
+def test_add_counts_is_a_counter_update() -> None:
+    total = Counter({b"a": 1, b"b": 2**62})
+    add_counts(total, {b"b": 2**62, b"c": 3})
+    assert total == Counter({b"a": 1, b"b": 2**63, b"c": 3})
+
+
+def test_threaded_counting_stops_cleanly(tmp_path: Path) -> None:
+    path = tmp_path / "c.txt"
+    path.write_text("hello world " * 10_000, encoding="utf-8")
+    tasks = [(i, str(path), i * 1200, (i + 1) * 1200, (), GPT2_PATTERN, "strict") for i in range(100)]
+    results = count_chunks_threaded(tasks, 2)
+    first = next(results)
+    results.close()  # the consumer stops early: queued chunks are cancelled, threads end
+    assert first[2] > 0
+    assert not [t for t in threading.enumerate() if t.name.startswith("bpe-count")]
+    counted = sorted(cid for cid, _, _ in count_chunks_threaded(tasks, 2))
+    assert counted == list(range(100))
+
+
+def test_train_same_merges_for_any_threads_and_chunk_size(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.txt"
+    body = (CS336 / "tinystories_sample.txt").read_text(encoding="utf-8") if CS336.exists() else ""
+    corpus.write_text(body + corpus_slice("tinystories-ru-20M.txt", 200_000, 3_000_000) + "<|endoftext|>"
+                      + corpus_slice("zhwiki-20M.txt", 100_000, 1_000_000), encoding="utf-8")
+    results = []
+    for i, (workers, chunk_size) in enumerate([(1, 1 << 30), (2, 4096), (2, 50_000), (1, 777)]):
+        r = train([corpus], tmp_path / f"run{i}.db", 400, ["<|endoftext|>"], workers=workers,
+                  chunk_size=chunk_size)
+        results.append((r.vocab, r.merges, r.merge_counts))
+    assert all(r == results[0] for r in results[1:])
+
+
+def test_stop_while_counting_on_threads_then_resume(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(corpus_slice("enwiki-100M.txt", 400_000, 1_000_000), encoding="utf-8")
+    full = train([corpus], tmp_path / "full.db", 300, workers=2, chunk_size=8192)
+    stop = threading.Event()
+    seen: list[dict] = []
+
+    def progress(event: dict) -> None:
+        seen.append(event)
+        if event["stage"] == "counting" and event["done"] > 0:
+            stop.set()
+
+    db = tmp_path / "run.db"
+    with pytest.raises(Interrupted):
+        train([corpus], db, 300, workers=2, chunk_size=8192, progress=progress, stop=stop)
+    assert not [t for t in threading.enumerate() if t.name.startswith("bpe-count")]
+    checkpoint = [e for e in seen if e["stage"] == "checkpoint"]
+    assert checkpoint and checkpoint[-1]["phase"] == "counting" and checkpoint[-1]["done"] < checkpoint[-1]["total"]
+    resumed = train([corpus], db, 300, workers=2, chunk_size=8192)
+    assert (resumed.merges, resumed.merge_counts) == (full.merges, full.merge_counts)
+
+
+# -- memory safety -----------------------------------------------------------------------------
+
+SANITIZER_HARNESS = r"""
+#include <cstdio>
+#include <memory>
+#include <random>
+#include "scanner_impl.h"
+
+// Random byte strings, biased to UTF-8 edge bytes, each in a heap block of exactly its size so
+// that AddressSanitizer reports any read past the end; pieces must tile the input.
+int main() {
+    using namespace bpe::detail;
+    const unsigned char edge[] = {0x80, 0xBF, 0xC0, 0xC2, 0xDF, 0xE0, 0xED, 0xEF, 0xF0, 0xF4,
+                                  0xF5, 0xFF, ' ', '\n', '\'', 's', 'l', 'a', '1', '<', '|', '>'};
+    std::mt19937_64 rng(12345);
+    const SpecialSplitter splitter({"<|a|>", "<|a|><|b|>", "\xe4\xb8\xad"});
+    for (int iter = 0; iter < 200000; ++iter) {
+        const size_t n = rng() % 48;
+        std::unique_ptr<uint8_t[]> buf(new uint8_t[n ? n : 1]);
+        for (size_t i = 0; i < n; ++i) buf[i] = rng() % 3 ? edge[rng() % sizeof(edge)] : uint8_t(rng());
+        size_t prev = 0;
+        bool ok = true;
+        scan(buf.get(), n, [&](size_t a, size_t b) { ok = ok && a == prev && b > a && b <= n; prev = b; });
+        if (!ok || prev != n) { std::printf("bad split at iteration %d\n", iter); return 1; }
+        WordTable table(n / 64);
+        splitter.split(buf.get(), n, [&](size_t a, size_t b) {
+            scan(buf.get() + a, b - a, [&](size_t x, size_t y) { table.add(buf.get() + a + x, y - x); });
+        });
+        (void)valid_utf8(buf.get(), n);
+    }
+    std::puts("ok");
+    return 0;
+}
+"""
+
+
+@pytest.mark.slow
+def test_scanner_is_memory_safe_on_any_bytes(tmp_path: Path) -> None:
+    """Build the scanner alone under AddressSanitizer + UBSan and run it on random bytes."""
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    native = Path(__file__).resolve().parent.parent / "native"
+    src = tmp_path / "harness.cpp"
+    src.write_text(SANITIZER_HARNESS)
+    exe = tmp_path / "harness"
+    build = subprocess.run([cxx, "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined",
+                            "-fno-sanitize-recover=all", "-I", str(native), str(src), "-o", str(exe)],
+                           capture_output=True, text=True)
+    if build.returncode != 0 and "sanitize" in build.stderr:
+        pytest.skip(f"the compiler has no sanitizers: {build.stderr[:200]}")
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr

@@ -26,17 +26,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import BpeStoreError, InputError
+from .errors import InputError
 from .pretokenize import GPT2_PATTERN
 
 FORMATS = ("hf", "gpt2", "tiktoken")
 GPT2_MERGES_HEADER = "#version: 0.2"
 
 
-class ExportError(BpeStoreError):
-    """The tokenizer cannot be written in a format without its loader misreading it."""
-
-    exit_code = 5
+class ExportError(InputError):
+    """The tokenizer cannot be written in a format without its loader misreading it (exit 2,
+    like any bad parameter: another format, or another vocab size, may be written)."""
 
 
 @lru_cache(maxsize=1)

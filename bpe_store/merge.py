@@ -11,17 +11,50 @@ State, rebuilt from the store on resume:
   its count, and the first entry popped whose count is current is the CS336 choice.
 
 Tokens are identified by bytes: a merge whose bytes already have a token reuses that id.
-This Python engine is the portable path; ``_core`` provides the same interface natively.
+
+Two engines share one interface (``Engine``): ``MergeEngine`` here, pure Python, the portable
+fallback and the readable spec; and ``NativeMergeEngine``, a thin wrapper over the C++
+``_core.MergeEngine`` (native/merge_engine.cpp), which must give identical merges. ``new_engine``
+builds either from the store's word rows; ``engine="auto"`` takes the native one when it is built.
 """
 
 from __future__ import annotations
 
+import array
+import gc
 import heapq
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 Pair = tuple[int, int]
+#: A row of the store's ``words`` table: ``(word id, bytes, count, packed tokens or None)``;
+#: None means the word is still its single bytes (id ``n_specials + byte``).
+WordRow = tuple[int, bytes, int, "bytes | None"]
+#: A checkpoint's executemany parameters: ``(words [(packed tokens, word id)], pair deletes
+#: [(left, right)], pair inserts [(left, right, count)], pair updates [(count, left, right)])``.
+CheckpointRows = tuple[list[tuple[bytes, int]], list[tuple[int, int]], list[tuple[int, int, int]],
+                       list[tuple[int, int, int]]]
+#: ``(live pairs, digest 1, digest 2)``; the store computes the same in SQL (pair_counts_digest).
+PairDigest = tuple[int, int, int]
+
+ENGINES = ("auto", "native", "python")
+_P1 = 2147483647
+_P2 = 1000000007
+
+
+def pair_digest_of(pairs: dict[Pair, int]) -> PairDigest:
+    """A cheap fingerprint of ``{pair: count}`` that SQLite can compute over ``pair_counts`` in one
+    scan, so a resume checks the store's pair counts without reading them into Python. Each term
+    is reduced below a prime, so the sums are exact 64-bit integers in SQL, C++ and Python."""
+    n = h1 = h2 = 0
+    for (a, b), c in pairs.items():
+        if c > 0:
+            n += 1
+            h1 += ((a * 65599 + b) % _P1) * (c % _P1) % _P1
+            h2 += ((a * 1000003 + b * 7 + 11) % _P2) * (c % _P2) % _P2
+    return n, h1, h2
 
 
 class _Desc:
@@ -59,12 +92,68 @@ def pair_counts_of(words: Sequence[Sequence[int]], counts: Sequence[int]) -> dic
     return dict(pc)
 
 
+class Engine(Protocol):
+    """What training needs from a merge engine (both engines below provide it)."""
+
+    token_bytes: dict[int, bytes]  # every id words use, and every merge's token
+    #: index of the first word whose tokens do not spell its bytes (a corrupt store), or -1
+    bad_word: int
+
+    @property
+    def exhausted(self) -> bool: ...
+    @property
+    def next_rank(self) -> int: ...
+    @property
+    def first_merge_id(self) -> int: ...
+    def step(self, max_merges: int) -> list[Merge]: ...
+    def take_changes(self) -> tuple[dict[int, list[int]], dict[Pair, int]]: ...
+    def take_checkpoint_rows(self) -> CheckpointRows: ...
+    def pair_counts(self) -> dict[Pair, int]: ...
+    def pair_digest(self) -> PairDigest: ...
+
+
+def _tokens_of_row(wbytes: bytes, blob: bytes | None, n_specials: int) -> list[int]:
+    if blob is None:
+        return [n_specials + b for b in wbytes]
+    a = array.array("I")
+    a.frombytes(blob)  # raises ValueError on a length that is not a multiple of 4
+    if a.itemsize != 4:  # pragma: no cover
+        raise RuntimeError("array('I') is not 32-bit here")
+    return a.tolist()
+
+
 class MergeEngine:
     """Incremental merger. ``token_bytes[id]`` must hold the bytes of every id in ``words``;
     ``next_rank`` is the rank of the next merge and ``first_merge_id`` the vocab id of rank 0."""
 
+    @classmethod
+    def from_rows(cls, rows: Sequence[WordRow], token_bytes: Sequence[bytes | None], n_specials: int,
+                  first_merge_id: int, next_rank: int) -> MergeEngine:
+        """Build from the store's word rows and ``token_bytes[id]`` (None for special tokens)."""
+        tb = {i: b for i, b in enumerate(token_bytes) if b is not None}
+        words: list[list[int]] = []
+        bad = -1
+        for i, (_, wbytes, _, blob) in enumerate(rows):
+            try:
+                toks = _tokens_of_row(wbytes, blob, n_specials)
+                ok = blob is None or b"".join(tb[t] for t in toks) == wbytes
+            except (KeyError, ValueError):
+                ok = False
+            if not ok:
+                toks = []
+                if bad < 0:
+                    bad = i
+            words.append(toks)
+        engine = cls(words, [r[2] for r in rows], tb, first_merge_id, next_rank)
+        engine.word_ids = [r[0] for r in rows]
+        engine.bad_word = bad
+        return engine
+
     def __init__(self, words: list[list[int]], counts: list[int], token_bytes: dict[int, bytes],
                  first_merge_id: int, next_rank: int = 0):
+        #: store id of each word (for checkpoint rows); the word index unless built from rows
+        self.word_ids: list[int] = list(range(len(words)))
+        self.bad_word = -1
         self.words = words
         self.counts = counts
         self.token_bytes = token_bytes
@@ -89,6 +178,8 @@ class MergeEngine:
         heapq.heapify(self.heap)
         self._changed_words: set[int] = set()
         self._changed_pairs: set[Pair] = set()
+        #: the pair counts as the store holds them (after the last take), to skip unchanged rows
+        self._stored: dict[Pair, int] = dict(self.pairs)
         #: True once no pair is left to merge
         self.exhausted = False
 
@@ -176,4 +267,119 @@ class MergeEngine:
         pairs = {p: self.pairs.get(p, 0) for p in self._changed_pairs}
         self._changed_words = set()
         self._changed_pairs = set()
+        self._stored.update(pairs)
         return words, pairs
+
+    def take_checkpoint_rows(self) -> CheckpointRows:
+        """The changes since the last take as a checkpoint's executemany rows (see CheckpointRows)."""
+        ids = self.word_ids
+        word_rows = [(array.array("I", self.words[w]).tobytes(), ids[w]) for w in sorted(self._changed_words)]
+        deletes: list[tuple[int, int]] = []
+        inserts: list[tuple[int, int, int]] = []
+        updates: list[tuple[int, int, int]] = []
+        stored = self._stored
+        for p in sorted(self._changed_pairs):
+            cur, old = self.pairs.get(p, 0), stored.get(p, 0)
+            if cur == old:
+                continue
+            if old == 0:
+                inserts.append((p[0], p[1], cur))
+            elif cur == 0:
+                deletes.append(p)
+            else:
+                updates.append((cur, p[0], p[1]))
+            if cur:
+                stored[p] = cur
+            else:
+                stored.pop(p, None)
+        self._changed_words = set()
+        self._changed_pairs = set()
+        return word_rows, deletes, inserts, updates
+
+    def pair_counts(self) -> dict[Pair, int]:
+        return dict(self.pairs)
+
+    def pair_digest(self) -> PairDigest:
+        return pair_digest_of(self.pairs)
+
+
+class NativeMergeEngine:
+    """``Engine`` over the C++ ``_core.MergeEngine``: the same contract, built for ~1M words.
+
+    It keeps ``token_bytes`` as a Python dict (extended after each step) so callers read token
+    bytes without a native call per lookup.
+    """
+
+    def __init__(self, rows: list[WordRow], token_bytes: Sequence[bytes | None], n_specials: int,
+                 first_merge_id: int, next_rank: int):
+        from . import _core
+
+        if not isinstance(rows, list):
+            rows = list(rows)
+        # sqlite3 returns tuples; other row types (SQLAlchemy Row) are converted once here
+        if rows and type(rows[0]) is not tuple:
+            rows = [tuple(r) for r in rows]
+        self._e = _core.MergeEngine(rows, list(token_bytes), n_specials, first_merge_id, next_rank)
+        self.token_bytes: dict[int, bytes] = {i: b for i, b in enumerate(token_bytes) if b is not None}
+        self.bad_word: int = self._e.bad_word
+
+    @property
+    def exhausted(self) -> bool:
+        return self._e.exhausted
+
+    @property
+    def next_rank(self) -> int:
+        return self._e.next_rank
+
+    @property
+    def first_merge_id(self) -> int:
+        return self._e.first_merge_id
+
+    def step(self, max_merges: int) -> list[Merge]:
+        tb = self.token_bytes
+        out = []
+        for rank, left, right, token, count in self._e.step(max_merges):
+            if token not in tb:
+                tb[token] = tb[left] + tb[right]
+            out.append(Merge(rank, left, right, token, count))
+        return out
+
+    def take_changes(self) -> tuple[dict[int, list[int]], dict[Pair, int]]:
+        return self._e.take_changes()
+
+    def take_checkpoint_rows(self) -> CheckpointRows:
+        gc_on = gc.isenabled()
+        gc.disable()  # up to ~1M new tuples, none cyclic: collections would only cost time
+        try:
+            return self._e.take_checkpoint_rows()
+        finally:
+            if gc_on:
+                gc.enable()
+
+    def pair_counts(self) -> dict[Pair, int]:
+        return self._e.pair_counts()
+
+    def pair_digest(self) -> PairDigest:
+        return self._e.pair_digest()
+
+
+def native_available() -> bool:
+    """Whether the native engine is built into this installation."""
+    try:
+        from . import _core
+    except ImportError:
+        return False
+    return hasattr(_core, "MergeEngine")
+
+
+def new_engine(rows: list[WordRow], token_bytes: Sequence[bytes | None], n_specials: int,
+               first_merge_id: int, next_rank: int, engine: str = "auto") -> Engine:
+    """A merge engine over the store's word rows (in id order); ``engine`` is one of ``ENGINES``:
+    "native" requires the C++ core, "python" forces the fallback, "auto" prefers native."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if engine == "native" or (engine == "auto" and native_available()):
+        if not native_available():
+            raise RuntimeError("the native merge engine is not built here (use engine='python')")
+        return NativeMergeEngine(rows, token_bytes, n_specials, first_merge_id, next_rank)
+    return MergeEngine.from_rows(rows, token_bytes, n_specials, first_merge_id, next_rank)

@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -35,13 +36,16 @@ from . import __version__, sessions
 from .count import (DEFAULT_CHUNK_SIZE, add_counts, count_chunk_task, count_chunks_threaded, native_counts,
                     plan_chunks, scan_source)
 from .errors import BpeStoreError, InputError, ResumeMismatch, StoreError
-from .merge import MergeEngine, pair_counts_of
+from .merge import ENGINES, Engine, native_available, new_engine
 from .pretokenize import GPT2_PATTERN
-from .store import RunParams, Source, Store, _sqlite_error, pack_tokens, unpack_tokens
+from .store import RunParams, Source, Store, _sqlite_error
 
-#: A checkpoint is written after this many merges or this many seconds of merging, whichever
-#: comes first. Small enough that a kill loses little; large enough that writing stays cheap.
-DEFAULT_CHECKPOINT_MERGES = 2000
+#: A checkpoint is written after this many seconds of merging (and when merging ends): the most
+#: a kill can lose. ``checkpoint_merges`` also caps a batch when given; by default it is None,
+#: because merges per second vary 100x between engines and corpora, while the cost of a
+#: checkpoint grows with the words a batch touches: with the native engine on enwiki-100M a
+#: checkpoint every 2000 merges spent 7 s writing for 1 s of merging (bench/RESULTS-merge.md).
+DEFAULT_CHECKPOINT_MERGES: int | None = None
 DEFAULT_CHECKPOINT_SECONDS = 30.0
 #: Counting flushes its counts to the store at most this often (and at the end).
 DEFAULT_COUNT_FLUSH_SECONDS = 10.0
@@ -159,15 +163,20 @@ def _train(
     pattern: str = GPT2_PATTERN,
     workers: int | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
-    checkpoint_merges: int = DEFAULT_CHECKPOINT_MERGES,
+    checkpoint_merges: int | None = DEFAULT_CHECKPOINT_MERGES,
     checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS,
     count_flush_seconds: float = DEFAULT_COUNT_FLUSH_SECONDS,
     invalid_utf8: str = "strict",
     restart: bool = False,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
+    engine: str = "auto",
 ) -> TrainResult:
-    """Train (or resume training) a byte-level BPE into the store ``db``; see the module doc."""
+    """Train (or resume training) a byte-level BPE into the store ``db``; see the module doc.
+
+    ``engine`` picks the merge engine: "native" (C++), "python" (the portable fallback) or
+    "auto" (native when built). Both give the same result, so a run may resume with the other.
+    """
     # 1. check
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
@@ -176,8 +185,13 @@ def _train(
         raise InputError("no input files given")
     params = check_params(vocab_size, special_tokens, pattern, invalid_utf8)
     workers = workers or os.cpu_count() or 1
-    if workers < 1 or chunk_size < 1 or checkpoint_merges < 1 or checkpoint_seconds <= 0:
+    if (workers < 1 or chunk_size < 1 or (checkpoint_merges is not None and checkpoint_merges < 1)
+            or checkpoint_seconds <= 0):
         raise InputError("workers, chunk size and checkpoint sizes must be positive")
+    if engine not in ENGINES:
+        raise InputError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if engine == "native" and not native_available():
+        raise InputError("the native merge engine is not built in this installation; use engine='python'")
     db = Path(db)
     session_start = time.monotonic()
 
@@ -231,10 +245,12 @@ def _train(
             return elapsed0 + time.monotonic() - session_start
 
         phase = store.run_row()["phase"]
+        merger: Engine | None = None
         if phase == "counting":
             _count(store, params, workers, count_flush_seconds, elapsed, progress, stop)
-            _start_merging(store, params, elapsed, progress)
-        _merge(store, params, checkpoint_merges, checkpoint_seconds, elapsed, progress, stop)
+            merger = _start_merging(store, params, elapsed, progress, engine)
+        _merge(store, params, checkpoint_merges, checkpoint_seconds, elapsed, progress, stop,
+               merger or engine)
         result = read_result(store)
         sessions.end(store, session)
         return result
@@ -307,54 +323,66 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _initial_tokens(wbytes: bytes, n_specials: int) -> list[int]:
-    return [n_specials + b for b in wbytes]
+def _byte_vocab(n_specials: int) -> list[bytes | None]:
+    """``token_bytes`` before any merge: None for each special token, then the 256 bytes."""
+    return [None] * n_specials + [bytes([b]) for b in range(256)]
 
 
-def _start_merging(store: Store, params: RunParams, elapsed: Callable[[], float], progress: Progress | None) -> None:
-    """4. pairs: count adjacent pairs of the counted words and move the run to merging."""
+def _start_merging(store: Store, params: RunParams, elapsed: Callable[[], float], progress: Progress | None,
+                   engine: str = "auto") -> Engine:
+    """4. pairs: count adjacent pairs of the counted words and move the run to merging.
+
+    Returns the engine it built, so merging starts without reading the words a second time.
+    """
     _emit(progress, stage="pairs")
-    _, wbytes, counts, _ = store.load_words()
     n = len(params.special_tokens)
-    pairs = pair_counts_of([_initial_tokens(w, n) for w in wbytes], counts)
-    store.start_merging(pairs, elapsed())
+    merger = new_engine(store.load_word_rows(), _byte_vocab(n), n, n + 256, 0, engine)
+    store.start_merging(merger.pair_counts(), elapsed())
+    return merger
 
 
-def _load_engine(store: Store, params: RunParams) -> tuple[MergeEngine, list[int]]:
+def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engine:
     """Rebuild the merge engine from the store and check the store is consistent."""
     n_special = len(params.special_tokens)
-    ids, wbytes, counts, blobs = store.load_words()
-    words = [unpack_tokens(t) if t is not None else _initial_tokens(w, n_special)
-             for w, t in zip(wbytes, blobs)]
     vocab = store.load_vocab()
     merges = store.load_merges()
     first = n_special + 256
-    if [r[0] for r in merges] != list(range(len(merges))) or len(vocab) != first + len(merges):
+    if ([r[0] for r in merges] != list(range(len(merges))) or len(vocab) != first + len(merges)
+            or [r[0] for r in vocab] != list(range(len(vocab)))):
         raise StoreError(f"{store.path}: the store is inconsistent (merges and vocab disagree); "
                          "start over with --restart")
-    token_bytes = {i: b for i, b, kind in vocab if kind != "special"}
-    engine = MergeEngine(words, counts, token_bytes, first, next_rank=len(merges))
-    for (i, w) in enumerate(words):
-        if b"".join(token_bytes[t] for t in w) != wbytes[i]:
-            raise StoreError(f"{store.path}: the store is inconsistent (word {ids[i]} does not spell its "
-                             "bytes); start over with --restart")
-    if engine.pairs != store.load_pair_counts():
+    token_bytes = [b if kind != "special" else None for _, b, kind in vocab]
+    rows = store.load_word_rows()
+    merger = new_engine(rows, token_bytes, n_special, first, len(merges), engine)
+    if merger.bad_word >= 0:
+        raise StoreError(f"{store.path}: the store is inconsistent (word {rows[merger.bad_word][0]} does not "
+                         "spell its bytes); start over with --restart")
+    del rows
+    # Why a digest: SQLite fingerprints pair_counts in one scan, instead of ~1M rows into Python.
+    if merger.pair_digest() != store.pair_counts_digest():
         raise StoreError(f"{store.path}: the store is inconsistent (pair counts do not match the words); "
                          "start over with --restart")
-    return engine, ids
+    return merger
 
 
-def _merge(store: Store, params: RunParams, batch: int, seconds: float, elapsed: Callable[[], float],
-           progress: Progress | None, stop: threading.Event | None) -> None:
-    """5. merge: learn merges in batches; each batch ends in one checkpoint transaction."""
+def _merge(store: Store, params: RunParams, batch: int | None, seconds: float, elapsed: Callable[[], float],
+           progress: Progress | None, stop: threading.Event | None, engine: Engine | str = "auto") -> None:
+    """5. merge: learn merges in batches; each batch ends in one checkpoint transaction.
+
+    ``engine``: the engine ``_start_merging`` built, or which kind to rebuild from the store.
+    A batch ends after ``seconds`` of merging, after ``batch`` merges if that is not None, or on
+    a stop request.
+    """
+    if batch is None:
+        batch = sys.maxsize
     run = store.run_row()
     target = params.num_merges
     done_now = store.sql("SELECT count(*) FROM merges").scalar()
     if run["phase"] == "done" and done_now >= min(target, done_now) and (
             run["stop_reason"] == "no_pairs" or done_now >= target):
         return
-    engine, ids = _load_engine(store, params)
-    tb = engine.token_bytes
+    merger = _load_engine(store, params, engine) if isinstance(engine, str) else engine
+    tb = merger.token_bytes
     stopping = False
     while True:
         # one batch = sub-steps of at most _SUB_STEP merges until the batch size, the batch time
@@ -362,40 +390,39 @@ def _merge(store: Store, params: RunParams, batch: int, seconds: float, elapsed:
         batch_end = time.monotonic() + seconds
         merges = []
         while True:
-            remaining = min(target - engine.next_rank, batch - len(merges))
-            if remaining <= 0 or engine.exhausted:
+            remaining = min(target - merger.next_rank, batch - len(merges))
+            if remaining <= 0 or merger.exhausted:
                 break
-            sub = engine.step(min(remaining, _SUB_STEP))
+            sub = merger.step(min(remaining, _SUB_STEP))
             merges.extend(sub)
             if sub:
                 last = sub[-1]
-                _emit(progress, stage="merging", done=engine.next_rank, total=target,
+                _emit(progress, stage="merging", done=merger.next_rank, total=target,
                       merge=[tb[last.left].decode("utf-8", "replace"),
                              tb[last.right].decode("utf-8", "replace"), last.count])
             stopping = stop is not None and stop.is_set()
             if stopping or time.monotonic() >= batch_end:
                 break
-        if engine.next_rank >= target:
+        if merger.next_rank >= target:
             reason = "vocab_size"
-        elif engine.exhausted:
+        elif merger.exhausted:
             reason = "no_pairs"
         else:
             reason = None
-        words, pairs = engine.take_changes()
-        first = engine.first_merge_id
-        write_s = store.write_merge_checkpoint(
+        word_rows, deletes, inserts, updates = merger.take_checkpoint_rows()
+        first = merger.first_merge_id
+        write_s = store.write_merge_rows(
             [(m.rank, m.left, m.right, m.token, m.count) for m in merges],
             [(first + m.rank, tb[m.left] + tb[m.right]) for m in merges],
-            [(ids[w], pack_tokens(t)) for w, t in words.items()],
-            [(a, b, c) for (a, b), c in pairs.items()],
-            merges_done=engine.next_rank, elapsed_s=elapsed(), done_reason=reason,
+            word_rows, deletes, inserts, updates,
+            merges_done=merger.next_rank, elapsed_s=elapsed(), done_reason=reason,
         )
-        _emit(progress, stage="checkpoint", phase="merging", done=engine.next_rank, total=target,
-              words=len(words), pairs=len(pairs), write_s=write_s)
+        _emit(progress, stage="checkpoint", phase="merging", done=merger.next_rank, total=target,
+              words=len(word_rows), pairs=len(deletes) + len(inserts) + len(updates), write_s=write_s)
         if reason is not None:
             return
         if stopping:
-            raise Interrupted(f"stopped after {engine.next_rank} merges; {store.path} holds them")
+            raise Interrupted(f"stopped after {merger.next_rank} merges; {store.path} holds them")
 
 
 def read_result(store: Store, vocab_size: int | None = None) -> TrainResult:

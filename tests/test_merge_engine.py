@@ -1,0 +1,332 @@
+"""The merge engines: native (C++) == Python engine == the reference trainer, and the engine
+contract training relies on (batch independence, rebuilding from taken changes, checkpoint rows).
+"""
+
+from __future__ import annotations
+
+import array
+import sqlite3
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bpe_store import train, train_bpe
+from bpe_store.merge import ENGINES, MergeEngine, native_available, new_engine, pair_digest_of
+from bpe_store.pretokenize import count_words
+from bpe_store.reference import train_from_counts
+from bpe_store.store import Store
+
+from conftest import CS336, corpus_slice, shared_file
+
+needs_native = pytest.mark.skipif(not native_available(), reason="the native core is not built")
+KINDS = ["python", pytest.param("native", marks=needs_native)]
+SPECIALS = 1  # one special token (id 0) before the 256 bytes, as with ["<|endoftext|>"]
+
+# {word bytes: count}: small alphabets force ties and repeated bytes (b"aaaa"); counts up to
+# 2**40 make pair counts exceed 32 bits.
+words_st = st.dictionaries(
+    st.binary(min_size=1, max_size=8).map(lambda b: bytes(b"ab\x00\xff"[x % 4] for x in b))
+    | st.text(alphabet="abc ", min_size=1, max_size=10).map(str.encode),
+    st.integers(min_value=1, max_value=2**40),
+    min_size=1, max_size=12)
+
+
+def rows_of(word_counts: dict[bytes, int]) -> list[tuple[int, bytes, int, bytes | None]]:
+    """Store-like word rows: ids from 1, every word still its single bytes."""
+    return [(i + 1, w, c, None) for i, (w, c) in enumerate(word_counts.items())]
+
+
+def byte_vocab() -> list[bytes | None]:
+    return [None] * SPECIALS + [bytes([b]) for b in range(256)]
+
+
+def engine_for(word_counts: dict[bytes, int], kind: str):
+    return new_engine(rows_of(word_counts), byte_vocab(), SPECIALS, SPECIALS + 256, 0, kind)
+
+
+def as_bytes(engine, merges) -> list[tuple[bytes, bytes, int]]:
+    tb = engine.token_bytes
+    return [(tb[m.left], tb[m.right], m.count) for m in merges]
+
+
+def run(word_counts: dict[bytes, int], kind: str, n: int, batch: int | None = None):
+    e = engine_for(word_counts, kind)
+    merges = []
+    while len(merges) < n and not e.exhausted:
+        merges += e.step(min(batch or n, n - len(merges)))
+    return e, merges
+
+
+# -- differential: native == Python == reference ---------------------------------------------------
+
+@given(words_st, st.integers(min_value=1, max_value=40))
+def test_engines_equal_reference_on_generated_counts(word_counts, n):
+    ref = train_from_counts(word_counts, n)
+    py, py_merges = run(word_counts, "python", n)
+    assert as_bytes(py, py_merges) == ref
+    assert py.exhausted == (len(ref) < n)
+    if native_available():
+        nat, nat_merges = run(word_counts, "native", n)
+        assert nat_merges == py_merges  # same ranks, ids (including reused ones) and counts
+        assert nat.pair_counts() == py.pair_counts()
+        assert nat.exhausted == py.exhausted
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_overlapping_pairs_and_ties(kind):
+    # b"aaaa" holds (a, a) three times; merged left to right it becomes (aa, aa)
+    counts = {b"aaaa": 1, b"ab": 2, b"ba": 1}
+    e, merges = run(counts, kind, 10)
+    assert as_bytes(e, merges)[:2] == [(b"a", b"a", 3), (b"a", b"b", 2)]
+    assert b"aaaa" in e.token_bytes.values()  # (aa, aa): the word became two "aa" tokens
+    assert as_bytes(e, merges) == train_from_counts(counts, 10)
+    # ties go to the greater (left, right) as a pair of byte strings, not the concatenation:
+    # (b"b", b"a") > (b"a", b"b") although both spell 2 bytes
+    e, merges = run({b"ab": 5, b"ba": 5}, kind, 1)
+    assert as_bytes(e, merges) == [(b"b", b"a", 5)]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pair_compared_as_pair_not_concatenation(kind):
+    # ("ab", "b") and ("a", "bc") tie at 5. As pairs ("ab", "b") is greater ("ab" > "a"); as
+    # concatenations "abc" > "abb" would pick the other one. Tokens 300 = "ab", 301 = "bc".
+    tb = byte_vocab() + [None] * (300 - 257) + [b"ab", b"bc"]
+    a, b = SPECIALS + ord("a"), SPECIALS + ord("b")
+    rows = [(1, b"abc", 5, array.array("I", [a, 301]).tobytes()),
+            (2, b"abb", 5, array.array("I", [300, b]).tobytes())]
+    e = new_engine(rows, tb, SPECIALS, 302, 0, kind)
+    assert as_bytes(e, e.step(2)) == [(b"ab", b"b", 5), (b"a", b"bc", 5)]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_duplicate_bytes_reuse_the_first_id(kind):
+    # The store's vocabulary already spells b"abc" (id 300) when merging (a, bc) spells it again:
+    # words keep using the first id, as `id_of` does, and later pairs are made of it.
+    tb = byte_vocab() + [None] * (300 - 257) + [b"abc"]
+    e = new_engine([(1, b"abcabc", 7, None)], tb, SPECIALS, 301, 0, kind)
+    merges = e.step(5)
+    assert as_bytes(e, merges) == [(b"b", b"c", 14), (b"a", b"bc", 14), (b"abc", b"abc", 7)]
+    assert [m.token for m in merges] == [301, 300, 303]
+    assert merges[2].left == merges[2].right == 300
+    assert e.exhausted
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_counts_are_64_bit(kind):
+    big = 2**40 + 3
+    e, merges = run({b"xyxyxy": big, b"q": 1}, kind, 3)
+    assert as_bytes(e, merges) == train_from_counts({b"xyxyxy": big, b"q": 1}, 3)
+    assert merges[0].count == 3 * big
+
+
+# -- batch independence and rebuilding (resume) ---------------------------------------------------
+
+def _slice_counts(name: str, size: int, offset: int = 0) -> dict[bytes, int]:
+    return dict(count_words(corpus_slice(name, size, offset), ["<|endoftext|>"]))
+
+
+@pytest.fixture(scope="module")
+def en_counts() -> dict[bytes, int]:
+    return _slice_counts("enwiki-100M.txt", 300_000, 5_000_000)
+
+
+@needs_native
+def test_batch_sizes_and_rebuild_give_the_same_merges(en_counts):
+    n = 1500
+    _, straight = run(en_counts, "native", n)
+    for batch in (1, 7, 1000):
+        _, merges = run(en_counts, "native", n, batch)
+        assert merges == straight, batch
+    # stop midway, keep only what take_changes reported (as a checkpoint does), rebuild, go on
+    rows = rows_of(en_counts)
+    e = engine_for(en_counts, "native")
+    first = e.step(600)
+    words, pairs = e.take_changes()
+    stored_pairs = engine_for(en_counts, "python").pair_counts()
+    stored_pairs.update(pairs)
+    stored_pairs = {p: c for p, c in stored_pairs.items() if c}
+    rows = [(i, w, c, array.array("I", words[k]).tobytes() if k in words else None)
+            for k, (i, w, c, _) in enumerate(rows)]
+    vocab = byte_vocab() + [e.token_bytes[m.left] + e.token_bytes[m.right] for m in first]
+    for kind in ("native", "python"):
+        again = new_engine(rows, vocab, SPECIALS, SPECIALS + 256, len(first), kind)
+        assert again.bad_word == -1
+        assert again.pair_counts() == stored_pairs
+        assert first + again.step(n - len(first)) == straight, kind
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_checkpoint_rows_keep_a_store_exact(kind, en_counts):
+    """Applying take_checkpoint_rows like SQLite would (INSERT fails on a present row, UPDATE and
+    DELETE must hit one) keeps the simulated table equal to the engine's pair counts."""
+    counts = dict(list(en_counts.items())[:3000])
+    e = engine_for(counts, kind)
+    table = e.pair_counts()
+    words = {i: None for i, *_ in rows_of(counts)}
+    for batch in (1, 1, 5, 50, 300, 10_000):
+        e.step(batch)
+        word_rows, deletes, inserts, updates = e.take_checkpoint_rows()
+        for blob, wid in word_rows:
+            assert wid in words
+            words[wid] = blob
+        for a, b in deletes:
+            assert table.pop((a, b)) > 0
+        for c, a, b in updates:
+            assert (a, b) in table and table[(a, b)] != c
+            table[(a, b)] = c
+        for a, b, c in inserts:
+            assert (a, b) not in table and c > 0
+            table[(a, b)] = c
+        assert table == e.pair_counts()
+        assert e.pair_digest() == pair_digest_of(table)
+    # the words' blobs rebuild the same engine state
+    rows = [(i, w, c, words[i]) for i, w, c, _ in rows_of(counts)]
+    tb = dict(e.token_bytes)
+    vocab = [None] * SPECIALS + [tb.get(i) for i in range(SPECIALS, max(tb) + 1)]
+    again = new_engine(rows, vocab, SPECIALS, SPECIALS + 256, e.next_rank, kind)
+    assert again.bad_word == -1 and again.pair_counts() == table
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_corrupt_word_rows_are_reported_not_crashed(kind):
+    tb = byte_vocab()
+    good = array.array("I", [SPECIALS + x for x in b"ab"]).tobytes()
+    for bad in (b"\x01\x02\x03", array.array("I", [10**6]).tobytes(), array.array("I", [0]).tobytes(),
+                array.array("I", [SPECIALS + ord("a")]).tobytes()):
+        e = new_engine([(1, b"ab", 2, good), (2, b"ab", 3, bad)], tb, SPECIALS, 257, 0, kind)
+        assert e.bad_word == 1
+    e = new_engine([(1, b"ab", 2, good)], tb, SPECIALS, 257, 0, kind)
+    assert e.bad_word == -1
+
+
+def test_engine_choice_is_validated(tmp_path):
+    assert ENGINES == ("auto", "native", "python")
+    with pytest.raises(ValueError):
+        new_engine([], byte_vocab(), SPECIALS, 257, 0, "rust")
+    assert isinstance(new_engine([], byte_vocab(), SPECIALS, 257, 0, "python"), MergeEngine)
+    e = new_engine([], byte_vocab(), SPECIALS, 257, 0, "auto")
+    assert e.step(5) == [] and e.exhausted
+
+
+# -- real text ------------------------------------------------------------------------------------
+
+def _gpt2_decoder() -> dict[str, int]:
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {b: chr(b) for b in keep}
+    extra = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return {c: b for b, c in table.items()}
+
+
+@needs_native
+def test_cs336_reference_merges_with_the_native_engine(tmp_path):
+    dec = _gpt2_decoder()
+    expected = []
+    for line in shared_file("cs336", "train-bpe-reference-merges.txt").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#version"):
+            left, right = line.split(" ")
+            expected.append((bytes(dec[c] for c in left), bytes(dec[c] for c in right)))
+    _, merges = train_bpe(CS336 / "corpus.en", 500, ["<|endoftext|>"], engine="native")
+    assert merges == expected
+
+
+@needs_native
+@pytest.mark.parametrize("name", ["enwiki-100M.txt", "tinystories-ru-20M.txt", "zhwiki-20M.txt"])
+def test_native_equals_python_on_corpus_slices(name):
+    counts = _slice_counts(name, 1_000_000, 3_000_000)
+    n = 600
+    py, py_merges = run(counts, "python", n)
+    nat, nat_merges = run(counts, "native", n)
+    assert nat_merges == py_merges
+    assert nat.pair_counts() == py.pair_counts()
+    assert nat.take_changes() == py.take_changes()
+
+
+@pytest.mark.slow
+@needs_native
+@pytest.mark.parametrize("name", ["enwiki-100M.txt", "tinystories-ru-20M.txt", "zhwiki-20M.txt"])
+def test_native_equals_python_on_2mb_slices_to_3000_merges(name):
+    counts = _slice_counts(name, 2_000_000)
+    _, py_merges = run(counts, "python", 3000)
+    _, nat_merges = run(counts, "native", 3000)
+    assert nat_merges == py_merges
+
+
+# -- through train(): engines interchangeable, the store stays consistent ----------------------------
+
+@needs_native
+def test_train_resumes_across_engines(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(corpus_slice("tinystories-ru-20M.txt", 200_000).encode())
+    straight = train([corpus], tmp_path / "a.db", 700, ["<|endoftext|>"], engine="python", checkpoint_merges=97)
+    db = tmp_path / "b.db"
+    train([corpus], db, 450, ["<|endoftext|>"], engine="native", checkpoint_merges=31)
+    half = train([corpus], db, 600, ["<|endoftext|>"], engine="python", checkpoint_merges=50)
+    assert half.merges == straight.merges[:600 - 257]
+    r = train([corpus], db, 700, ["<|endoftext|>"], engine="native")
+    assert (r.merges, r.merge_counts) == (straight.merges, straight.merge_counts)
+    with Store.open(db) as store:
+        # the store's pair counts are exactly those of its words (the resume check, by digest)
+        e = new_engine(store.load_word_rows(), [None] + [b for _, b, k in store.load_vocab() if k != "special"],
+                       1, 257, len(r.merges), "native")
+        assert e.pair_counts() == store.load_pair_counts()
+        assert store.pair_counts_digest() == e.pair_digest()
+
+
+def test_train_rejects_an_unknown_engine(tmp_path):
+    from bpe_store import InputError
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("hello hello")
+    with pytest.raises(InputError, match="engine"):
+        train([corpus], tmp_path / "x.db", 300, [], engine="rust")
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_store_digest_sees_any_changed_count(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(corpus_slice("enwiki-100M.txt", 50_000).encode())
+    db = tmp_path / "x.db"
+    train([corpus], db, 300, [])
+    with Store.open(db) as store:
+        d = store.pair_counts_digest()
+        assert d == pair_digest_of(store.load_pair_counts()) and d[0] > 1000
+    con = sqlite3.connect(db)
+    con.execute('UPDATE pair_counts SET count = count + 1 WHERE ("left", "right") IN '
+                '(SELECT "left", "right" FROM pair_counts ORDER BY count LIMIT 1)')
+    con.commit()
+    con.close()
+    with Store.open(db) as store:
+        assert store.pair_counts_digest() != d
+
+
+_KILLED_CHILD = """
+import os, signal, sys
+from bpe_store import train
+def progress(ev):
+    if ev["stage"] == "merging" and ev["done"] >= int(sys.argv[3]):
+        os.kill(os.getpid(), signal.SIGKILL)
+train([sys.argv[1]], sys.argv[2], 1000, ["<|endoftext|>"], engine="native", checkpoint_merges=50,
+      progress=progress)
+"""
+
+
+@needs_native
+def test_kill_9_mid_batch_then_resume_equals_straight_run(tmp_path):
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(corpus_slice("enwiki-100M.txt", 400_000, 1_000_000).encode())
+    straight = train([corpus], tmp_path / "a.db", 1000, ["<|endoftext|>"], engine="native")
+    db = tmp_path / "b.db"
+    p = subprocess.run([sys.executable, "-c", _KILLED_CHILD, str(corpus), str(db), "420"])
+    assert p.returncode == -9
+    with Store.open(db) as store:
+        assert store.sql("SELECT count(*) FROM merges").scalar() == 400  # the last whole batch
+    r = train([corpus], db, 1000, ["<|endoftext|>"], engine="native")
+    assert (r.merges, r.merge_counts) == (straight.merges, straight.merge_counts)

@@ -11,8 +11,9 @@ Three formats, each written only after checking its loader would read it back ex
   holding the pattern and special tokens; ``load_tiktoken`` builds the ``tiktoken.Encoding``.
 
 What a loader would reject or misread, the export refuses: two ids holding the same bytes (the
-loaders key tokens by bytes), a missing single byte, or a merged token whose id does not come
-after both of its parts (tiktoken ranks must follow merge order).
+loaders key tokens by bytes), a missing single byte, a merged token whose id does not come
+after both of its parts (tiktoken ranks must follow merge order), and for tiktoken a special
+token that is a prefix of another (its special matching does not prefer the longest).
 """
 
 from __future__ import annotations
@@ -237,6 +238,17 @@ def tiktoken_ranks(tok: Exportable) -> dict[bytes, int]:
     return {b: i for i, b in tok.vocab.items() if i not in special_ids}
 
 
+def check_tiktoken_specials(specials: Sequence[str]) -> None:
+    """tiktoken matches special tokens with an alternation in hash-map order, so where one is a
+    prefix of another it may take the shorter one: refuse such a set rather than misencode."""
+    for a in specials:
+        for b in specials:
+            if a != b and b.startswith(a):
+                raise ExportError(f"special token {a!r} is a prefix of {b!r}; tiktoken may match the "
+                                  "shorter one, so it would misread this tokenizer (hf and gpt2 exports "
+                                  "are not affected)")
+
+
 def write_tiktoken(tok: Exportable, out: Path, name: str = "bpe_store") -> list[Path]:
     rpath, jpath = out / "tokenizer.tiktoken", out / "tiktoken.json"
     with open(rpath, "w", encoding="ascii", newline="\n") as f:
@@ -275,6 +287,8 @@ def export_store(db_path: str | os.PathLike, fmt: str, out_dir: str | os.PathLik
         raise InputError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     vocab, merges, specials, pattern = load_store(db_path, vocab_size)
     tok = check_exportable(vocab, merges, specials, pattern)
+    if fmt == "tiktoken":
+        check_tiktoken_specials(specials)
     out = Path(out_dir)
     _prepare_dir(out, force)
     return _WRITERS[fmt](tok, out)

@@ -137,6 +137,11 @@ def test_refuses_what_loaders_misread():
     del missing[7]
     with pytest.raises(ExportError, match="single byte"):
         check_exportable(missing, merges[:3], [], "x")
+    from bpe_store.export import check_tiktoken_specials
+
+    with pytest.raises(ExportError, match="prefix"):
+        check_tiktoken_specials([EOT, EOT + EOT])
+    check_tiktoken_specials([EOT, "<|pad|>"])
     swapped = dict(vocab)
     swapped[256], swapped[257] = b"bc", b"ab"
     with pytest.raises(ExportError, match="merge order"):

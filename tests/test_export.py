@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from bpe_store.errors import InputError, StoreError
 from bpe_store.export import (ExportError, check_exportable, export_store, load_tiktoken, read_gpt2,
@@ -179,3 +181,28 @@ def test_other_pattern_exports(tmp_path, samples):
     for text in samples:
         assert hf.encode(text).ids == ours.encode(text)
         assert enc.encode(text, allowed_special="all") == ours.encode(text)
+
+
+# characters where regex engines are known to disagree about \s, \p{L}, \p{N}
+_TRICKY = list("\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2028\u2029\u202f\u205f\u3000\u180e\u200b\ufeff"
+               "²³¹¼½\u0660\u00aa\u00ba\u02b0\u0345\u2160\u3007")
+
+
+@pytest.fixture(scope="module")
+def loaded(store, tmp_path_factory):
+    d = tmp_path_factory.mktemp("loaded")
+    tokenizers = pytest.importorskip("tokenizers")
+    pytest.importorskip("tiktoken")
+    export_store(store, "hf", d / "hf")
+    export_store(store, "tiktoken", d / "t")
+    return tokenizers.Tokenizer.from_file(str(d / "hf" / "tokenizer.json")), load_tiktoken(d / "t")
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.one_of(st.text(max_size=40),
+                      st.lists(st.sampled_from(_TRICKY + list("ab 1\n\t'sé中🙃") + [EOT]), max_size=20).map("".join)))
+def test_loaders_agree_on_any_text(ours, loaded, text):
+    hf, enc = loaded
+    want = ours.encode(text)
+    assert enc.encode(text, allowed_special="all") == want
+    assert hf.encode(text).ids == want

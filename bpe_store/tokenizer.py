@@ -234,15 +234,21 @@ class Tokenizer:
         """
         buf: list[str] = []
         size = 0
+        want = _STREAM_BLOCK
         for s in iterable:
             buf.append(s)
             size += len(s)
-            if size >= _STREAM_BLOCK:
+            if size >= want:
                 text = "".join(buf)
                 cut = self.safe_cut(text)
                 if cut > 0:
                     yield from self.encode(text[:cut])
                     text = text[cut:]
+                    want = _STREAM_BLOCK
+                else:
+                    # no cut point yet (e.g. one long whitespace run): wait for twice as much
+                    # text before looking again, so the joins stay linear overall
+                    want = 2 * len(text)
                 buf, size = [text], len(text)
         text = "".join(buf)
         if text:

@@ -84,6 +84,24 @@ class Merge:
     count: int
 
 
+def merge_pair(tokens: Sequence[int], a: int, b: int, new: int) -> list[int]:
+    """``tokens`` with every ``(a, b)`` replaced by ``new``, left to right, without overlap.
+
+    >>> merge_pair([1, 1, 1], 1, 1, 9)
+    [9, 1]
+    """
+    out: list[int] = []
+    i, n = 0, len(tokens)
+    while i < n:
+        if i + 1 < n and tokens[i] == a and tokens[i + 1] == b:
+            out.append(new)
+            i += 2
+        else:
+            out.append(tokens[i])
+            i += 1
+    return out
+
+
 def pair_counts_of(words: Sequence[Sequence[int]], counts: Sequence[int]) -> dict[Pair, int]:
     """``{pair: count}`` recomputed from scratch (initial state and consistency checks)."""
     pc: Counter[Pair] = Counter()
@@ -220,15 +238,7 @@ class MergeEngine:
         changed_pairs = self._changed_pairs
         for w in where.pop((a, b), ()):
             toks = self.words[w]
-            new: list[int] = []
-            i, n = 0, len(toks)
-            while i < n:
-                if i + 1 < n and toks[i] == a and toks[i + 1] == b:
-                    new.append(t)
-                    i += 2
-                else:
-                    new.append(toks[i])
-                    i += 1
+            new = merge_pair(toks, a, b, t)
             c = self.counts[w]
             old_pairs = Counter(zip(toks, toks[1:]))
             new_pairs = Counter(zip(new, new[1:]))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bpe_store import train_bpe
-from gpt2_bytes import read_merges, read_vocab
+from bpe_store.export import read_gpt2
 
 from conftest import CS336, shared_file
 
@@ -11,8 +11,9 @@ from conftest import CS336, shared_file
 def test_train_bpe_matches_reference_merges_and_vocab():
     corpus = shared_file("cs336", "corpus.en")
     vocab, merges = train_bpe(corpus, 500, ["<|endoftext|>"])
-    assert merges == read_merges(CS336 / "train-bpe-reference-merges.txt")
-    reference_vocab = read_vocab(CS336 / "train-bpe-reference-vocab.json")
+    reference_vocab, reference_merges = read_gpt2(CS336 / "train-bpe-reference-vocab.json",
+                                                  CS336 / "train-bpe-reference-merges.txt")
+    assert merges == reference_merges
     assert set(vocab.keys()) == set(reference_vocab.keys())
     assert set(vocab.values()) == set(reference_vocab.values())
 

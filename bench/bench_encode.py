@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Encoding benchmark: bpe_store's native encoder against tiktoken and HF ``tokenizers``.
+
+All three use the same merges: the store's tokenizer, exported by ``bpe-store export`` to a
+tiktoken ranks file and a ``tokenizer.json``. The corpus is split into its documents (at
+``<|endoftext|>``) and every contender encodes the same list with the same number of threads:
+
+* ``bpe_store batch``   — ``Tokenizer.encode_batch(docs, threads)``
+* ``bpe_store file``    — ``bpe-store encode``'s path on the file itself: streams 16 MB blocks
+                          into an .npy (uint16), so memory stays bounded; MB/s over the
+                          document bytes, like the others
+* ``tiktoken batch``    — ``Encoding.encode_ordinary_batch(docs, num_threads=threads)``
+* ``tiktoken 1 string`` — ``Encoding.encode_ordinary(doc)`` per document, one thread (tiktoken's
+                          batch uses a Python thread pool that can be slower than this)
+* ``tokenizers batch``  — ``Tokenizer.encode_batch(docs)`` with ``RAYON_NUM_THREADS=threads``
+
+Each contender runs in its own process (so its peak RSS is its own) and reports MB/s over the
+corpus bytes, counting only the encoding (loading and reading are excluded), and its peak RSS.
+Every contender's ids are checked equal to bpe_store's (a token count and a checksum).
+
+    python bench/bench_encode.py --db bench/out/enwiki-32k.db \\
+        --corpus ../shared/corpora/enwiki-100M.txt --threads 2 --out bench/RESULTS-encode.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+EOT = "<|endoftext|>"
+
+
+def _read_docs(corpus: str, limit: int | None) -> tuple[list[str], int]:
+    with open(corpus, "rb") as f:
+        data = f.read(limit) if limit else f.read()
+    text = data.decode("utf-8", "ignore")
+    docs = [d for d in text.split(EOT) if d]
+    return docs, sum(len(d.encode("utf-8")) for d in docs)
+
+
+def _checksum(seqs) -> tuple[int, int]:
+    import numpy as np
+
+    n, crc = 0, 0
+    for s in seqs:
+        a = np.asarray(s, dtype=np.uint32)
+        n += a.size
+        crc = zlib.crc32(a.tobytes(), crc)
+    return n, crc
+
+
+def child(which: str, args: argparse.Namespace) -> dict:
+    """Run one contender in this process; return its numbers."""
+    export = Path(args.export)
+    rss = None
+    if which == "bpe_store file":
+        # what `bpe-store encode` does: stream the file into an .npy; the text is never all in memory
+        import numpy as np
+
+        from bpe_store.cli_tokenize import encode_to_file
+
+        path = Path(args.corpus) if not args.limit else export / "slice.txt"
+        out_npy = export / "ids.npy"
+        t0 = time.perf_counter()
+        encode_to_file(Path(args.db), [path], out_npy, threads=args.threads, force=True)
+        dt = time.perf_counter() - t0
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        from bpe_store.tokenizer import Tokenizer
+
+        eot = Tokenizer.from_store(args.db)._special_id[EOT]
+        allids = np.load(out_npy).astype(np.uint32)
+        out = [allids[allids != eot]]  # the documents' ids without the separators
+        nbytes = path.stat().st_size - path.read_bytes().count(EOT.encode()) * len(EOT)
+    else:
+        docs, nbytes = _read_docs(args.corpus, args.limit)
+    if which == "bpe_store batch":
+        from bpe_store.tokenizer import Tokenizer
+
+        tok = Tokenizer.from_store(args.db)
+        t0 = time.perf_counter()
+        out = tok.encode_batch(docs, args.threads)
+        dt = time.perf_counter() - t0
+    elif which == "tiktoken batch":
+        from bpe_store.export import load_tiktoken
+
+        enc = load_tiktoken(export / "tiktoken")
+        t0 = time.perf_counter()
+        out = enc.encode_ordinary_batch(docs, num_threads=args.threads)
+        dt = time.perf_counter() - t0
+    elif which == "tiktoken 1 string":
+        from bpe_store.export import load_tiktoken
+
+        enc = load_tiktoken(export / "tiktoken")
+        t0 = time.perf_counter()
+        out = [enc.encode_ordinary(d) for d in docs]  # no thread pool: tiktoken's best case
+        dt = time.perf_counter() - t0
+    elif which == "tokenizers batch":
+        import tokenizers
+
+        tk = tokenizers.Tokenizer.from_file(str(export / "hf" / "tokenizer.json"))
+        t0 = time.perf_counter()
+        out = [e.ids for e in tk.encode_batch(docs, add_special_tokens=False)]
+        dt = time.perf_counter() - t0
+    elif which != "bpe_store file":
+        raise SystemExit(f"unknown contender {which}")
+    if rss is None:
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
+    n, crc = _checksum(out)
+    return {"name": which, "seconds": dt, "mb_s": nbytes / dt / 1e6, "peak_rss_mib": rss,
+            "tokens": n, "crc": crc, "bytes": nbytes}
+
+
+CONTENDERS = ["bpe_store batch", "bpe_store file", "tiktoken batch", "tiktoken 1 string", "tokenizers batch"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--db", default="bench/out/enwiki-32k.db", help="a trained store")
+    ap.add_argument("--corpus", default="../shared/corpora/enwiki-100M.txt")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=None, help="read only the first N bytes")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per contender; the best is kept")
+    ap.add_argument("--export", default="bench/out/encode-export", help="where the exports go")
+    ap.add_argument("--out", default=None, help="write a Markdown table here")
+    ap.add_argument("--note", default="", help="a paragraph for the Markdown (how the store was made)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args)))
+        return
+
+    from bpe_store.export import export_store
+
+    export = Path(args.export)
+    export.mkdir(parents=True, exist_ok=True)
+    for fmt in ("tiktoken", "hf"):
+        export_store(args.db, fmt, export / fmt, force=True)
+    if args.limit:
+        with open(args.corpus, "rb") as f:
+            data = f.read(args.limit)
+        (export / "slice.txt").write_bytes(data.decode("utf-8", "ignore").encode("utf-8"))
+    env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="true")
+    results = []
+    for name in CONTENDERS:
+        best = None
+        for _ in range(args.repeat):
+            cmd = [sys.executable, __file__, "--child", name, "--db", args.db, "--corpus", args.corpus,
+                   "--threads", str(args.threads), "--export", args.export]
+            if args.limit:
+                cmd += ["--limit", str(args.limit)]
+            r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
+            if best is None or r["seconds"] < best["seconds"]:
+                best = r
+        results.append(best)
+        print(f"{name:18s} {best['mb_s']:7.1f} MB/s  {best['seconds']:7.2f} s  "
+              f"peak RSS {best['peak_rss_mib']:7.0f} MiB  tokens {best['tokens']}", flush=True)
+    ref = results[0]
+    for r in results:
+        r["same_ids"] = (r["tokens"], r["crc"]) == (ref["tokens"], ref["crc"])
+    if not all(r["same_ids"] for r in results):
+        print("WARNING: ids differ: " + ", ".join(r["name"] for r in results if not r["same_ids"]))
+    if args.out:
+        write_markdown(args, results)
+
+
+def write_markdown(args: argparse.Namespace, results: list[dict]) -> None:
+    tk = next(r for r in results if r["name"] == "tiktoken batch")
+    hf = next(r for r in results if r["name"] == "tokenizers batch")
+    import shlex
+
+    argv = list(sys.argv[1:])
+    if "--note" in argv:  # the note is printed below, not inside the command
+        argv[argv.index("--note") + 1] = "<the paragraph below>"
+    cmd = shlex.join(["python", "bench/bench_encode.py"] + argv)
+    lines = [
+        "# Encoding benchmark",
+        "",
+        f"Command: `{cmd}`",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores ({_cpu()}), Python {platform.python_version()}; "
+        "cores shared with other jobs, so expect noise of 10-20 %.",
+        f"Corpus: `{args.corpus}`{' (first %d bytes)' % args.limit if args.limit else ''}, "
+        f"{results[0]['bytes'] / 1e6:.1f} MB in documents; store `{args.db}`; threads {args.threads}.",
+        "",
+        *([args.note, ""] if args.note else []),
+        "Each contender runs in its own process; MB/s is over the bytes of the documents and counts "
+        "encoding only (not loading the tokenizer or reading the text), except `bpe_store file`, which "
+        "times the whole `bpe-store encode` path: reading the file in 16 MB blocks, checking UTF-8, "
+        "encoding and writing the .npy. Peak RSS is the process's maxrss (it includes the text and, for the "
+        "batch contenders, the Python lists of ids). 'same ids' compares token count and CRC32 with "
+        "bpe_store's.",
+        "",
+        "| contender | MB/s | seconds | peak RSS MiB | vs tiktoken | vs tokenizers | same ids |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        lines.append(f"| {r['name']} | {r['mb_s']:.1f} | {r['seconds']:.2f} | {r['peak_rss_mib']:.0f} | "
+                     f"{r['mb_s'] / tk['mb_s']:.2f}x | {r['mb_s'] / hf['mb_s']:.2f}x | "
+                     f"{'yes' if r['same_ids'] else 'NO'} |")
+    Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _cpu() -> str:
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+if __name__ == "__main__":
+    main()

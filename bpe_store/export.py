@@ -1,0 +1,294 @@
+"""Exports: a store's tokenizer in the formats other loaders read, and the GPT-2 reader.
+
+Three formats, each written only after checking its loader would read it back exactly:
+
+* ``hf``: HuggingFace ``tokenizer.json`` (full form: BPE model with merges as pairs, ByteLevel
+  pre-tokenizer — or Split + ByteLevel for a pattern other than GPT-2's — specials in
+  ``added_tokens``), loadable by ``tokenizers.Tokenizer.from_file``.
+* ``gpt2``: ``vocab.json`` + ``merges.txt`` (``#version: 0.2`` first line), tokens written in
+  GPT-2's byte-to-unicode alphabet.
+* ``tiktoken``: ``tokenizer.tiktoken`` (``base64(token) rank`` per line) + ``tiktoken.json``
+  holding the pattern and special tokens; ``load_tiktoken`` builds the ``tiktoken.Encoding``.
+
+What a loader would reject or misread, the export refuses: two ids holding the same bytes (the
+loaders key tokens by bytes), a missing single byte, a merged token whose id does not come
+after both of its parts (tiktoken ranks must follow merge order), and for tiktoken a special
+token that is a prefix of another (its special matching does not prefer the longest).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import InputError
+from .pretokenize import GPT2_PATTERN
+
+FORMATS = ("hf", "gpt2", "tiktoken")
+GPT2_MERGES_HEADER = "#version: 0.2"
+
+
+class ExportError(InputError):
+    """The tokenizer cannot be written in a format without its loader misreading it (exit 2,
+    like any bad parameter: another format, or another vocab size, may be written)."""
+
+
+@lru_cache(maxsize=1)
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from the 256 bytes to printable characters: ``{byte: char}``.
+
+    Printable Latin-1 bytes stand for themselves; the others (controls, space, ...) are moved to
+    U+0100 and up, in byte order. So b" " is "Ġ" and b"\\n" is "Ċ".
+    """
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table: dict[int, str] = {}
+    extra = 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+@lru_cache(maxsize=1)
+def unicode_to_bytes() -> dict[str, int]:
+    return {c: b for b, c in bytes_to_unicode().items()}
+
+
+def to_gpt2_str(token: bytes) -> str:
+    """``b" the"`` -> ``"Ġthe"``."""
+    table = bytes_to_unicode()
+    return "".join(table[b] for b in token)
+
+
+def from_gpt2_str(s: str) -> bytes:
+    """``"Ġthe"`` -> ``b" the"``; a character outside the alphabet is an InputError."""
+    table = unicode_to_bytes()
+    try:
+        return bytes(table[c] for c in s)
+    except KeyError as exc:
+        raise InputError(f"{s!r} is not in GPT-2's byte-to-unicode alphabet (character {exc.args[0]!r})") from None
+
+
+def read_gpt2(vocab_path: str | os.PathLike, merges_path: str | os.PathLike
+              ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    """Read GPT-2 ``vocab.json`` (``{token: id}``) and ``merges.txt`` into CS336 form.
+
+    The merges file may start with a ``#version`` line or not; blank lines are skipped.
+    """
+    try:
+        with open(vocab_path, encoding="utf-8") as f:
+            raw = json.load(f)
+        with open(merges_path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except OSError as exc:
+        raise InputError(f"{exc.filename}: cannot read ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{vocab_path}: not a JSON vocabulary ({exc})") from None
+    vocab = {int(i): from_gpt2_str(s) for s, i in raw.items()}
+    if lines and lines[0].startswith("#version"):
+        lines = lines[1:]
+    merges: list[tuple[bytes, bytes]] = []
+    for n, line in enumerate(lines, 1):
+        line = line.rstrip("\r")
+        if not line:
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2:
+            raise InputError(f"{merges_path}: line {n} is not 'left right': {line!r}")
+        merges.append((from_gpt2_str(parts[0]), from_gpt2_str(parts[1])))
+    return vocab, merges
+
+
+@dataclass
+class Exportable:
+    """A checked tokenizer ready to write: ``vocab`` ``{id: bytes}`` in id order, ``merges`` in
+    rank order, ``specials`` ``{text: id}``, and the pre-tokenization ``pattern``."""
+
+    vocab: dict[int, bytes]
+    merges: list[tuple[bytes, bytes]]
+    specials: dict[str, int]
+    pattern: str
+
+
+def check_exportable(vocab: dict[int, bytes], merges: Sequence[tuple[bytes, bytes]],
+                     special_tokens: Sequence[str], pattern: str) -> Exportable:
+    """Refuse what a loader would reject or misread; return the checked tokenizer."""
+    seen: dict[bytes, int] = {}
+    for i in sorted(vocab):
+        b = vocab[i]
+        if b in seen:
+            raise ExportError(f"ids {seen[b]} and {i} both hold {b!r}; the formats map bytes to one id, "
+                              "so loaders would misread it")
+        seen[b] = i
+    missing = [b for b in range(256) if bytes([b]) not in seen]
+    if missing:
+        raise ExportError(f"the vocabulary lacks the single byte {missing[0]:#04x}; loaders need all 256")
+    specials: dict[str, int] = {}
+    for s in special_tokens:
+        sid = seen.get(s.encode("utf-8"))
+        if sid is None:
+            raise ExportError(f"special token {s!r} is not in the vocabulary")
+        specials[s] = sid
+    special_ids = set(specials.values())
+    prev = -1
+    for rank, (a, b) in enumerate(merges):
+        ia, ib, iab = seen.get(a), seen.get(b), seen.get(a + b)
+        if ia is None or ib is None or iab is None:
+            raise ExportError(f"merge {rank} ({a!r}, {b!r}) uses bytes that are not in the vocabulary")
+        if not (iab > ia and iab > ib) or iab in special_ids:
+            raise ExportError(f"merge {rank} ({a!r}, {b!r}) makes id {iab}, which does not come after its "
+                              f"parts ({ia}, {ib}); ranks would be out of merge order")
+        if iab <= prev:
+            raise ExportError(f"merge {rank} ({a!r}, {b!r}) makes id {iab}, not after the previous merge's "
+                              f"id {prev}; ranks would be out of merge order")
+        prev = iab
+    merged = {a + b for a, b in merges}
+    for i, b in vocab.items():
+        if len(b) > 1 and i not in special_ids and b not in merged:
+            raise ExportError(f"id {i} ({b!r}) is neither a byte, a special token nor the result of a merge")
+    return Exportable(dict(sorted(vocab.items())), list(merges), specials, pattern)
+
+
+def _prepare_dir(out: Path, force: bool) -> None:
+    if out.exists():
+        if not force:
+            raise InputError(f"{out}: already exists; pass --force to replace it")
+        if out.is_dir():
+            shutil.rmtree(out)
+        else:
+            out.unlink()
+    if not out.parent.is_dir():
+        raise InputError(f"{out}: the directory {out.parent} does not exist")
+    out.mkdir()
+
+
+def hf_json(tok: Exportable) -> dict:
+    """The full ``tokenizer.json`` document for HuggingFace ``tokenizers``."""
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    if tok.pattern == GPT2_PATTERN:
+        pre = byte_level  # its built-in regex is GPT-2's pattern
+    else:
+        pre = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": tok.pattern}, "behavior": "Isolated", "invert": False},
+            {**byte_level, "use_regex": False},
+        ]}
+    vocab = {to_gpt2_str(b): i for i, b in tok.vocab.items()}
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True}
+            for s, i in sorted(tok.specials.items(), key=lambda kv: kv[1])
+        ],
+        "normalizer": None,
+        "pre_tokenizer": pre,
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                           "use_regex": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "model": {
+            "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+            "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+            # ignore_merges would take a whole pre-token from the vocab before merging: not BPE by rank
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [[to_gpt2_str(a), to_gpt2_str(b)] for a, b in tok.merges],
+        },
+    }
+
+
+def write_hf(tok: Exportable, out: Path) -> list[Path]:
+    path = out / "tokenizer.json"
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(hf_json(tok), f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    cfg = out / "tokenizer_config.json"  # lets transformers.AutoTokenizer / PreTrainedTokenizerFast load the dir
+    with open(cfg, "w", encoding="utf-8") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 30,
+                   "clean_up_tokenization_spaces": False}, f, indent=1)
+        f.write("\n")
+    return [path, cfg]
+
+
+def write_gpt2(tok: Exportable, out: Path) -> list[Path]:
+    vpath, mpath = out / "vocab.json", out / "merges.txt"
+    with open(vpath, "w", encoding="utf-8") as f:
+        json.dump({to_gpt2_str(b): i for i, b in tok.vocab.items()}, f, ensure_ascii=False)
+        f.write("\n")
+    with open(mpath, "w", encoding="utf-8", newline="\n") as f:
+        f.write(GPT2_MERGES_HEADER + "\n")
+        for a, b in tok.merges:
+            f.write(f"{to_gpt2_str(a)} {to_gpt2_str(b)}\n")
+    return [vpath, mpath]
+
+
+def tiktoken_ranks(tok: Exportable) -> dict[bytes, int]:
+    """``{token bytes: rank}`` for tiktoken: every non-special token, its id as rank."""
+    special_ids = set(tok.specials.values())
+    return {b: i for i, b in tok.vocab.items() if i not in special_ids}
+
+
+def check_tiktoken_specials(specials: Sequence[str]) -> None:
+    """tiktoken matches special tokens with an alternation in hash-map order, so where one is a
+    prefix of another it may take the shorter one: refuse such a set rather than misencode."""
+    for a in specials:
+        for b in specials:
+            if a != b and b.startswith(a):
+                raise ExportError(f"special token {a!r} is a prefix of {b!r}; tiktoken may match the "
+                                  "shorter one, so it would misread this tokenizer (hf and gpt2 exports "
+                                  "are not affected)")
+
+
+def write_tiktoken(tok: Exportable, out: Path, name: str = "bpe_store") -> list[Path]:
+    rpath, jpath = out / "tokenizer.tiktoken", out / "tiktoken.json"
+    with open(rpath, "w", encoding="ascii", newline="\n") as f:
+        for b, r in sorted(tiktoken_ranks(tok).items(), key=lambda kv: kv[1]):
+            f.write(f"{base64.b64encode(b).decode('ascii')} {r}\n")
+    with open(jpath, "w", encoding="utf-8") as f:
+        json.dump({"format": "bpe_store tiktoken v1", "name": name, "pat_str": tok.pattern,
+                   "special_tokens": tok.specials, "ranks_file": rpath.name,
+                   "n_vocab": len(tok.vocab)}, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    return [rpath, jpath]
+
+
+def load_tiktoken(out_dir: str | os.PathLike):
+    """Build the ``tiktoken.Encoding`` of a tiktoken export directory (tiktoken must be installed)."""
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+
+    d = Path(out_dir)
+    with open(d / "tiktoken.json", encoding="utf-8") as f:
+        meta = json.load(f)
+    ranks = load_tiktoken_bpe(str(d / meta["ranks_file"]))
+    return tiktoken.Encoding(meta["name"], pat_str=meta["pat_str"], mergeable_ranks=ranks,
+                             special_tokens=meta["special_tokens"])
+
+
+_WRITERS = {"hf": write_hf, "gpt2": write_gpt2, "tiktoken": write_tiktoken}
+
+
+def export_store(db_path: str | os.PathLike, fmt: str, out_dir: str | os.PathLike, *,
+                 vocab_size: int | None = None, force: bool = False) -> list[Path]:
+    """Write the tokenizer of a store (a prefix of ``vocab_size``) to ``out_dir`` in ``fmt``."""
+    from .tokenizer import load_store
+
+    if fmt not in FORMATS:
+        raise InputError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    vocab, merges, specials, pattern = load_store(db_path, vocab_size)
+    tok = check_exportable(vocab, merges, specials, pattern)
+    if fmt == "tiktoken":
+        check_tiktoken_specials(specials)
+    out = Path(out_dir)
+    _prepare_dir(out, force)
+    return _WRITERS[fmt](tok, out)

@@ -1,0 +1,143 @@
+"""``bpe-store encode`` and ``bpe-store export``: outputs, layouts and one-line errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bpe_store.cli import main
+from bpe_store.tokenizer import Tokenizer, encode_files
+from bpe_store.train import train
+
+from conftest import corpus_slice
+
+EOT = "<|endoftext|>"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    src = d / "train.txt"
+    src.write_text(corpus_slice("enwiki-100M.txt", 80_000) + EOT + corpus_slice("zhwiki-20M.txt", 30_000),
+                   encoding="utf-8")
+    train([src], d / "run.db", 800, [EOT], workers=1)
+    a, b = d / "a.txt", d / "b.txt"
+    a.write_text(corpus_slice("enwiki-100M.txt", 50_000, offset=1_000_000) + EOT + "tail\n\n", encoding="utf-8")
+    b.write_text(corpus_slice("tinystories-ru-20M.txt", 30_000, offset=1_000_000), encoding="utf-8")
+    return d / "run.db", a, b
+
+
+def run(args: list[str], capsys) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+        raise SystemExit(0)
+    return exc.value.code or 0, capsys.readouterr().err
+
+
+def test_encode_npy(trained, tmp_path, capsys):
+    db, a, b = trained
+    out = tmp_path / "ids.npy"
+    code, err = run(["encode", str(db), str(a), str(b), "-o", str(out), "--separator", EOT], capsys)
+    assert code == 0 and "uint16" in err
+    ids = np.load(out)
+    assert ids.dtype == np.uint16
+    tok = Tokenizer.from_store(db)
+    want = (tok.encode(a.read_text(encoding="utf-8")) + [tok._special_id[EOT]]
+            + tok.encode(b.read_text(encoding="utf-8")) + [tok._special_id[EOT]])
+    assert ids.tolist() == want
+
+
+def test_encode_nanogpt_bin(trained, tmp_path, capsys):
+    db, a, _ = trained
+    out = tmp_path / "train.bin"
+    code, err = run(["encode", str(db), str(a), "-o", str(out), "--vocab-size", "500", "--threads", "2"], capsys)
+    assert code == 0 and "nanoGPT" in err
+    ids = np.memmap(out, dtype=np.uint16, mode="r")  # how nanoGPT reads it
+    assert ids.tolist() == Tokenizer.from_store(db, vocab_size=500).encode(a.read_text(encoding="utf-8"))
+
+
+def test_encode_files_small_blocks(trained):
+    """Reading in tiny blocks cuts the text often; the ids do not change."""
+    db, a, b = trained
+    tok = Tokenizer.from_store(db)
+    got: list[int] = []
+    encode_files(tok, [a, b], lambda ids: got.extend(ids.tolist()), block=97)
+    want = tok.encode(a.read_text(encoding="utf-8")) + tok.encode(b.read_text(encoding="utf-8"))
+    assert got == want
+
+
+@pytest.mark.parametrize("args,message,code", [
+    (["encode", "{tmp}/missing.db", "{a}", "-o", "{tmp}/o.npy"], "no such store", 4),
+    (["encode", "{db}", "{tmp}/none.txt", "-o", "{tmp}/o.npy"], "no such file", 2),
+    (["encode", "{db}", "{a}", "-o", "{tmp}/o.txt"], ".npy", 2),
+    (["encode", "{db}", "{a}", "-o", "{tmp}/o.npy", "--vocab-size", "99999"], "larger than", 2),
+    (["encode", "{db}", "{a}", "-o", "{tmp}/o.npy", "--separator", "<x>"], "not one of the store's special", 2),
+    (["export", "{db}", "--format", "hf", "-o", "{tmp}/exists"], "--force", 2),
+    (["export", "{db}", "--format", "spm", "-o", "{tmp}/new"], "unknown export format", 2),
+])
+def test_errors(trained, tmp_path, capsys, args, message, code):
+    db, a, _ = trained
+    (tmp_path / "exists").mkdir()
+    args = [x.format(tmp=tmp_path, db=db, a=a) for x in args]
+    got, err = run(args, capsys)
+    assert got == code
+    assert message in err and err.startswith("error: ") and err.count("\n") == 1
+    assert not (tmp_path / "o.npy").exists()
+
+
+def test_encode_refuses_existing_output(trained, tmp_path, capsys):
+    db, a, _ = trained
+    out = tmp_path / "o.npy"
+    out.write_bytes(b"keep")
+    code, err = run(["encode", str(db), str(a), "-o", str(out)], capsys)
+    assert code == 2 and "--force" in err and out.read_bytes() == b"keep"
+    code, _ = run(["encode", str(db), str(a), "-o", str(out), "--force"], capsys)
+    assert code == 0 and np.load(out).size > 0
+
+
+def test_export_cli(trained, tmp_path, capsys):
+    db, a, _ = trained
+    for fmt, files in [("hf", "tokenizer.json"), ("gpt2", "merges.txt"), ("tiktoken", "tokenizer.tiktoken")]:
+        code, err = run(["export", str(db), "--format", fmt, "--vocab-size", "600", "-o", str(tmp_path / fmt)],
+                        capsys)
+        assert code == 0 and files in err
+        assert (tmp_path / fmt / files).is_file()
+
+
+@pytest.mark.parametrize("command", ["encode", "export"])
+def test_help_has_example(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+        raise SystemExit(0)
+    assert (exc.value.code or 0) == 0
+    assert "Example:" in capsys.readouterr().out
+
+
+def test_docstrings_have_examples():
+    from bpe_store.cli import app
+
+    names = {c.name or c.callback.__name__: c.callback for c in app.registered_commands}
+    for name in ("encode", "export"):
+        doc = names[name].__doc__
+        assert "Example: bpe-store " + name in doc
+
+
+def test_encode_invalid_utf8(trained, tmp_path, capsys):
+    db, _, _ = trained
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine text here\n" * 10 + b"caf\xc3 \xed\xa0\x80 end")
+    code, err = run(["encode", str(db), str(bad), "-o", str(tmp_path / "o.npy")], capsys)
+    assert code == 2 and "invalid UTF-8 at byte 153" in err
+    assert not (tmp_path / "o.npy").exists()
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_encode_files_block_sizes(trained, native):
+    """Both file paths (bytes + native split, str + regex) give encode's ids at any block size."""
+    db, a, b = trained
+    tok = Tokenizer.from_store(db, native=native)
+    want = tok.encode(a.read_text(encoding="utf-8")) + tok.encode(b.read_text(encoding="utf-8"))
+    for block in (13, 1000, 1 << 20):
+        got: list[int] = []
+        encode_files(tok, [a, b], lambda ids: got.extend(ids.tolist()), block=block)
+        assert got == want

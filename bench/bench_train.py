@@ -2,8 +2,9 @@
 
 Each trainer runs in its own subprocess; this parent measures wall time and the peak RSS of the
 whole process tree (polled every 20 ms with psutil), and prints a markdown table with the ratio
-bpe_store / peer. Peers get the corpus as documents split at ``<|endoftext|>`` (none of them
-knows special tokens); thread pools are capped with RAYON_NUM_THREADS.
+bpe_store / peer. Peers get the corpus streamed from the file as documents split at
+``<|endoftext|>`` (none of them knows special tokens); thread pools are capped with
+RAYON_NUM_THREADS. bpe_store trains with its defaults (checkpoints on), from the file.
 
     python bench/bench_train.py --corpus enwiki --vocab 32000 --threads 2
     python bench/bench_train.py --corpus zh --vocab 10000 --threads 2 --tools bpe_store,rustbpe
@@ -38,9 +39,15 @@ TOOLS = ["bpe_store", "bpe_store_one_checkpoint", "rustbpe", "hf_tokenizers", "b
 
 # -- the trainers (each runs in a child process) ---------------------------------------------------
 
-def _docs(path: Path):
-    text = path.read_text(encoding="utf-8")
-    return [d for d in text.split(EOT) if d]
+def _docs(path: Path, block: int = 1 << 20):
+    """The corpus's documents, streamed: the peers never hold the whole text (fair peak RSS)."""
+    rest = ""
+    with open(path, encoding="utf-8", newline="") as f:
+        while chunk := f.read(block):
+            *docs, rest = (rest + chunk).split(EOT)
+            yield from (d for d in docs if d)
+    if rest:
+        yield rest
 
 
 def run_bpe_store(path: Path, vocab: int, threads: int, one_checkpoint: bool) -> dict:
@@ -84,7 +91,7 @@ def run_hf_tokenizers(path: Path, vocab: int, threads: int) -> dict:
 def run_bpeasy(path: Path, vocab: int, threads: int) -> dict:
     import bpeasy
 
-    ranks = bpeasy.train_bpe(iter(_docs(path)), GPT2, 128, vocab)
+    ranks = bpeasy.train_bpe(_docs(path), GPT2, 128, vocab)
     return {"merges": len(ranks) - 256}
 
 

@@ -132,7 +132,6 @@ def _same_inputs(store: Store, paths: Sequence[Path], params: RunParams) -> None
     if diffs:
         raise ResumeMismatch(f"{store.path} was started with other parameters or inputs: "
                              + "; ".join(diffs) + ". Use the same command, or --restart to start over")
-    merges_done = store.sql("SELECT count(*) FROM merges").scalar()
     if params.vocab_size < old.vocab_size:
         raise ResumeMismatch(
             f"{store.path} trains to vocab size {old.vocab_size}; a smaller one ({params.vocab_size}) "
@@ -140,7 +139,6 @@ def _same_inputs(store: Store, paths: Sequence[Path], params: RunParams) -> None
             "(or --restart to start over)")
     if params.vocab_size > old.vocab_size:
         store.set_vocab_size(params.vocab_size)  # continue to a larger vocabulary
-    del merges_done
 
 
 def train(*args, **kwargs) -> TrainResult:
@@ -403,9 +401,8 @@ def _merge(store: Store, params: RunParams, batch: int | None, seconds: float, e
     run = store.run_row()
     target = params.num_merges
     done_now = store.sql("SELECT count(*) FROM merges").scalar()
-    if run["phase"] == "done" and done_now >= min(target, done_now) and (
-            run["stop_reason"] == "no_pairs" or done_now >= target):
-        return
+    if run["phase"] == "done" and (run["stop_reason"] == "no_pairs" or done_now >= target):
+        return  # a finished store: nothing to do (a larger vocab size set phase back to merging)
     merger = _load_engine(store, params, engine) if isinstance(engine, str) else engine
     tb = merger.token_bytes
     stopping = False

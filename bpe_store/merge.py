@@ -102,15 +102,6 @@ def merge_pair(tokens: Sequence[int], a: int, b: int, new: int) -> list[int]:
     return out
 
 
-def pair_counts_of(words: Sequence[Sequence[int]], counts: Sequence[int]) -> dict[Pair, int]:
-    """``{pair: count}`` recomputed from scratch (initial state and consistency checks)."""
-    pc: Counter[Pair] = Counter()
-    for toks, c in zip(words, counts):
-        for p in zip(toks, toks[1:]):
-            pc[p] += c
-    return dict(pc)
-
-
 class Engine(Protocol):
     """What training needs from a merge engine (both engines below provide it)."""
 

@@ -38,8 +38,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 #: SQLite page cache (KiB) while writing merge checkpoints; see ``write_merge_rows``.
 CHECKPOINT_CACHE_KIB = 256 << 10
 
-#: ``{word id: current token ids}``, ``{(left, right): count}`` — the state a checkpoint writes.
-WordTokens = dict[int, Sequence[int]]
+#: ``{(left, right): count}``
 PairCounts = dict[tuple[int, int], int]
 
 
@@ -82,17 +81,8 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def pack_tokens(tokens: Sequence[int]) -> bytes:
-    """Token ids as the little-endian uint32 blob stored in ``words.tokens``."""
-    import array
-
-    a = array.array("I", tokens)
-    if a.itemsize != 4:  # pragma: no cover - every platform we build on has 4-byte unsigned int
-        raise RuntimeError("array('I') is not 32-bit here")
-    return a.tobytes()
-
-
 def unpack_tokens(blob: bytes) -> list[int]:
+    """The token ids of a ``words.tokens`` blob (little-endian uint32)."""
     import array
 
     a = array.array("I")
@@ -418,11 +408,6 @@ class Store:
         rows, self._fresh_rows = self._fresh_rows, None
         return rows
 
-    def load_words(self) -> tuple[list[int], list[bytes], list[int], list[bytes | None]]:
-        """All words in id order: ``(ids, bytes, counts, token blobs or None)``."""
-        rows = self.load_word_rows()
-        return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows]
-
     def load_word_rows(self) -> list[tuple[int, bytes, int, bytes | None]]:
         """All words in id order as plain tuples ``(id, bytes, count, token blob or None)``.
 
@@ -475,29 +460,6 @@ class Store:
             ' FROM pair_counts').one()
         return int(n), int(h1), int(h2)
 
-    def write_merge_checkpoint(
-        self,
-        merges: Sequence[tuple[int, int, int, int, int]],
-        new_vocab: Sequence[tuple[int, bytes]],
-        words: Sequence[tuple[int, bytes]],
-        pairs: Sequence[tuple[int, int, int]],
-        *,
-        merges_done: int,
-        elapsed_s: float,
-        done_reason: str | None,
-    ) -> float:
-        """One transaction for a batch of merges; returns the seconds the write took.
-
-        ``merges``: ``(rank, left, right, token, count)``; ``new_vocab``: ``(id, bytes)``;
-        ``words``: ``(word id, packed tokens)`` of every word the batch changed; ``pairs``:
-        ``(left, right, count)`` of every pair whose count changed (0 deletes it).
-        Training uses ``write_merge_rows``, which takes rows already in statement order.
-        """
-        return self.write_merge_rows(
-            merges, new_vocab, [(t, w) for w, t in words], [(a, b) for a, b, c in pairs if c == 0],
-            merges_done=merges_done, elapsed_s=elapsed_s, done_reason=done_reason,
-            pair_upserts=[p for p in pairs if p[2] != 0])
-
     def write_merge_rows(
         self,
         merges: Sequence[tuple[int, int, int, int, int]],
@@ -510,7 +472,6 @@ class Store:
         merges_done: int,
         elapsed_s: float,
         done_reason: str | None,
-        pair_upserts: Sequence[tuple[int, int, int]] = (),
     ) -> float:
         """The merge checkpoint, ONE transaction: merges, vocab, changed words' tokens, changed
         pair counts, progress. Returns the seconds the write took.
@@ -518,8 +479,7 @@ class Store:
         Rows come in the order of each statement's parameters (``bpe_store.merge.CheckpointRows``):
         ``word_rows`` ``(packed tokens, word id)``; ``pair_deletes`` ``(left, right)``;
         ``pair_inserts`` ``(left, right, count)`` for pairs the store lacks; ``pair_updates``
-        ``(count, left, right)`` for pairs it holds; ``pair_upserts`` ``(left, right, count)``
-        when that is not known. Why plain INSERT/UPDATE rather than INSERT OR REPLACE: a replace
+        ``(count, left, right)`` for pairs it holds. Why plain INSERT/UPDATE rather than INSERT OR REPLACE: a replace
         deletes and re-inserts the row and both its index entries; an update touches the row in
         place, and a wrong belief about what the store holds fails loudly instead of silently.
         """
@@ -534,7 +494,7 @@ class Store:
                 # times (enwiki-100M: 8.3 -> 6.3 s of writes). The cache only grows as used.
                 raw.execute(f"PRAGMA cache_size = -{CHECKPOINT_CACHE_KIB}")
                 self._write_merge_rows(raw, merges, new_vocab, word_rows, pair_deletes, pair_inserts,
-                                       pair_updates, pair_upserts)
+                                       pair_updates)
             except sqlite3.Error as exc:  # the driver's own errors, not wrapped by SQLAlchemy
                 raise _sqlite_error(self.path, exc) from exc
             phase = "done" if done_reason else "merging"
@@ -546,8 +506,7 @@ class Store:
     @staticmethod
     def _write_merge_rows(raw: sqlite3.Connection, merges: Sequence[tuple], new_vocab: Sequence[tuple],
                           word_rows: Sequence[tuple], pair_deletes: Sequence[tuple],
-                          pair_inserts: Sequence[tuple], pair_updates: Sequence[tuple],
-                          pair_upserts: Sequence[tuple]) -> None:
+                          pair_inserts: Sequence[tuple], pair_updates: Sequence[tuple]) -> None:
         """The statements of a merge checkpoint, in the transaction the caller holds."""
         if merges:
             raw.executemany('INSERT INTO merges (rank, "left", "right", token, count) VALUES (?, ?, ?, ?, ?)',
@@ -562,9 +521,6 @@ class Store:
             raw.executemany('UPDATE pair_counts SET count = ? WHERE "left" = ? AND "right" = ?', pair_updates)
         if pair_inserts:
             raw.executemany('INSERT INTO pair_counts ("left", "right", count) VALUES (?, ?, ?)', pair_inserts)
-        if pair_upserts:
-            raw.executemany('INSERT OR REPLACE INTO pair_counts ("left", "right", count) VALUES (?, ?, ?)',
-                            pair_upserts)
 
 
 class _Transaction:

@@ -356,7 +356,6 @@ def encode_files(
     block is encoded in parallel natively. ``separator``, a special token, follows each file.
     ``progress`` receives the bytes read. Returns the number of ids written.
     """
-    import codecs
 
     import numpy as np
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -10,20 +9,26 @@ from typing import Optional
 import typer
 
 from .errors import InputError
+from .outfiles import new_files
 
 #: nanoGPT reads ``train.bin`` as raw uint16 (``np.memmap(..., dtype=np.uint16)``).
 _NANOGPT_SUFFIX = ".bin"
 
 
-def _out_path(out: Path, force: bool) -> None:
-    if out.exists() and not force:
-        raise InputError(f"{out}: already exists; pass --force to replace it")
+def _out_path(out: Path, force: bool, keep: list[Path]) -> None:
+    """Refuse an output name that would lose data or that readers would misread (exit 2);
+    ``keep`` (the store, the inputs) may never be replaced by the output."""
     if out.is_dir():
         raise InputError(f"{out}: is a directory; give a file name ending in .npy or .bin")
-    if not out.parent.is_dir():
-        raise InputError(f"{out}: the directory {out.parent} does not exist")
     if out.suffix not in (".npy", _NANOGPT_SUFFIX):
         raise InputError(f"{out}: the output must end in .npy (NumPy) or .bin (nanoGPT's raw layout)")
+    for k in keep:
+        if out.exists() and k.exists() and out.resolve() == k.resolve():
+            raise InputError(f"{out}: is {k}, which this command reads; write the ids elsewhere")
+    if (out.exists() or out.is_symlink()) and not force:
+        raise InputError(f"{out}: already exists; pass --force to replace it")
+    if not out.parent.is_dir():
+        raise InputError(f"{out}: the directory {out.parent} does not exist")
 
 
 def _npy_header(dtype, n: int) -> bytes:
@@ -43,7 +48,8 @@ def encode_to_file(db: Path, inputs: list[Path], out: Path, *, vocab_size: int |
                    show_progress: bool = False) -> tuple[int, str]:
     """Encode ``inputs`` with the store's tokenizer into ``out`` (.npy or nanoGPT .bin).
 
-    Writes to ``out`` + ``.tmp`` and renames at the end, so ``out`` is never half written.
+    Writes through an exclusive temporary file beside ``out`` and renames it at the end
+    (``outfiles.new_files``), so ``out`` is never half written and nothing else is touched.
     Returns ``(number of ids, dtype name)``.
     """
     import numpy as np
@@ -52,7 +58,7 @@ def encode_to_file(db: Path, inputs: list[Path], out: Path, *, vocab_size: int |
 
     if not inputs:
         raise InputError("no input files given")
-    _out_path(out, force)
+    _out_path(out, force, [Path(db), *inputs])
     for p in inputs:
         if not p.is_file():
             raise InputError(f"{p}: no such file" if not p.exists() else f"{p}: is not a file")
@@ -60,31 +66,26 @@ def encode_to_file(db: Path, inputs: list[Path], out: Path, *, vocab_size: int |
     # uint16 halves the file when every id fits (as nanoGPT expects); uint32 otherwise
     dtype = np.dtype(np.uint16 if max(tok.vocab) < (1 << 16) else np.uint32)
     npy = out.suffix == ".npy"
-    tmp = out.with_name(out.name + ".tmp")
     total_bytes = sum(p.stat().st_size for p in inputs)
-    try:
-        with open(tmp, "wb") as f:
-            header = _npy_header(dtype, 0) if npy else b""
-            f.write(header)
+    with new_files([out]) as (f,):
+        header = _npy_header(dtype, 0) if npy else b""
+        f.write(header)
 
-            def write(ids: np.ndarray) -> None:
-                f.write(ids.astype(dtype, copy=False).tobytes())
+        def write(ids: np.ndarray) -> None:
+            f.write(ids.astype(dtype, copy=False).tobytes())
 
-            if show_progress:
-                with typer.progressbar(length=total_bytes, label="encoding", file=sys.stderr) as bar:
-                    n = encode_files(tok, inputs, write, threads=threads, separator=separator,
-                                     progress=bar.update)
-            else:
-                n = encode_files(tok, inputs, write, threads=threads, separator=separator)
-            if npy:
-                final = _npy_header(dtype, n)
-                if len(final) != len(header):  # pragma: no cover - 128 bytes for any realistic n
-                    raise RuntimeError("NumPy header size changed")
-                f.seek(0)
-                f.write(final)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+        if show_progress:
+            with typer.progressbar(length=total_bytes, label="encoding", file=sys.stderr) as bar:
+                n = encode_files(tok, inputs, write, threads=threads, separator=separator,
+                                 progress=bar.update)
+        else:
+            n = encode_files(tok, inputs, write, threads=threads, separator=separator)
+        if npy:
+            final = _npy_header(dtype, n)
+            if len(final) != len(header):  # pragma: no cover - 128 bytes for any realistic n
+                raise RuntimeError("NumPy header size changed")
+            f.seek(0)
+            f.write(final)
     return n, dtype.name
 
 

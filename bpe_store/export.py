@@ -21,13 +21,15 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import regex
+
 from .errors import InputError
+from .outfiles import check_export_target, export_dir
 from .pretokenize import GPT2_PATTERN
 
 FORMATS = ("hf", "gpt2", "tiktoken")
@@ -78,33 +80,129 @@ def from_gpt2_str(s: str) -> bytes:
         raise InputError(f"{s!r} is not in GPT-2's byte-to-unicode alphabet (character {exc.args[0]!r})") from None
 
 
+class Gpt2FileError(InputError):
+    """A GPT-2 ``vocab.json`` or ``merges.txt`` that cannot be read as one: the message names the
+    file and line (exit 2 from the CLI)."""
+
+
+#: Token ids fit the encoder's uint32, 0xFFFFFFFF being its "no id" marker.
+MAX_TOKEN_ID = (1 << 32) - 2
+_WS = regex.compile(r"[ \t\n\r]*")
+
+
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise Gpt2FileError(f"{path}: line {line}: invalid UTF-8 at byte {exc.start}") from None
+
+
+def _gpt2_vocab_entries(path: Path, text: str) -> Iterator[tuple[str, object, int]]:
+    """``(token, value, line)`` of each entry of a JSON object, in file order; JSON errors name
+    the file and line. Hand-walked (not ``json.load``) so that every entry keeps its line and a
+    repeated token is seen rather than silently overwritten."""
+    dec = json.JSONDecoder()
+    try:
+        i = _WS.match(text, 0).end()
+        if text[i:i + 1] != "{":
+            raise Gpt2FileError(f"{path}: line {_line(text, i)}: not a JSON object of {{token: id}}")
+        i = _WS.match(text, i + 1).end()
+        if text[i:i + 1] == "}":
+            i += 1
+        else:
+            while True:
+                if text[i:i + 1] != '"':
+                    raise json.JSONDecodeError("Expecting a token in double quotes", text, i)
+                at = i
+                token, i = json.decoder.scanstring(text, i + 1)
+                i = _WS.match(text, i).end()
+                if text[i:i + 1] != ":":
+                    raise json.JSONDecodeError("Expecting ':'", text, i)
+                i = _WS.match(text, i + 1).end()
+                value, i = dec.raw_decode(text, i)
+                yield token, value, _line(text, at)
+                i = _WS.match(text, i).end()
+                if text[i:i + 1] == ",":
+                    i = _WS.match(text, i + 1).end()
+                elif text[i:i + 1] == "}":
+                    i += 1
+                    break
+                else:
+                    raise json.JSONDecodeError("Expecting ',' or '}'", text, i)
+        if _WS.match(text, i).end() != len(text):
+            raise json.JSONDecodeError("Extra data after the object", text, i)
+    except json.JSONDecodeError as exc:
+        raise Gpt2FileError(f"{path}: line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg})") from None
+
+
+def read_gpt2_vocab(vocab_path: str | os.PathLike) -> dict[int, bytes]:
+    """``{id: bytes}`` of a GPT-2 ``vocab.json`` (``{token: id}``); refuses, naming the file and
+    line, anything but a JSON object of distinct tokens in GPT-2's alphabet to distinct ids."""
+    path = Path(vocab_path)
+    text = _read_text(path)
+    vocab: dict[int, bytes] = {}
+    where: dict[int, tuple[str, int]] = {}  # {id: (token, line)}
+    seen: dict[str, int] = {}  # {token: line}
+    for token, value, line in _gpt2_vocab_entries(path, text):
+        at = f"{path}: line {line}"
+        if type(value) is not int or not 0 <= value <= MAX_TOKEN_ID:
+            raise Gpt2FileError(f"{at}: the id of {token!r} is {json.dumps(value)[:40]}, not an integer "
+                                f"from 0 to {MAX_TOKEN_ID}")
+        if token in seen:
+            raise Gpt2FileError(f"{at}: token {token!r} is listed twice (first on line {seen[token]})")
+        if value in where:
+            other, oline = where[value]
+            raise Gpt2FileError(f"{at}: id {value} is given to {token!r} and to {other!r} (line {oline}); "
+                                "ids must be distinct")
+        try:
+            vocab[value] = from_gpt2_str(token)
+        except InputError as exc:
+            raise Gpt2FileError(f"{at}: {exc}") from None
+        seen[token] = line
+        where[value] = (token, line)
+    if not vocab:
+        raise Gpt2FileError(f"{path}: the vocabulary is empty")
+    return vocab
+
+
 def read_gpt2(vocab_path: str | os.PathLike, merges_path: str | os.PathLike
               ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """Read GPT-2 ``vocab.json`` (``{token: id}``) and ``merges.txt`` into CS336 form.
 
-    The merges file may start with a ``#version`` line or not; blank lines are skipped.
+    The merges file may start with a ``#version`` line or not; blank lines are skipped. Every
+    problem is one ``Gpt2FileError`` naming the file and line: bad JSON, a token outside GPT-2's
+    alphabet, a repeated token or id, an id that is not an integer, a merge line that is not
+    ``left right`` or whose parts or result are not in the vocabulary.
     """
-    try:
-        with open(vocab_path, encoding="utf-8") as f:
-            raw = json.load(f)
-        with open(merges_path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
-    except OSError as exc:
-        raise InputError(f"{exc.filename}: cannot read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{vocab_path}: not a JSON vocabulary ({exc})") from None
-    vocab = {int(i): from_gpt2_str(s) for s, i in raw.items()}
-    if lines and lines[0].startswith("#version"):
-        lines = lines[1:]
+    vocab = read_gpt2_vocab(vocab_path)
+    known = set(vocab.values())
+    mpath = Path(merges_path)
+    lines = _read_text(mpath).split("\n")
     merges: list[tuple[bytes, bytes]] = []
     for n, line in enumerate(lines, 1):
         line = line.rstrip("\r")
-        if not line:
+        if not line or (n == 1 and line.startswith("#version")):
             continue
         parts = line.split(" ")
-        if len(parts) != 2:
-            raise InputError(f"{merges_path}: line {n} is not 'left right': {line!r}")
-        merges.append((from_gpt2_str(parts[0]), from_gpt2_str(parts[1])))
+        if len(parts) != 2 or not all(parts):
+            raise Gpt2FileError(f"{mpath}: line {n} is not 'left right': {line!r}")
+        try:
+            a, b = from_gpt2_str(parts[0]), from_gpt2_str(parts[1])
+        except InputError as exc:
+            raise Gpt2FileError(f"{mpath}: line {n}: {exc}") from None
+        for what in (a, b, a + b):
+            if what not in known:
+                raise Gpt2FileError(f"{mpath}: line {n}: {to_gpt2_str(what)!r} is not in {vocab_path}")
+        merges.append((a, b))
     return vocab, merges
 
 
@@ -156,19 +254,6 @@ def check_exportable(vocab: dict[int, bytes], merges: Sequence[tuple[bytes, byte
         if len(b) > 1 and i not in special_ids and b not in merged:
             raise ExportError(f"id {i} ({b!r}) is neither a byte, a special token nor the result of a merge")
     return Exportable(dict(sorted(vocab.items())), list(merges), specials, pattern)
-
-
-def _prepare_dir(out: Path, force: bool) -> None:
-    if out.exists():
-        if not force:
-            raise InputError(f"{out}: already exists; pass --force to replace it")
-        if out.is_dir():
-            shutil.rmtree(out)
-        else:
-            out.unlink()
-    if not out.parent.is_dir():
-        raise InputError(f"{out}: the directory {out.parent} does not exist")
-    out.mkdir()
 
 
 def hf_json(tok: Exportable) -> dict:
@@ -280,15 +365,22 @@ _WRITERS = {"hf": write_hf, "gpt2": write_gpt2, "tiktoken": write_tiktoken}
 
 def export_store(db_path: str | os.PathLike, fmt: str, out_dir: str | os.PathLike, *,
                  vocab_size: int | None = None, force: bool = False) -> list[Path]:
-    """Write the tokenizer of a store (a prefix of ``vocab_size``) to ``out_dir`` in ``fmt``."""
+    """Write the tokenizer of a store (a prefix of ``vocab_size``) to ``out_dir`` in ``fmt``.
+
+    The files are written in a staging directory and moved into place (``outfiles.export_dir``):
+    ``force`` replaces only the files this format writes in an existing ``out_dir``; an
+    ``out_dir`` that is a file, the store or a directory holding it is refused (InputError).
+    """
     from .tokenizer import load_store
 
     if fmt not in FORMATS:
         raise InputError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    out = Path(out_dir)
+    check_export_target(out, force, [Path(db_path)])  # before reading the store: fail fast
     vocab, merges, specials, pattern = load_store(db_path, vocab_size)
     tok = check_exportable(vocab, merges, specials, pattern)
     if fmt == "tiktoken":
         check_tiktoken_specials(specials)
-    out = Path(out_dir)
-    _prepare_dir(out, force)
-    return _WRITERS[fmt](tok, out)
+    with export_dir(out, force=force, keep=[Path(db_path)]) as staging:
+        written = _WRITERS[fmt](tok, staging)
+    return [out / p.name for p in written]

@@ -15,7 +15,9 @@ Running the same command again resumes from the last transaction. The stage name
 
 from __future__ import annotations
 
+import functools
 import gc
+import inspect
 import json
 import multiprocessing
 import os
@@ -29,6 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 import regex
 from sqlalchemy.exc import DBAPIError
@@ -141,28 +144,40 @@ def _same_inputs(store: Store, paths: Sequence[Path], params: RunParams) -> None
         store.set_vocab_size(params.vocab_size)  # continue to a larger vocabulary
 
 
-def train(*args, **kwargs) -> TrainResult:
-    """Train (or resume training) a byte-level BPE into a store; see ``_train`` for the arguments.
+P = ParamSpec("P")
+R = TypeVar("R")
 
-    SQLite failures anywhere (corrupt file, full disk) surface as one-line ``StoreError``s.
+
+def _without_gc_store_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` run with cyclic GC off, its SQLite failures turned into one-line ``StoreError``s.
+
+    ``functools.wraps`` keeps ``fn``'s name, signature (``inspect.signature`` follows
+    ``__wrapped__``) and docstring for ``help()``; ``ParamSpec`` keeps them for type checkers/IDEs.
     """
-    # Why no cyclic GC while training: counting and the checkpoints make ~1M long-lived tuples
-    # at once, and each generation-2 collection walks all of them; nothing training makes is
-    # cyclic garbage worth collecting meanwhile (py-spy on enwiki-100M: ~0.5 s of 5.9 s was
-    # gc_collect_main). Collection resumes, with whatever is left, when training returns.
-    gc_on = gc.isenabled()
-    gc.disable()
-    try:
-        return _train(*args, **kwargs)
-    except DBAPIError as exc:
-        db = kwargs.get("db", args[1] if len(args) > 1 else "store")
-        raise _sqlite_error(Path(db), exc) from exc
-    finally:
-        if gc_on:
-            gc.enable()
+    db_param = list(inspect.signature(fn).parameters).index("db")
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        # Why no cyclic GC while training: counting and the checkpoints make ~1M long-lived tuples
+        # at once, and each generation-2 collection walks all of them; nothing training makes is
+        # cyclic garbage worth collecting meanwhile (py-spy on enwiki-100M: ~0.5 s of 5.9 s was
+        # gc_collect_main). Collection resumes, with whatever is left, when training returns.
+        gc_on = gc.isenabled()
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        except DBAPIError as exc:
+            db = kwargs.get("db", args[db_param] if len(args) > db_param else "store")
+            raise _sqlite_error(Path(db), exc) from exc  # type: ignore[arg-type]
+        finally:
+            if gc_on:
+                gc.enable()
+
+    return wrapper
 
 
-def _train(
+@_without_gc_store_errors
+def train(
     inputs: Sequence[str | os.PathLike] | str | os.PathLike,
     db: str | os.PathLike,
     vocab_size: int,
@@ -182,8 +197,38 @@ def _train(
 ) -> TrainResult:
     """Train (or resume training) a byte-level BPE into the store ``db``; see the module doc.
 
-    ``engine`` picks the merge engine: "native" (C++), "python" (the portable fallback) or
-    "auto" (native when built). Both give the same result, so a run may resume with the other.
+    Running it again with the same arguments resumes from the store's last checkpoint and gives
+    the result of an uninterrupted run; a larger ``vocab_size`` continues a finished store.
+
+    Args:
+        inputs: corpus file(s), UTF-8 text; the store records their sizes and SHA-256.
+        db: the store (a SQLite file): created if absent, resumed if present.
+        vocab_size: target vocabulary size: special tokens + 256 bytes + merges.
+        special_tokens: special tokens; they split the text, are never merged and get the first ids.
+        pattern: the pre-tokenization regex (default GPT-2's).
+        workers: counting threads/processes (default: all cores); never changes the result.
+        chunk_size: bytes per counting unit; never changes the result.
+        checkpoint_merges: also end a merge batch (a checkpoint) after this many merges.
+        checkpoint_seconds: seconds of merging per checkpoint: the most a kill can lose.
+        count_flush_seconds: counting writes its counts to the store at most this often.
+        invalid_utf8: "strict" (refuse, naming the byte offset) or "replace" (U+FFFD).
+        restart: discard the store's progress and start over.
+        progress: called with events such as ``{"stage": "merging", "done": 1200, "total": 31744}``
+            (stages: plan, counting, pairs, merging, checkpoint; see ``bpe_store.progress``).
+        stop: when set, training finishes its current batch, writes a checkpoint and raises
+            ``Interrupted``.
+        engine: the merge engine: "native" (C++), "python" (the portable fallback) or "auto"
+            (native when built). Both give the same result, so a run may resume with the other.
+
+    Returns:
+        A ``TrainResult``: ``vocab`` (id -> bytes), ``merges`` (pairs of bytes in merge order),
+        ``merge_counts``, ``phase`` and ``stop_reason``.
+
+    Raises:
+        InputError: bad parameters or inputs (exit code 2 on the command line).
+        ResumeMismatch: the store was started with other parameters or inputs (3).
+        StoreError: not a store, corrupt, held by another run, disk full, ... (4).
+        Interrupted: ``stop`` was set; the store holds everything up to its last checkpoint.
     """
     # 1. check
     if isinstance(inputs, (str, os.PathLike)):

@@ -1,0 +1,86 @@
+"""The package as a library: ``train``'s signature and docstring, type information, declared dependencies."""
+
+from __future__ import annotations
+
+import inspect
+import pydoc
+import subprocess
+import sys
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+import bpe_store
+from bpe_store import train
+from bpe_store.train import DEFAULT_CHECKPOINT_SECONDS
+from cli_helpers import ROOT
+
+
+def test_train_shows_its_real_signature_and_docstring():
+    sig = inspect.signature(train)
+    params = sig.parameters
+    assert list(params)[:4] == ["inputs", "db", "vocab_size", "special_tokens"]
+    assert params["checkpoint_seconds"].default == DEFAULT_CHECKPOINT_SECONDS
+    assert params["engine"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert sig.return_annotation == "TrainResult"
+    assert train.__name__ == "train" and train.__module__ == "bpe_store.train"
+    text = pydoc.render_doc(train, renderer=pydoc.plaintext)
+    assert "vocab_size" in text and "*args" not in text
+    for name in ("inputs", "db", "vocab_size", "special_tokens", "progress", "stop", "engine"):
+        assert f"    {name}:" in train.__doc__, name
+
+
+def test_train_still_turns_sqlite_failures_into_store_errors(tmp_path):
+    from bpe_store.errors import StoreError
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("hello world " * 50)
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"SQLite format 3\x00" + b"\x00" * 84 + b"garbage" * 200)
+    with pytest.raises(StoreError):
+        train(corpus, bad, 300)
+    with pytest.raises(StoreError):
+        train(corpus, db=bad, vocab_size=300)
+
+
+def test_py_typed_is_in_the_package():
+    assert (Path(bpe_store.__file__).parent / "py.typed").is_file()
+
+
+def _declared(requirements: list[str]) -> set[str]:
+    import re
+
+    return {re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_directly_imported_third_party_packages_are_declared():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    deps = _declared(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+    # every third-party module imported at the top level or lazily by the package itself
+    imported = set()
+    for f in (ROOT / "bpe_store").glob("*.py"):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            s = line.strip()
+            for prefix in ("import ", "from "):
+                if s.startswith(prefix) and not s.startswith("from ."):
+                    imported.add(s[len(prefix):].split()[0].split(".")[0].rstrip(","))
+    third_party = {m for m in imported if m not in sys.stdlib_module_names and m not in {"bpe_store", "__future__"}}
+    optional = {"tiktoken", "tokenizers", "transformers", "matplotlib", "ray", "pyarrow", "zstandard"}
+    missing = {m for m in third_party - optional if m.lower() not in deps}
+    assert not missing, f"imported but not in [project] dependencies: {sorted(missing)}"
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_py_typed_migrations_and_declares_rich(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(tmp_path)],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (wheel,) = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        meta = Parser().parsestr(z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode())
+    assert "bpe_store/py.typed" in names and "bpe_store/migrations/env.py" in names
+    assert "rich" in _declared(meta.get_all("Requires-Dist") or [])

@@ -23,6 +23,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import os
+import stat
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -54,19 +55,55 @@ _SEARCH_WINDOW = 1 << 20
 _SAFE_WS = regex.compile(rb"[\x21-\x7e](?=[ \n])")
 
 
-def scan_source(path: str | os.PathLike, invalid_utf8: str = "strict") -> Source:
-    """Check one input (exists, a readable non-empty file, valid UTF-8 unless ``invalid_utf8`` is
-    "replace") and fingerprint it. Raises InputError saying where the problem is."""
+_FILE_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(p: Path, mode: int) -> InputError:
+    if stat.S_ISDIR(mode):
+        return InputError(f"{p}: is a directory; give the files to train on")
+    what = next((name for test, name in _FILE_KINDS if test(mode)), "a special file")
+    return InputError(f"{p}: is {what}, not a regular file; inputs must be regular files")
+
+
+def open_regular(path: str | os.PathLike):
+    """``open(path, "rb")`` for a regular file only; InputError for anything else.
+
+    Why not plain ``open``: opening a FIFO blocks until a writer comes (and swallows the first
+    Ctrl-C), and a device such as /dev/zero has size 0 but never ends. The file is stat'ed before
+    it is opened, opened with O_NONBLOCK (which cannot block on a FIFO swapped in meanwhile) and
+    checked again on the descriptor, so what is read is what was checked.
+    """
     p = Path(path)
-    if not p.exists():
-        raise InputError(f"{p}: no such file")
-    if p.is_dir():
-        raise InputError(f"{p}: is a directory; give the files to train on")
     try:
-        st = p.stat()
-        f = open(p, "rb")
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise InputError(f"{p}: no such file") from None
     except OSError as exc:
         raise InputError(f"{p}: cannot read ({exc.strerror})") from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(p, st.st_mode)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read ({exc.strerror})") from exc
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(p, mode)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def scan_source(path: str | os.PathLike, invalid_utf8: str = "strict") -> Source:
+    """Check one input (exists, a readable non-empty regular file, valid UTF-8 unless
+    ``invalid_utf8`` is "replace") and fingerprint it. Raises InputError saying where the problem is."""
+    p = Path(path)
+    f = open_regular(p)
+    st = os.fstat(f.fileno())
     if st.st_size == 0:
         f.close()
         raise InputError(f"{p}: is empty")
@@ -75,7 +112,7 @@ def scan_source(path: str | os.PathLike, invalid_utf8: str = "strict") -> Source
             digest = _fingerprint_native(p, f)
             if digest is not None:
                 return Source(str(p.resolve()), st.st_size, st.st_mtime_ns, digest)
-            f = open(p, "rb")  # invalid UTF-8: the slow path below finds and reports where
+            f = open_regular(p)  # invalid UTF-8: the slow path below finds and reports where
     sha = hashlib.sha256()
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
     offset = 0
@@ -198,7 +235,7 @@ def plan_chunks(path: str | os.PathLike, size: int, special_tokens: Sequence[str
     back = max((len(s) for s in specials), default=1)
     bounds = [0]
     target = chunk_size
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while target < size:
             found = None
             pos = target
@@ -230,7 +267,7 @@ def count_chunk(path: str, start: int, end: int, special_tokens: Sequence[str], 
 
 
 def _read_chunk(path: str, start: int, end: int) -> bytes:
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         f.seek(start)
         data = f.read(end - start)
     if len(data) != end - start:

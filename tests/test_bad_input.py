@@ -19,7 +19,7 @@ import pytest
 from bpe_store import InputError, ResumeMismatch, Store, StoreError, train
 from bpe_store.cli import main
 
-from conftest import ROOT, shared_file
+from conftest import ROOT, SMALL_TEXT, shared_file
 
 SPECIAL = ["<|endoftext|>"]
 
@@ -40,7 +40,7 @@ def file_hash(p: Path) -> str:
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
     p = tmp_path / "corpus.txt"
-    p.write_bytes(shared_file("cs336", "corpus.en").read_bytes()[:20_000])
+    p.write_bytes(SMALL_TEXT.read_bytes()[:20_000])
     return p
 
 
@@ -70,6 +70,49 @@ def test_directory_input(tmp_path, db_path):
     assert not db_path.exists()
 
 
+def _cli_train_sub(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    """``bpe-store train ARGS`` in a subprocess: a hang fails the test instead of blocking it."""
+    return subprocess.run([sys.executable, "-m", "bpe_store", "train", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_fifo_input_is_refused_at_once(tmp_path, db_path):
+    # before: open() blocked forever waiting for a writer (and swallowed the first Ctrl-C)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    r = _cli_train_sub(fifo, "--db", db_path, "--vocab-size", "300", "--quiet")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1
+    assert "FIFO" in r.stderr and "not a regular file" in r.stderr
+    assert not db_path.exists()
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/null"])
+def test_device_input_is_refused(db_path, device):
+    # before: /dev/zero (size 0 but endless) was called "empty"
+    if not os.path.exists(device):
+        pytest.skip(f"{device} does not exist here")
+    _raises(InputError, "is a character device, not a regular file", [device], db_path, 300, SPECIAL)
+    assert not db_path.exists()
+
+
+def test_input_swapped_for_a_fifo_before_counting_is_refused(tmp_path, corpus, db_path, monkeypatch):
+    # the file is checked when the run starts; if a FIFO replaces it before a chunk is read,
+    # reading must not block either
+    from bpe_store import count
+
+    real = count.plan_chunks
+
+    def swap(path, *a, **kw):
+        chunks = real(path, *a, **kw)
+        Path(path).unlink()
+        os.mkfifo(path)
+        return chunks
+
+    monkeypatch.setattr(sys.modules["bpe_store.train"], "plan_chunks", swap)
+    _raises(InputError, "FIFO", [corpus], db_path, 300, SPECIAL)
+
+
 def test_unreadable_input(tmp_path, db_path, corpus):
     corpus.chmod(0)
     try:
@@ -86,16 +129,14 @@ def test_unreadable_input(tmp_path, db_path, corpus):
 
 def test_unreadable_input_message(tmp_path, db_path, corpus, monkeypatch):
     """The same path as above, forced even for root: open() refusing the file."""
-    import builtins
-
-    real_open = builtins.open
+    real_open = os.open
 
     def deny(path, *a, **k):
         if Path(path) == corpus:
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, *a, **k)
 
-    monkeypatch.setattr(builtins, "open", deny)
+    monkeypatch.setattr(os, "open", deny)
     _raises(InputError, "cannot read .*Permission denied", [corpus], db_path, 300, SPECIAL)
     assert not db_path.exists()
 
@@ -147,6 +188,56 @@ def test_invalid_utf8_replace_policy_trains(tmp_path, db_path):
 def test_bad_parameters(corpus, db_path, vocab_size, specials, match):
     _raises(InputError, match, [corpus], db_path, vocab_size, specials)
     assert not db_path.exists()
+
+
+BIG = 2**63
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"vocab_size": BIG}, "vocab size 9223372036854775808 is too large: token ids are 32-bit"),
+    ({"vocab_size": 2**32}, "too large"),
+    ({"vocab_size": 300.0}, "must be an integer"),
+    ({"checkpoint_seconds": float("nan")}, "checkpoint seconds must be a finite number"),
+    ({"checkpoint_seconds": float("inf")}, "checkpoint seconds must be a finite number"),
+    ({"checkpoint_seconds": -1.0}, "checkpoint seconds"),
+    ({"checkpoint_seconds": 0}, "checkpoint seconds"),
+    ({"checkpoint_seconds": "30"}, "checkpoint seconds must be a number"),
+    ({"count_flush_seconds": float("nan")}, "count flush seconds"),
+    ({"chunk_size": 0}, "chunk size must be between 1 and"),
+    ({"chunk_size": BIG}, "chunk size must be between 1 and"),
+    ({"chunk_size": 1.5}, "chunk size must be an integer"),
+    ({"checkpoint_merges": 0}, "checkpoint merges must be at least 1"),
+    ({"workers": 0}, "workers must be between 1 and 1024"),
+    ({"workers": -3}, "workers"),
+    ({"workers": BIG}, "workers must be between 1 and 1024"),
+    ({"workers": "2"}, "workers must be an integer"),
+    ({"special_tokens": "<|endoftext|>"}, "special tokens must be a list"),
+    ({"special_tokens": None}, "special tokens must be a list"),
+    ({"pattern": None}, "pattern must be a string"),
+])
+def test_absurd_parameters_are_input_errors(corpus, db_path, kwargs, match):
+    # before: 2^63 failed with exit 1 (SQLite OverflowError), NaN/inf trained without checkpoints,
+    # workers=0 meant "all cores", a 2^63 chunk size failed with exit 1
+    args = {"vocab_size": 300, "special_tokens": SPECIAL, **kwargs}
+    vocab_size, specials = args.pop("vocab_size"), args.pop("special_tokens")
+    _raises(InputError, match, [corpus], db_path, vocab_size, specials, **args)
+    assert not db_path.exists()
+
+
+@pytest.mark.parametrize("option,value", [
+    ("--vocab-size", str(BIG)), ("--vocab-size", "99999999999"), ("--checkpoint-seconds", "nan"),
+    ("--checkpoint-seconds", "inf"), ("--checkpoint-seconds", "-1"), ("--chunk-size", "0"),
+    ("--chunk-size", str(BIG)), ("--chunk-size", "99999999999999999999"), ("--workers", "0"),
+    ("--workers", "100000000000"), ("--checkpoint-merges", "0"),
+])
+def test_absurd_options_exit_2_with_one_line(tmp_path, capsys, corpus, option, value):
+    argv = ["train", str(corpus), "--db", str(tmp_path / "x.db"), "--vocab-size", "300", option, value]
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "unexpected" not in err
+    assert not (tmp_path / "x.db").exists()
 
 
 def test_bad_pattern(corpus, db_path):

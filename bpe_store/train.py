@@ -19,6 +19,7 @@ import functools
 import gc
 import inspect
 import json
+import math
 import multiprocessing
 import os
 import shutil
@@ -78,8 +79,54 @@ class TrainResult:
     stop_reason: str | None
 
 
+#: Token ids are uint32 (the merge engine and ``words.tokens`` hold them so) and 0xFFFFFFFF marks
+#: "no token" in the engine, so the largest vocabulary has ids 0 .. 2^32 - 2.
+MAX_VOCAB_SIZE = (1 << 32) - 1
+#: Counting threads: far more than any machine has cores; each may hold two chunks in memory.
+MAX_WORKERS = 1024
+#: A chunk is read into memory whole; 4 GiB is far above any useful size (the default is 8 MiB).
+MAX_CHUNK_SIZE = 1 << 32
+
+
+def _positive_int(name: str, value: object, most: int | None = None) -> int:
+    """``value`` if it is an int in ``1 .. most``; otherwise InputError naming ``name``."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InputError(f"{name} must be an integer, not {value!r}")
+    if value < 1 or (most is not None and value > most):
+        bound = f"between 1 and {most}" if most is not None else "at least 1"
+        raise InputError(f"{name} must be {bound}, not {value}")
+    return value
+
+
+def _seconds(name: str, value: object, zero_ok: bool = False) -> float:
+    """``value`` as float seconds if it is a finite number > 0 (>= 0 if ``zero_ok``); otherwise
+    InputError. Why finite: NaN compares false with everything, so a NaN or infinite interval
+    silently meant "never checkpoint"."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{name} must be a number of seconds, not {value!r}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        least = "0 or more" if zero_ok else "above 0"
+        raise InputError(f"{name} must be a finite number of seconds, {least}, not {value}")
+    return float(value)
+
+
+def check_run_options(workers: int | None, chunk_size: int, checkpoint_merges: int | None,
+                      checkpoint_seconds: float, count_flush_seconds: float) -> int:
+    """Validate the options that never change a run's result; return the worker count to use."""
+    if workers is not None:
+        _positive_int("workers", workers, MAX_WORKERS)
+    _positive_int("chunk size", chunk_size, MAX_CHUNK_SIZE)
+    if checkpoint_merges is not None:
+        _positive_int("checkpoint merges", checkpoint_merges)
+    _seconds("checkpoint seconds", checkpoint_seconds)
+    _seconds("count flush seconds", count_flush_seconds, zero_ok=True)
+    return min(workers or os.cpu_count() or 1, MAX_WORKERS)
+
+
 def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, invalid_utf8: str) -> RunParams:
     """Validate the parameters that define a run; raise InputError naming the bad one."""
+    if isinstance(special_tokens, (str, bytes)) or not isinstance(special_tokens, Iterable):
+        raise InputError(f"special tokens must be a list of strings, not {special_tokens!r}")
     specials = list(special_tokens)
     for s in specials:
         if not isinstance(s, str) or s == "":
@@ -93,6 +140,11 @@ def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, i
     if vocab_size < least:
         raise InputError(f"vocab size {vocab_size} is too small: it must be at least 256 bytes + "
                          f"{len(specials)} special tokens = {least}")
+    if vocab_size > MAX_VOCAB_SIZE:
+        raise InputError(f"vocab size {vocab_size} is too large: token ids are 32-bit, so at most "
+                         f"{MAX_VOCAB_SIZE}")
+    if not isinstance(pattern, str):
+        raise InputError(f"the pre-tokenization pattern must be a string, not {pattern!r}")
     try:
         regex.compile(pattern)
     except regex.error as exc:
@@ -237,10 +289,7 @@ def train(
     if not paths:
         raise InputError("no input files given")
     params = check_params(vocab_size, special_tokens, pattern, invalid_utf8)
-    workers = workers or os.cpu_count() or 1
-    if (workers < 1 or chunk_size < 1 or (checkpoint_merges is not None and checkpoint_merges < 1)
-            or checkpoint_seconds <= 0):
-        raise InputError("workers, chunk size and checkpoint sizes must be positive")
+    workers = check_run_options(workers, chunk_size, checkpoint_merges, checkpoint_seconds, count_flush_seconds)
     if engine not in ENGINES:
         raise InputError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if engine == "native" and not native_available():

@@ -15,7 +15,7 @@ from bpe_store.errors import StoreError
 from bpe_store.store import Store
 from bpe_store.train import Interrupted, read_result, train
 from cli_helpers import SPECIAL, cli_cmd, env, run
-from conftest import shared_file
+from conftest import SMALL_TEXT
 
 VOCAB = 400
 TARGET = VOCAB - 257
@@ -24,7 +24,7 @@ TARGET = VOCAB - 257
 @pytest.fixture(scope="module")
 def store_path(tmp_path_factory) -> Path:
     db = tmp_path_factory.mktemp("inspect") / "run.db"
-    r = run("train", shared_file("cs336", "corpus.en"), "--db", db, "--vocab-size", VOCAB, "--special", SPECIAL,
+    r = run("train", SMALL_TEXT, "--db", db, "--vocab-size", VOCAB, "--special", SPECIAL,
             "--checkpoint-merges", "50", "--quiet")
     assert r.exit_code == 0, r.output
     return db
@@ -41,7 +41,7 @@ def stopped_path(tmp_path_factory) -> Path:
             stop.set()
 
     with pytest.raises(Interrupted):
-        train([shared_file("cs336", "corpus.en")], db, VOCAB, [SPECIAL], checkpoint_merges=20,
+        train([SMALL_TEXT], db, VOCAB, [SPECIAL], checkpoint_merges=20,
               progress=progress, stop=stop)
     return db
 
@@ -61,7 +61,7 @@ def test_status_of_a_finished_run(store_path):
     assert "phase        done (vocab_size)" in text
     assert f"merges       {TARGET} / {TARGET} (100.0%)" in text
     assert "running      no" in text
-    assert str(shared_file("cs336", "corpus.en").resolve()) in text and "  ok" in text
+    assert str(SMALL_TEXT.resolve()) in text and "  ok" in text
     assert "checkpoint   " in text and "ETA 0:00:00" in text
     assert "schema v0_2_0_sessions" in text
 
@@ -72,7 +72,7 @@ def test_status_json(store_path):
     assert st["phase"] == "done" and st["merges_done"] == st["merges_target"] == TARGET
     assert st["held"] is False and st["holder"] is None
     assert st["db_bytes"] >= store_path.stat().st_size > 0
-    assert st["counting"]["bytes_done"] == st["counting"]["bytes_total"] == shared_file("cs336", "corpus.en").stat().st_size
+    assert st["counting"]["bytes_done"] == st["counting"]["bytes_total"] == SMALL_TEXT.stat().st_size
     assert st["inputs"][0]["state"] == "ok" and len(st["inputs"][0]["sha256"]) == 64
     assert st["last_checkpoint"]["merges_done"] == TARGET and st["eta_s"] == 0.0
     assert [s["outcome"] for s in st["sessions"]] == ["done"]
@@ -211,7 +211,7 @@ def test_readers_see_consistent_snapshots_while_a_run_writes(tmp_path):
     db = tmp_path / "live.db"
     target = 1500 - 257
     proc = subprocess.Popen(
-        cli_cmd("train", shared_file("cs336", "corpus.en"), "--db", db, "--vocab-size", "1500", "--special", SPECIAL,
+        cli_cmd("train", SMALL_TEXT, "--db", db, "--vocab-size", "1500", "--special", SPECIAL,
                 "--checkpoint-merges", "10", "--quiet"), env=env())
     seen_mid, held_by_it, via_cli, seen_any = set(), False, 0, False
     try:

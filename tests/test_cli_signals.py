@@ -19,7 +19,7 @@ from bpe_store import inspect
 from bpe_store.store import Store
 from bpe_store.train import read_result, train
 from cli_helpers import SPECIAL, cli_cmd, env, run
-from conftest import shared_file
+from conftest import SMALL_TEXT
 
 VOCAB = 1500
 TARGET = VOCAB - 257
@@ -29,11 +29,11 @@ TARGET = VOCAB - 257
 def reference(tmp_path_factory) -> list[tuple[bytes, bytes]]:
     """The merges of an uninterrupted run."""
     db = tmp_path_factory.mktemp("ref") / "ref.db"
-    return train([shared_file("cs336", "corpus.en")], db, VOCAB, [SPECIAL]).merges
+    return train([SMALL_TEXT], db, VOCAB, [SPECIAL]).merges
 
 
 def train_args(db: Path) -> list[str]:
-    return ["train", str(shared_file("cs336", "corpus.en")), "--db", str(db), "--vocab-size", str(VOCAB),
+    return ["train", str(SMALL_TEXT), "--db", str(db), "--vocab-size", str(VOCAB),
             "--special", SPECIAL, "--checkpoint-merges", "20", "--progress", "json"]
 
 
@@ -160,7 +160,7 @@ def test_progress_bars_render_on_a_terminal(tmp_path):
     assert "\x1b[" in screen and "━" in screen  # drawn, with colours, not JSON
     assert '{"stage"' not in screen
     for text in ("counting", "merging", f"{TARGET} / {TARGET} merges", "merges/s", "ETA", "checkpoint at",
-                 "kB / 133.0 kB", f"vocab {VOCAB} (reached the vocabulary size)"):
+                 f"kB / {SMALL_TEXT.stat().st_size / 1000:.1f} kB", f"vocab {VOCAB} (reached the vocabulary size)"):
         assert text in screen, text
 
 

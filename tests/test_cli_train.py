@@ -12,11 +12,11 @@ from bpe_store.progress import JsonLines, Meter
 from bpe_store.store import Store
 from bpe_store.train import read_result
 from cli_helpers import SPECIAL, json_lines, run, run_sub
-from conftest import shared_file
+from conftest import SMALL_TEXT
 
 
 def corpus() -> Path:
-    return shared_file("cs336", "corpus.en")
+    return SMALL_TEXT
 
 
 def merges_of(db: Path) -> list[tuple[bytes, bytes]]:

@@ -9,7 +9,7 @@ from bpe_store.cli import main
 from bpe_store.tokenizer import Tokenizer, encode_files
 from bpe_store.train import train
 
-from conftest import corpus_slice
+from conftest import EN, RU, ZH, fixture_text
 
 EOT = "<|endoftext|>"
 
@@ -18,12 +18,12 @@ EOT = "<|endoftext|>"
 def trained(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli")
     src = d / "train.txt"
-    src.write_text(corpus_slice("enwiki-100M.txt", 80_000) + EOT + corpus_slice("zhwiki-20M.txt", 30_000),
+    src.write_text(fixture_text(EN, 80_000) + EOT + fixture_text(ZH, 30_000),
                    encoding="utf-8")
     train([src], d / "run.db", 800, [EOT], workers=1)
     a, b = d / "a.txt", d / "b.txt"
-    a.write_text(corpus_slice("enwiki-100M.txt", 50_000, offset=1_000_000) + EOT + "tail\n\n", encoding="utf-8")
-    b.write_text(corpus_slice("tinystories-ru-20M.txt", 30_000, offset=1_000_000), encoding="utf-8")
+    a.write_text(fixture_text(EN, 50_000, offset=600_000) + EOT + "tail\n\n", encoding="utf-8")
+    b.write_text(fixture_text(RU, 30_000, offset=400_000), encoding="utf-8")
     return d / "run.db", a, b
 
 

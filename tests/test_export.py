@@ -18,16 +18,16 @@ from bpe_store.export import (ExportError, check_exportable, export_store, load_
 from bpe_store.tokenizer import Tokenizer
 from bpe_store.train import train
 
-from conftest import corpus_slice
+from conftest import EN, RU, ZH, fixture_text
 
 EOT = "<|endoftext|>"
-CORPORA = ["enwiki-100M.txt", "tinystories-ru-20M.txt", "zhwiki-20M.txt"]
+CORPORA = [EN, RU, ZH]
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     d = tmp_path_factory.mktemp("export")
-    text = "".join(corpus_slice(name, 150_000) + EOT for name in CORPORA)
+    text = "".join(fixture_text(name, 150_000) + EOT for name in CORPORA)
     src = d / "train.txt"
     src.write_text(text, encoding="utf-8")
     db = d / "run.db"
@@ -38,7 +38,7 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def samples() -> list[str]:
     """Text the store was not trained on, with specials and odd whitespace mixed in."""
-    out = [corpus_slice(name, 60_000, offset=3_000_000) for name in CORPORA]
+    out = [fixture_text(name, 60_000, offset=400_000) for name in CORPORA]
     out.append("  two  spaces\n\n\nand a tab\t\r\nend" + EOT + "\n\nafter" + EOT)
     out.append("emoji 🙃🙃 and 12345 digits, it's they'll")
     return out
@@ -167,7 +167,7 @@ def test_other_pattern_exports(tmp_path, samples):
     from test_tokenizer_roundtrip import GPT4_PATTERN
 
     src = tmp_path / "train.txt"
-    src.write_text(corpus_slice("enwiki-100M.txt", 60_000) + EOT + corpus_slice("zhwiki-20M.txt", 30_000),
+    src.write_text(fixture_text(EN, 60_000) + EOT + fixture_text(ZH, 30_000),
                    encoding="utf-8")
     db = tmp_path / "gpt4.db"
     train([src], db, 700, [EOT], workers=1, pattern=GPT4_PATTERN)

@@ -17,7 +17,7 @@ from bpe_store.pretokenize import GPT2_PATTERN
 from bpe_store.store import RunParams, Source, Store
 from bpe_store.train import __version__
 
-from conftest import corpus_slice
+from conftest import EN, fixture_text
 
 
 def _new_store(tmp_path, n_chunks: int = 3) -> Store:
@@ -40,7 +40,7 @@ def test_fresh_rows_from_a_counter_equal_the_stored_rows(tmp_path):
 
 @pytest.mark.skipif(not native_counts(GPT2_PATTERN), reason="native counting not built")
 def test_fresh_rows_from_the_native_counter_equal_the_stored_rows(tmp_path):
-    text = corpus_slice("enwiki-100M.txt", 200_000)
+    text = fixture_text(EN, 200_000)
     path = tmp_path / "c.txt"
     path.write_bytes(text.encode())
     counter = WordCounter()
@@ -89,7 +89,7 @@ def test_a_second_flush_forgets_the_fresh_rows_and_adds_to_the_right_words(tmp_p
 def test_one_flush_and_many_flushes_train_the_same(tmp_path, engine):
     """One flush (fresh rows feed the engine) against a flush per chunk (the store is read)."""
     corpus = tmp_path / "c.txt"
-    corpus.write_bytes(corpus_slice("enwiki-100M.txt", 300_000).encode())
+    corpus.write_bytes(fixture_text(EN, 300_000).encode())
     one = train([corpus], tmp_path / "one.db", 600, ["<|endoftext|>"], engine=engine, workers=1)
     many = train([corpus], tmp_path / "many.db", 600, ["<|endoftext|>"], engine=engine, workers=1,
                  chunk_size=20_000, count_flush_seconds=1e-9)

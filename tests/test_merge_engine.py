@@ -17,7 +17,7 @@ from bpe_store.pretokenize import count_words
 from bpe_store.reference import train_from_counts
 from bpe_store.store import Store
 
-from conftest import CS336, corpus_slice, shared_file
+from conftest import CS336, EN, RU, corpus_slice, fixture_text, shared_file
 
 needs_native = pytest.mark.skipif(not native_available(), reason="the native core is not built")
 KINDS = ["python", pytest.param("native", marks=needs_native)]
@@ -128,7 +128,7 @@ def _slice_counts(name: str, size: int, offset: int = 0) -> dict[bytes, int]:
 
 @pytest.fixture(scope="module")
 def en_counts() -> dict[bytes, int]:
-    return _slice_counts("enwiki-100M.txt", 300_000, 5_000_000)
+    return dict(count_words(fixture_text(EN, 300_000, 600_000), ["<|endoftext|>"]))
 
 
 @needs_native
@@ -261,7 +261,7 @@ def test_native_equals_python_on_2mb_slices_to_3000_merges(name):
 @needs_native
 def test_train_resumes_across_engines(tmp_path):
     corpus = tmp_path / "c.txt"
-    corpus.write_bytes(corpus_slice("tinystories-ru-20M.txt", 200_000).encode())
+    corpus.write_bytes(fixture_text(RU, 200_000).encode())
     straight = train([corpus], tmp_path / "a.db", 700, ["<|endoftext|>"], engine="python", checkpoint_merges=97)
     db = tmp_path / "b.db"
     train([corpus], db, 450, ["<|endoftext|>"], engine="native", checkpoint_merges=31)
@@ -289,7 +289,7 @@ def test_train_rejects_an_unknown_engine(tmp_path):
 
 def test_store_digest_sees_any_changed_count(tmp_path):
     corpus = tmp_path / "c.txt"
-    corpus.write_bytes(corpus_slice("enwiki-100M.txt", 50_000).encode())
+    corpus.write_bytes(fixture_text(EN, 50_000).encode())
     db = tmp_path / "x.db"
     train([corpus], db, 300, [])
     with Store.open(db) as store:
@@ -321,7 +321,7 @@ def test_kill_9_mid_batch_then_resume_equals_straight_run(tmp_path):
     import sys
 
     corpus = tmp_path / "c.txt"
-    corpus.write_bytes(corpus_slice("enwiki-100M.txt", 400_000, 1_000_000).encode())
+    corpus.write_bytes(fixture_text(EN, 400_000, 500_000).encode())
     straight = train([corpus], tmp_path / "a.db", 1000, ["<|endoftext|>"], engine="native")
     db = tmp_path / "b.db"
     p = subprocess.run([sys.executable, "-c", _KILLED_CHILD, str(corpus), str(db), "420"])

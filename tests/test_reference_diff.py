@@ -17,7 +17,7 @@ from bpe_store.pretokenize import GPT2_PATTERN, count_words
 from bpe_store.reference import reference_train_bpe
 from bpe_store.train import train
 
-from conftest import corpus_slice
+from conftest import EN, RU, ZH, corpus_slice, fixture_text
 
 SPECIALS = ["<|endoftext|>", "<|a|>", "<|a|><|b|>", "\n\n"]
 
@@ -75,10 +75,9 @@ def test_trainer_equals_reference_on_generated_text(tmp_path_factory, text, voca
     assert got.vocab == ref_vocab
 
 
-@pytest.mark.parametrize("name,offset", [("tinystories-ru-20M.txt", 5_000_000), ("zhwiki-20M.txt", 3_000_000),
-                                         ("enwiki-100M.txt", 50_000_000)])
+@pytest.mark.parametrize("name,offset", [(RU, 500_000), (ZH, 500_000), (EN, 900_000)])
 def test_trainer_equals_reference_on_corpus_slices(tmp_path, name, offset):
-    text = corpus_slice(name, 60_000, offset)
+    text = fixture_text(name, 60_000, offset)
     specials = ["<|endoftext|>", "。", "\n\n"]
     ref_vocab, ref_merges = reference_train_bpe(text, 600, specials)
     got = _train(tmp_path, text, 600, specials, chunk_size=4096, workers=2, checkpoint_merges=37)

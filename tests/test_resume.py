@@ -15,7 +15,7 @@ import pytest
 
 from bpe_store import train
 
-from conftest import ROOT, corpus_slice
+from conftest import EN, ROOT, ZH, corpus_slice, fixture_text
 
 PARAMS = dict(vocab_size=700, special_tokens=["<|endoftext|>"], workers=2, chunk_size=200_000,
               count_flush_seconds=0.0, checkpoint_merges=10, checkpoint_seconds=0.2)
@@ -93,7 +93,7 @@ def test_resume_after_interrupt_in_process(tmp_path):
     from bpe_store import Interrupted
 
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text(corpus_slice("enwiki-100M.txt", 400_000), encoding="utf-8")
+    corpus.write_text(fixture_text(EN, 400_000), encoding="utf-8")
     expected = train([corpus], tmp_path / "whole.db", 600, ["<|endoftext|>"])
     stop = threading.Event()
     seen = []
@@ -113,7 +113,7 @@ def test_resume_after_interrupt_in_process(tmp_path):
 
 def test_continue_to_larger_vocab_equals_training_at_once(tmp_path):
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text(corpus_slice("zhwiki-20M.txt", 300_000), encoding="utf-8")
+    corpus.write_text(fixture_text(ZH, 300_000), encoding="utf-8")
     at_once = train([corpus], tmp_path / "once.db", 700, ["<|endoftext|>"])
     db = tmp_path / "grown.db"
     small = train([corpus], db, 500, ["<|endoftext|>"])

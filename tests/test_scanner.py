@@ -23,7 +23,7 @@ from bpe_store.count import add_counts, count_chunk, count_chunks_threaded, nati
 from bpe_store.pretokenize import GPT2_PATTERN, count_words
 from bpe_store.train import Interrupted, train
 
-from conftest import CS336, corpus_slice
+from conftest import CS336, EN, RU, ZH, corpus_slice, fixture_text
 
 GPT2 = regex.compile(GPT2_PATTERN)
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
@@ -190,8 +190,7 @@ def test_count_words_rejects_empty_special() -> None:
 
 
 def test_count_chunk_native_equals_regex_path(tmp_path: Path) -> None:
-    text = corpus_slice("tinystories-ru-20M.txt", 300_000, 1000) + "<|endoftext|>" + corpus_slice(
-        "zhwiki-20M.txt", 300_000, 5000)
+    text = fixture_text(RU, 300_000, 1000) + "<|endoftext|>" + fixture_text(ZH, 300_000, 5000)
     path = tmp_path / "c.txt"
     # invalid bytes in the middle: "replace" must give the same U+FFFD words on both paths
     path.write_bytes(text.encode("utf-8") + b"\xff\xfe ab\xc3" + text.encode("utf-8")[:5000])
@@ -228,8 +227,8 @@ def test_threaded_counting_stops_cleanly(tmp_path: Path) -> None:
 def test_train_same_merges_for_any_threads_and_chunk_size(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.txt"
     body = (CS336 / "tinystories_sample.txt").read_text(encoding="utf-8") if CS336.exists() else ""
-    corpus.write_text(body + corpus_slice("tinystories-ru-20M.txt", 200_000, 3_000_000) + "<|endoftext|>"
-                      + corpus_slice("zhwiki-20M.txt", 100_000, 1_000_000), encoding="utf-8")
+    corpus.write_text(body + fixture_text(RU, 200_000, 300_000) + "<|endoftext|>"
+                      + fixture_text(ZH, 100_000, 400_000), encoding="utf-8")
     results = []
     for i, (workers, chunk_size) in enumerate([(1, 1 << 30), (2, 4096), (2, 50_000), (1, 777)]):
         r = train([corpus], tmp_path / f"run{i}.db", 400, ["<|endoftext|>"], workers=workers,
@@ -240,7 +239,7 @@ def test_train_same_merges_for_any_threads_and_chunk_size(tmp_path: Path) -> Non
 
 def test_stop_while_counting_on_threads_then_resume(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text(corpus_slice("enwiki-100M.txt", 400_000, 1_000_000), encoding="utf-8")
+    corpus.write_text(fixture_text(EN, 400_000, 500_000), encoding="utf-8")
     full = train([corpus], tmp_path / "full.db", 300, workers=2, chunk_size=8192)
     stop = threading.Event()
     seen: list[dict] = []

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from bpe_store.tokenizer import Tokenizer, _native
 from bpe_store.train import train
 
-from conftest import corpus_slice
+from conftest import EN, RU, ZH, fixture_text
 
 EOT = "<|endoftext|>"
 GPT4_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
@@ -29,8 +29,8 @@ any_text = st.one_of(st.text(max_size=80), corpus_text)
 def _store(tmp_path_factory, name: str, pattern: str | None):
     d = tmp_path_factory.mktemp(name)
     src = d / "train.txt"
-    text = (corpus_slice("enwiki-100M.txt", 60_000) + EOT + corpus_slice("tinystories-ru-20M.txt", 40_000)
-            + EOT + corpus_slice("zhwiki-20M.txt", 40_000))
+    text = (fixture_text(EN, 60_000) + EOT + fixture_text(RU, 40_000)
+            + EOT + fixture_text(ZH, 40_000))
     src.write_text(text, encoding="utf-8")
     kwargs = {"pattern": pattern} if pattern else {}
     train([src], d / "run.db", 1000, [EOT], workers=1, **kwargs)
@@ -84,8 +84,8 @@ def test_stream_equals_whole(pair, parts, block):
 
 def test_native_equals_python_on_corpora(pair):
     py, nat = pair
-    for name in ("enwiki-100M.txt", "tinystories-ru-20M.txt", "zhwiki-20M.txt"):
-        text = corpus_slice(name, 200_000, offset=5_000_000)
+    for name in (EN, RU, ZH):
+        text = fixture_text(name, 200_000, offset=350_000)
         ids = py.encode(text)
         assert nat.encode(text) == ids
         assert nat.encode_to_array(text, 2).tolist() == ids
@@ -109,7 +109,7 @@ def test_encode_iterable_memory_stays_flat(pair):
     import tracemalloc
 
     _, nat = pair
-    lines = corpus_slice("enwiki-100M.txt", 400_000).splitlines(keepends=True)
+    lines = fixture_text(EN, 400_000).splitlines(keepends=True)
 
     def peak_for(repeats: int) -> int:
         def stream():

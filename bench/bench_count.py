@@ -37,6 +37,9 @@ SPECIALS = ["<|endoftext|>"]
 #: The GPT-2 pattern wrapped in a group: the same matches, but not equal to GPT2_PATTERN, so
 #: ``count_chunk`` takes the `regex` path (what any non-GPT-2 pattern gets).
 REGEX_PATTERN = f"(?:{GPT2_PATTERN})"
+#: GPT-4's (cl100k) pattern: a real non-GPT-2 pattern, also on the `regex` path.
+GPT4_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*"""
+                r"""|\s*[\r\n]|\s+(?!\S)|\s+""")
 OWT_BYTES = 11.9e9
 
 # (label, engine, pool kind, workers)
@@ -50,6 +53,8 @@ CONFIGS: list[tuple[str, str, str, int]] = [
     ("train counting, native, 1 worker", "native", "store", 1),
     ("train counting, native, 2 workers", "native", "store", 2),
     ("train counting, regex, 2 workers", "regex", "store", 2),
+    ("train counting, gpt4, 1 worker", "gpt4", "store", 1),
+    ("train counting, gpt4, 2 workers", "gpt4", "store", 2),
 ]
 
 
@@ -67,7 +72,7 @@ def cpu_seconds() -> float:
 
 def run_one(engine: str, pool_kind: str, workers: int, path: str, limit: int, chunk_size: int) -> dict:
     """Count ``path[:limit]`` once; ``{seconds, bytes, words, pretokens, rss_mb, child_rss_mb}``."""
-    pattern = GPT2_PATTERN if engine == "native" else REGEX_PATTERN
+    pattern = {"native": GPT2_PATTERN, "gpt4": GPT4_PATTERN}.get(engine, REGEX_PATTERN)
     assert native_counts(pattern) == (engine == "native")
     if pool_kind == "store":
         return run_train_counting(pattern, workers, path, limit, chunk_size)

@@ -26,7 +26,7 @@ from types import FrameType
 from typing import Any, Optional
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from .errors import EXIT_CODES, EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BpeStoreError, InputError
 from .progress import Reporter
@@ -44,8 +44,89 @@ def _typer_handles() -> tuple[type[BaseException], ...]:
 _TYPER_HANDLES = _typer_handles()
 
 
+def _choices(param: Any) -> list[str] | None:
+    """The values a Choice/Enum parameter takes, or None."""
+    desc = getattr(param, "type_descriptor", None)
+    if desc is None or not desc.is_choice:
+        return None
+    return [str(getattr(c, "value", c)) for c in desc.choices or ()]
+
+
+#: Metavars by type, as click writes them (``--limit INTEGER``), for options that do not name one.
+_TYPE_METAVARS = {int: "INTEGER", float: "FLOAT", str: "TEXT", Path: "PATH"}
+
+
+def _option_metavar(param: Any) -> str:
+    """``[table|csv|json]`` for a choice, else the type's name (``PATH``, ``INTEGER``, ...)."""
+    choices = _choices(param)
+    if choices:
+        return "[" + "|".join(choices) + "]"
+    desc = getattr(param, "type_descriptor", None)
+    ann = getattr(desc, "annotation", None)
+    if getattr(desc, "is_list", False):
+        ann = (getattr(ann, "__args__", None) or (str,))[0]
+    if getattr(desc, "is_path", False):
+        return "PATH"
+    return _TYPE_METAVARS.get(ann, "VALUE")  # type: ignore[arg-type]
+
+
+def _argument_name(param: Any) -> str:
+    """An argument as help shows it: its metavar or its name in capitals, ``...`` if repeatable."""
+    name = param.metavar or _choices(param) and "|".join(_choices(param) or ()) or param.name.upper()
+    return name + ("..." if param.nargs != 1 else "")
+
+
+class _Command(TyperCommand):
+    """A command whose help reads like other Unix tools': ``Usage: bpe-store sql [OPTIONS] DB QUERY``,
+    ``--db PATH``, ``--format [table|csv|json]`` (Typer's own shows ``{DB}``, ``<list[str]>``)."""
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                name = _argument_name(param)
+                pieces.append(name if param.required else f"[{name}]")
+        return pieces
+
+    def format_options(self, ctx: typer.Context, formatter: Any) -> None:
+        args, opts = [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                args.append((_argument_name(param), record[1]))
+            else:
+                opts.append(record)
+        for title, rows in (("Arguments", args), ("Options", opts)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+def _tidy_help(group: Any) -> None:
+    """Give every command of ``group`` (and its subgroups) the help style of ``_Command``.
+
+    Done once on the built command tree, so commands registered elsewhere (``cli_tokenize``) get
+    it too, and no option needs a hand-written metavar (a hand-written one is kept)."""
+    for cmd in group.commands.values():
+        if hasattr(cmd, "commands"):
+            _tidy_help(cmd)
+            continue
+        if type(cmd) is TyperCommand:
+            cmd.__class__ = _Command  # same state, only help formatting differs
+        for param in cmd.params:
+            flag = getattr(param, "is_flag", False) or getattr(param, "count", False)
+            if param.param_type_name == "option" and not flag and param.metavar is None:
+                param.metavar = _option_metavar(param)
+
+
 class _Group(TyperGroup):
     """The root group: keeps the raw argv (for the resume command) and turns errors into exit codes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _tidy_help(self)
 
     def make_context(self, info_name: str | None, args: list[str], parent: typer.Context | None = None,
                      **extra: Any) -> typer.Context:
@@ -80,7 +161,7 @@ def _exit_code_table() -> str:
 
 
 app = typer.Typer(
-    cls=_Group, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    cls=_Group, no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
     rich_markup_mode=None, help="Byte-level BPE training whose whole state lives in one SQLite file.",
     epilog="\b\nExit codes:\n" + _exit_code_table())
 db_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
@@ -95,9 +176,19 @@ def _set_verbose(ctx: typer.Context, verbose: bool) -> None:
         ctx.meta[_VERBOSE_KEY] = True
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"bpe-store {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(ctx: typer.Context,
-          verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP)) -> None:
+          verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
+          version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
+                                       help="Show the version and exit.")) -> None:
     """Byte-level BPE training whose whole state lives in one SQLite file."""
     _set_verbose(ctx, verbose)
 
@@ -118,6 +209,17 @@ class Format(str, Enum):
     table = "table"
     csv = "csv"
     json = "json"
+
+
+class InvalidUtf8(str, Enum):
+    strict = "strict"
+    replace = "replace"
+
+
+class EngineName(str, Enum):
+    auto = "auto"
+    native = "native"
+    python = "python"
 
 
 class ProgressMode(str, Enum):
@@ -315,20 +417,22 @@ def train(
     inputs: list[str] = typer.Argument(..., help="Corpus files, directories (see --glob) or quoted globs.",
                                        show_default=False, metavar="INPUTS"),
     db: Path = typer.Option(..., "--db", help="The store (SQLite file); created, or resumed if it exists."),
-    vocab_size: int = typer.Option(..., "--vocab-size",
+    vocab_size: int = typer.Option(..., "--vocab-size", metavar="N",
                                    help="Target vocabulary size (specials + 256 + merges); a larger one "
                                         "continues a finished store."),
-    special: list[str] = typer.Option([], "--special", help="A special token (repeat for several)."),
-    pattern: Optional[str] = typer.Option(None, "--pattern", help="Pre-tokenization regex (default GPT-2's)."),
-    glob: str = typer.Option("*", "--glob", help="Files to take from directory inputs, e.g. '**/*.txt'."),
-    workers: Optional[int] = typer.Option(None, "--workers", "--threads", help="Counting workers (default: all cores)."),
-    chunk_size: int = typer.Option(8 << 20, "--chunk-size", help="Bytes per counting chunk."),
+    special: list[str] = typer.Option([], "--special", metavar="TOKEN", help="A special token (repeat for several)."),
+    pattern: Optional[str] = typer.Option(None, "--pattern", metavar="REGEX", help="Pre-tokenization regex (default GPT-2's)."),
+    glob: str = typer.Option("*", "--glob", metavar="PATTERN", help="Files to take from directory inputs, e.g. '**/*.txt'."),
+    workers: Optional[int] = typer.Option(None, "--workers", "--threads", metavar="N", help="Counting workers (default: all cores)."),
+    chunk_size: int = typer.Option(8 << 20, "--chunk-size", metavar="BYTES", help="Bytes per counting chunk."),
     checkpoint_merges: Optional[int] = typer.Option(
-        None, "--checkpoint-merges", help="Also end a batch after this many merges (default: by time only)."),
-    checkpoint_seconds: float = typer.Option(30.0, "--checkpoint-seconds", help="Seconds of merging per checkpoint."),
-    invalid_utf8: str = typer.Option("strict", "--invalid-utf8", help="'strict' (refuse) or 'replace' (U+FFFD)."),
+        None, "--checkpoint-merges", metavar="N", help="Also end a batch after this many merges (default: by time only)."),
+    checkpoint_seconds: float = typer.Option(30.0, "--checkpoint-seconds", metavar="S", help="Seconds of merging per checkpoint."),
+    invalid_utf8: InvalidUtf8 = typer.Option(InvalidUtf8.strict, "--invalid-utf8",
+                                             help="strict: refuse invalid UTF-8; replace: decode it as U+FFFD."),
     restart: bool = typer.Option(False, "--restart", help="Discard the store's progress and start over."),
-    engine: str = typer.Option("auto", "--engine", help="Merge engine: auto, native (C++) or python."),
+    engine: EngineName = typer.Option(EngineName.auto, "--engine",
+                                      help="Merge engine: native (C++), python, or auto (native when built)."),
     progress: ProgressMode = typer.Option(ProgressMode.auto, "--progress",
                                           help="auto: bars on a terminal, else JSON lines on stderr."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
@@ -354,9 +458,9 @@ def train(
         with stopper:
             result = run_train(files, db, vocab_size, special, pattern=pattern or GPT2_PATTERN, workers=workers,
                                chunk_size=chunk_size, checkpoint_merges=checkpoint_merges,
-                               checkpoint_seconds=checkpoint_seconds, invalid_utf8=invalid_utf8,
+                               checkpoint_seconds=checkpoint_seconds, invalid_utf8=invalid_utf8.value,
                                restart=restart, progress=stopper.watch(reporter), stop=stopper.event,
-                               engine=engine)
+                               engine=engine.value)
     except (Interrupted, KeyboardInterrupt) as exc:
         stopper.note_stopping()
         reporter.close()

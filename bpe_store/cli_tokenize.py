@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from .errors import InputError
+from .export import FORMATS
 from .outfiles import new_files
 
 #: nanoGPT reads ``train.bin`` as raw uint16 (``np.memmap(..., dtype=np.uint16)``).
@@ -89,6 +91,9 @@ def encode_to_file(db: Path, inputs: list[Path], out: Path, *, vocab_size: int |
     return n, dtype.name
 
 
+ExportFormat = Enum("ExportFormat", {f: f for f in FORMATS}, type=str)  # --format's choices in help
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the ``bpe-store`` app."""
 
@@ -116,7 +121,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def export(
         db: Path = typer.Argument(..., help="The store (SQLite file) holding the trained merges."),
-        fmt: str = typer.Option(..., "--format", help="hf (tokenizer.json), gpt2 (vocab.json + merges.txt) "
+        fmt: ExportFormat = typer.Option(..., "--format", help="hf (tokenizer.json), gpt2 (vocab.json + merges.txt) "
                                                       "or tiktoken (.tiktoken ranks + tiktoken.json)."),
         out: Path = typer.Option(..., "-o", "--out", help="Output directory (created)."),
         vocab_size: Optional[int] = typer.Option(None, "--vocab-size",
@@ -129,5 +134,5 @@ def register(app: typer.Typer) -> None:
         """
         from .export import export_store
 
-        written = export_store(db, fmt, out, vocab_size=vocab_size, force=force)
+        written = export_store(db, fmt.value, out, vocab_size=vocab_size, force=force)
         typer.echo(f"{out}: wrote {', '.join(p.name for p in written)}", err=True)

@@ -166,3 +166,66 @@ def test_resume_command_drops_restart():
             return self
 
     assert resume_command(Ctx()) == "python -m bpe_store train 'a b.txt' --db r.db --vocab-size 300"
+
+
+# -- manners: --version, completion, help without odd placeholders ------------------------------
+
+#: Options that take one of a fixed set of values: their help must list the choices.
+ENUM_OPTIONS = {"--format", "--engine", "--invalid-utf8", "--progress"}
+
+
+def _choices_of(param) -> list[str] | None:
+    desc = getattr(param, "type_descriptor", None)
+    if desc is None or not desc.is_choice:
+        return None
+    return [str(getattr(c, "value", c)) for c in desc.choices]
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_help_uses_plain_metavars_and_lists_choices(name):
+    text = run(*name.split(), "--help").stdout
+    usage = text.splitlines()[0]
+    assert usage.startswith(f"Usage: bpe-store {name} [OPTIONS]"), usage
+    assert not re.search(r"<[a-z][\w\[\]., ]*>", text), f"a <type> placeholder in `{name} --help`"
+    assert not re.search(r"\{\w+\}", text), f"a {{NAME}} placeholder in `{name} --help`"
+    cmd = _commands()[name]
+    for param in cmd.params:
+        choices = _choices_of(param)
+        if param.param_type_name == "argument":
+            shown = "|".join(choices) if choices else param.name.upper()
+            assert re.search(rf"(^| ){re.escape(shown)}(\.\.\.)?( |$)", usage), (shown, usage)
+            assert re.search(rf"^  {re.escape(shown)}(\.\.\.)?  ", text, re.M), shown
+            continue
+        if getattr(param, "is_flag", False):
+            continue
+        opt = max(param.opts, key=len)
+        line = re.search(rf"^  (?:-\w, )?{re.escape(param.opts[0])}[^\n]*", text, re.M)
+        assert line, f"{opt} is not in `{name} --help`"
+        metavar = line.group(0).split()[-1] if not choices else None
+        if choices:
+            assert f"[{'|'.join(choices)}]" in line.group(0), line.group(0)
+        else:
+            assert opt not in ENUM_OPTIONS, f"{opt} of `{name}` takes fixed values but is not a choice"
+            assert re.fullmatch(r"[A-Z][A-Z_]*", param.metavar or ""), (opt, param.metavar, line.group(0))
+
+
+def test_version():
+    from bpe_store import __version__
+
+    r = run("--version")
+    assert r.exit_code == 0 and r.stdout == f"bpe-store {__version__}\n"
+
+
+def test_shell_completion_is_enabled():
+    from typer.testing import CliRunner
+
+    text = run("--help").stdout
+    assert "--install-completion" in text and "--show-completion" in text
+    script = run("--show-completion", "bash")
+    assert script.exit_code == 0 and "_BPE_STORE_COMPLETE" in script.stdout
+    done = CliRunner().invoke(app, [], prog_name="bpe-store", env={
+        "_BPE_STORE_COMPLETE": "complete_bash", "COMP_WORDS": "bpe-store sql run.db q --format ", "COMP_CWORD": "5"})
+    assert done.stdout.split() == ["table", "csv", "json"]
+    cmds = CliRunner().invoke(app, [], prog_name="bpe-store", env={
+        "_BPE_STORE_COMPLETE": "complete_bash", "COMP_WORDS": "bpe-store sh", "COMP_CWORD": "1"})
+    assert cmds.stdout.split() == ["show"]

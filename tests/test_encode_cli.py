@@ -73,7 +73,6 @@ def test_encode_files_small_blocks(trained):
     (["encode", "{db}", "{a}", "-o", "{tmp}/o.npy", "--vocab-size", "99999"], "larger than", 2),
     (["encode", "{db}", "{a}", "-o", "{tmp}/o.npy", "--separator", "<x>"], "not one of the store's special", 2),
     (["export", "{db}", "--format", "hf", "-o", "{tmp}/exists"], "--force", 2),
-    (["export", "{db}", "--format", "spm", "-o", "{tmp}/new"], "unknown export format", 2),
 ])
 def test_errors(trained, tmp_path, capsys, args, message, code):
     db, a, _ = trained
@@ -83,6 +82,13 @@ def test_errors(trained, tmp_path, capsys, args, message, code):
     assert got == code
     assert message in err and err.startswith("error: ") and err.count("\n") == 1
     assert not (tmp_path / "o.npy").exists()
+
+
+def test_export_format_is_a_choice(trained, tmp_path, capsys):
+    db, _, _ = trained
+    code, err = run(["export", str(db), "--format", "spm", "-o", str(tmp_path / "new")], capsys)
+    assert code == 2 and "'spm' is not one of 'hf', 'gpt2', 'tiktoken'" in err and "Usage:" in err
+    assert not (tmp_path / "new").exists()
 
 
 def test_encode_refuses_existing_output(trained, tmp_path, capsys):

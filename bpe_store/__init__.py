@@ -8,20 +8,48 @@ Public API (the CS336 one, plus the store-aware entry points)::
     from bpe_store import Tokenizer
     tok = Tokenizer.from_store("run.db", vocab_size=16000)  # a prefix of the merge log
     tok.decode(tok.encode("Hello<|endoftext|>"))
+
+Names are imported on first use (module ``__getattr__``): ``import bpe_store`` loads nothing
+heavy (no numpy, regex, SQLAlchemy or Alembic), so a script that trains pays only for training.
 """
 
+from __future__ import annotations
+
+from importlib import import_module
+
+TYPE_CHECKING = False  # not typing's: importing typing alone costs more than the rest of this file
 __version__ = "0.1.0"
 
-from .errors import BpeStoreError as BpeStoreError
-from .errors import InputError as InputError
-from .errors import ResumeMismatch as ResumeMismatch
-from .errors import StoreError as StoreError
-from .export import export_store as export_store
-from .pretokenize import GPT2_PATTERN as GPT2_PATTERN
-from .store import Store as Store
-from .tokenizer import Tokenizer as Tokenizer
-from .train import Interrupted as Interrupted
-from .train import TrainResult as TrainResult
-from .train import read_result as read_result
-from .train import train as train
-from .train import train_bpe as train_bpe
+#: ``{public name: module that defines it}``
+_EXPORTS: dict[str, str] = {
+    "BpeStoreError": "errors", "InputError": "errors", "ResumeMismatch": "errors", "StoreError": "errors",
+    "export_store": "export",
+    "GPT2_PATTERN": "pretokenize",
+    "Store": "store",
+    "Tokenizer": "tokenizer",
+    "Interrupted": "train", "TrainResult": "train", "read_result": "train", "train": "train",
+    "train_bpe": "train",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from .errors import BpeStoreError, InputError, ResumeMismatch, StoreError
+    from .export import export_store
+    from .pretokenize import GPT2_PATTERN
+    from .store import Store
+    from .tokenizer import Tokenizer
+    from .train import Interrupted, TrainResult, read_result, train, train_bpe
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bpe_store' has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -510,6 +510,8 @@ def _status_lines(st: dict) -> Iterator[str]:
         yield (f"checkpoint   {last['at']} ({format_duration(last['age_s'])} ago), {last['phase']}, "
                f"{last['merges_done']} merges")
     yield _holder_line(st)
+    if st.get("wal_note"):
+        yield f"wal          {format_bytes(st['wal_bytes'])}: {st['wal_note']}"
     yield f"inputs       {len(st['inputs'])} file(s), {format_bytes(sum(i['size'] for i in st['inputs']))}"
     for i in st["inputs"]:
         yield f"  {i['path']}  {format_bytes(i['size'])}  sha256 {i['sha256'][:12]}  {i['state']}"

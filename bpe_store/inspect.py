@@ -1,10 +1,15 @@
 """Read-only questions to a store: ``status``, ``show``, ``why`` and ``sql``.
 
 Every function here opens the store read-only (``Store.open(readonly=True)``: a write is refused
-by SQLite itself) and asks all its questions inside one read transaction, so the answers are one
-consistent snapshot even while a training run writes to the same file (WAL mode: a reader sees
-the last committed checkpoint, never half of one). Results are plain dicts and lists; the CLI
-formats them. Token bytes stay ``bytes`` here; ``token_text`` turns them into text.
+by SQLite itself; a read-only file, directory or mount works too) and asks all its questions
+inside one read transaction, so the answers are one consistent snapshot even while a training
+run writes to the same file (WAL mode: a reader sees the last committed checkpoint, never half
+of one). Results are plain dicts and lists; the CLI formats them. Token bytes stay ``bytes``
+here; ``token_text`` turns them into text.
+
+``sql`` runs a person's statement under an authorizer that allows reading only (no write, no
+ATTACH or VACUUM INTO, no PRAGMA that sets anything, no extension loading), with a cap on the
+size of any value, so it can neither change nor create a file nor take unbounded memory.
 """
 
 from __future__ import annotations
@@ -13,17 +18,16 @@ import datetime as _dt
 import json
 import os
 import sqlite3
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
-
 from . import migrate
 from .errors import InputError, StoreError
 from .pretokenize import GPT2_PATTERN
-from .store import Store, unpack_tokens
+from .store import Store, unpack_tokens, wal_state
 
 #: ``show`` tables: what each lists, in which order (ties broken as the trainer breaks them).
 SHOW_QUERIES = {
@@ -55,16 +59,16 @@ def _text_factory(b: bytes) -> str:
 
 
 @contextmanager
-def reading(path: str | os.PathLike, *, allow_old: bool = False) -> Iterator[Store]:
-    """A read-only store whose queries all see one snapshot; closed (and released) on exit."""
+def reading(path: str | os.PathLike, *, allow_old: bool = False, timeout: float | None = None) -> Iterator[Store]:
+    """A read-only store whose queries all see one snapshot; closed (and released) on exit.
+
+    ``timeout``: seconds after which a query is stopped (StoreError); Ctrl-C always stops one."""
     store = Store.open(path, readonly=True, allow_old=allow_old)
     try:
-        raw = store.conn.connection.driver_connection
-        raw.text_factory = _text_factory  # type: ignore[union-attr]
-        raw.execute("PRAGMA query_only = ON")  # type: ignore[union-attr]
-        yield store
-    except DBAPIError as exc:
-        raise StoreError(f"{store.path}: SQLite error: {getattr(exc, 'orig', exc)}") from exc
+        store.db.text_factory = _text_factory
+        store.db.execute("PRAGMA query_only = ON")
+        with store.time_limit(timeout), store.snapshot():
+            yield store
     finally:
         store.close()
 
@@ -80,11 +84,15 @@ def _age_s(at: str | None) -> float | None:
 
 
 def _input_state(path: str, size: int, mtime_ns: int) -> str:
-    """``ok``, ``missing``, ``changed`` (other size) or ``touched`` (same size, other mtime)."""
-    p = Path(path)
-    if not p.is_file():
+    """``ok``, ``missing``, ``unreadable``, ``changed`` (other size) or ``touched`` (same size, other mtime)."""
+    try:
+        st = os.stat(path)
+    except PermissionError:
+        return "unreadable"  # e.g. a user who may read the store but not the run's inputs
+    except OSError:
         return "missing"
-    st = p.stat()
+    if not stat.S_ISREG(st.st_mode):
+        return "missing"
     if st.st_size != size:
         return "changed"
     return "ok" if st.st_mtime_ns == mtime_ns else "touched"
@@ -155,13 +163,20 @@ def _db_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
 
 
+def _wal_note(wal: Row) -> str | None:
+    if wal["wal_blocked"]:
+        return (f"{wal['wal_frames_pending']} WAL frames not yet copied into the store: a reader holds an "
+                "old snapshot (or a checkpoint is being copied right now), so the WAL cannot be emptied")
+    return None
+
+
 def status(path: str | os.PathLike) -> Row:
     """Everything ``bpe-store status`` shows, as one dict (the ``--json`` output)."""
     p = Path(path)
     held = Store.is_locked(p) if p.is_file() else False
     with reading(p, allow_old=True) as store:
         run = store.run_row()
-        rev = migrate.current_revision(store.conn)
+        rev = store.revision
         specials = json.loads(run["special_tokens"])
         target = run["vocab_size"] - 256 - len(specials)
         merges_done = store.sql("SELECT count(*) FROM merges").scalar()
@@ -186,6 +201,8 @@ def status(path: str | os.PathLike) -> Row:
             "bpe_store_version": run["bpe_store_version"],
         }
     info["db_bytes"] = _db_bytes(p)
+    info.update(wal_state(p))
+    info["wal_note"] = _wal_note(info)
     info["held"] = held
     info["holder"] = _holder(held, sessions)
     info["sessions"] = sessions
@@ -264,19 +281,112 @@ def why(path: str | os.PathLike, token: str | int, limit: int = 10) -> Row:
 # -- sql ---------------------------------------------------------------------------------------
 
 
-def sql(path: str | os.PathLike, statement: str, limit: int | None = None) -> tuple[list[str], list[tuple]]:
-    """``(columns, rows)`` of one read-only SQL statement. A write is refused."""
-    with reading(path) as store:
-        raw = store.conn.connection.driver_connection
+#: The largest value (text or blob, in bytes) a ``sql`` statement may make or return; a bigger
+#: one fails cleanly ("string or blob too big") instead of taking gigabytes
+#: (``SELECT randomblob(900000000)``).
+SQL_MAX_VALUE_BYTES = 128 << 20
+
+#: PRAGMAs ``sql`` allows: they only read. State pragmas may not be given a value (that sets it);
+#: the introspection ones take a table or index name.
+_READ_PRAGMAS = {"application_id", "user_version", "schema_version", "page_size", "page_count",
+                 "freelist_count", "journal_mode", "encoding", "auto_vacuum", "data_version",
+                 "compile_options", "database_list", "function_list", "pragma_list", "collation_list",
+                 "module_list", "table_list", "integrity_check", "quick_check", "foreign_key_check"}
+_NAME_PRAGMAS = {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list"}
+_DENIED_FUNCTIONS = {"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit"}
+
+
+class _ReadOnlyAuthorizer:
+    """``sqlite3`` authorizer for ``sql``: reading is allowed, everything else is denied, and the
+    first denial is remembered for the error message."""
+
+    def __init__(self) -> None:
+        self.denied: str | None = None
+
+    def __call__(self, action: int, arg1: str | None, arg2: str | None, _db: str | None, _src: str | None) -> int:
+        if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, getattr(sqlite3, "SQLITE_RECURSIVE", 33)):
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_FUNCTION:
+            if (arg2 or "").lower() not in _DENIED_FUNCTIONS:
+                return sqlite3.SQLITE_OK
+            return self._deny(f"the function {arg2}() is not allowed")
+        if action == sqlite3.SQLITE_PRAGMA:
+            name = (arg1 or "").lower()
+            if (name in _READ_PRAGMAS and arg2 is None) or name in _NAME_PRAGMAS:
+                return sqlite3.SQLITE_OK
+            return self._deny(f"PRAGMA {arg1}{'' if arg2 is None else ' = ' + str(arg2)} is not allowed")
+        if action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master":
+            # SQLite asks this while preparing a table-valued pragma (pragma_table_info(...));
+            # nothing writes the schema: writable_schema is a denied PRAGMA and the file is read-only
+            return sqlite3.SQLITE_OK
+        if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH):
+            return self._deny("ATTACH (and VACUUM INTO) would create or open another file")
+        if action in (sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT):
+            return self._deny("transactions are not needed: the statement reads one snapshot")
+        return self._deny("it would change the store")
+
+    def _deny(self, why: str) -> int:
+        if self.denied is None:
+            self.denied = why
+        return sqlite3.SQLITE_DENY
+
+
+def _sql_error(exc: sqlite3.Error, auth: _ReadOnlyAuthorizer, store: Store) -> BaseException:
+    msg = str(exc)
+    if isinstance(exc, sqlite3.Warning):  # more than one statement
+        return InputError(f"give one SQL statement at a time ({exc})")
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT:
+        return store._error(exc)  # Ctrl-C or the time limit
+    if auth.denied is not None or "not authorized" in msg:
+        return InputError(f"bpe-store sql is read-only: {auth.denied or msg}; the store was not changed")
+    if "readonly" in msg or "read-only" in msg or "query_only" in msg or "query only" in msg:
+        return InputError(f"bpe-store sql is read-only: the store was not changed ({msg})")
+    if "too big" in msg:
+        return InputError(f"SQL error: {msg} (bpe-store sql makes values of at most "
+                          f"{SQL_MAX_VALUE_BYTES >> 20} MiB)")
+    return InputError(f"SQL error: {msg}")
+
+
+@contextmanager
+def query(path: str | os.PathLike, statement: str, *,
+          timeout: float | None = None) -> Iterator[tuple[list[str], Iterator[tuple]]]:
+    """``with query(db, "SELECT ...") as (columns, rows):`` — one read-only statement, its rows
+    streamed from one snapshot while the block runs. Writes, ATTACH, VACUUM INTO, PRAGMAs that
+    set something and extension loading are refused (InputError); no value may exceed
+    ``SQL_MAX_VALUE_BYTES``; Ctrl-C stops a long query, and so does ``timeout`` (seconds)."""
+    with reading(path, timeout=timeout) as store:
+        auth = _ReadOnlyAuthorizer()
+        db = store.db
+        db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, SQL_MAX_VALUE_BYTES)
+        db.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+        db.set_authorizer(auth)
         try:
-            cur = raw.execute(statement)  # type: ignore[union-attr]
-            rows = cur.fetchall() if limit is None else cur.fetchmany(limit)
-        except sqlite3.Warning as exc:  # more than one statement
-            raise InputError(f"give one SQL statement at a time ({exc})") from None
-        except sqlite3.Error as exc:
-            msg = str(exc)
-            if "readonly" in msg or "read-only" in msg or "query_only" in msg or "query only" in msg:
-                raise InputError(f"bpe-store sql is read-only: the store was not changed ({msg})") from None
-            raise InputError(f"SQL error: {msg}") from None
-        columns = [d[0] for d in cur.description or ()]
-        return columns, [tuple(r) for r in rows]
+            try:
+                cur = db.execute(statement)
+            except sqlite3.Error as exc:
+                raise _sql_error(exc, auth, store) from None
+
+            def rows() -> Iterator[tuple]:
+                try:
+                    while True:
+                        batch = cur.fetchmany(1000)
+                        if not batch:
+                            return
+                        yield from batch
+                except sqlite3.Error as exc:
+                    raise _sql_error(exc, auth, store) from None
+
+            yield [d[0] for d in cur.description or ()], rows()
+        finally:
+            db.set_authorizer(None)
+
+
+def sql(path: str | os.PathLike, statement: str, limit: int | None = None) -> tuple[list[str], list[tuple]]:
+    """``(columns, rows)`` of one read-only SQL statement (see ``query``). A write is refused."""
+    with query(path, statement) as (columns, rows):
+        out = []
+        for r in rows:
+            if limit is not None and len(out) >= limit:
+                break
+            out.append(tuple(r))
+        return columns, out

@@ -211,6 +211,9 @@ class Bars(Reporter):
                     else f"{format_bytes(event.get('done') or 0)} counted")
             write = f", written in {event['write_s']:.2f} s" if event.get("write_s") is not None else ""
             self.footer = f"checkpoint at {at}: {what}{write}"
+            if event.get("wal_blocked"):  # see Store._truncate_wal
+                self.footer += (f"; WAL {format_bytes(event.get('wal_bytes') or 0)}: a reader holds an old "
+                                "snapshot, so it cannot be emptied")
         elif stage in UNITS:
             amount, speed, note = describe(event)
             self.progress.update(self._task(stage, event.get("total")), completed=event.get("done") or 0,

@@ -1,35 +1,50 @@
 """The store: one SQLite file that holds a training run's whole state.
 
-A ``Store`` wraps one SQLAlchemy connection to the file. It checks on open that the file is a
-bpe_store store at this version's schema, takes an exclusive lock for writers (released by the
-OS if the process dies), and offers the few bulk reads and writes training needs. Every write
-that moves the run forward is one transaction, so after a crash the file is at its last
-checkpoint. Bulk writes are ``executemany`` on plain tuples.
+A ``Store`` wraps one ``sqlite3`` connection to the file. It checks on open that the file is a
+bpe_store store whose schema is exactly its revision's (``bpe_store.schemas``), takes an
+exclusive lock for writers (released by the OS if the process dies), and offers the few bulk
+reads and writes training needs. Every write that moves the run forward is one explicit
+transaction (``transaction()``), so after a crash the file is at its last checkpoint; reads
+outside one take no lock beyond the statement's. Bulk writes are ``executemany`` on plain tuples.
+
+Why ``sqlite3`` and not SQLAlchemy here: the store is SQLite only, its statements are fixed
+SQL, and importing SQLAlchemy (~0.15-0.3 s) was most of a cold CS336 ``train_bpe`` call (issue
+13); SQLAlchemy wrapped every row and hid when transactions began. ``Store.conn`` still gives a
+SQLAlchemy connection over the same file (imported on first use) for Alembic's migrations and
+for anyone who wants its API; new stores are created from the head schema without Alembic.
 
 Token ids in ``words.tokens``, ``pair_counts`` and ``merges`` are vocabulary ids: the special
 tokens first, then the 256 bytes, then one per merge. Tokens are identified by their bytes: if a
 merge spells bytes that already have an id, words and pairs keep using that first id.
+
+A store may come from someone else, so opening one never runs its code: ``trusted_schema`` is
+off, the schema must equal the migrations' own (no extra trigger, view or index), and the
+``run`` row is validated (``check_run``) before anything uses it.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import fcntl
 import gc
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+import struct
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.pool import NullPool
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from . import migrate
 from .errors import StoreError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from sqlalchemy.engine import Connection
 
 #: ``PRAGMA application_id`` of every bpe_store file ("BPE1"): tells our stores from other SQLite files.
 APPLICATION_ID = 0x42504531
@@ -37,6 +52,26 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 #: SQLite page cache (KiB) while writing merge checkpoints; see ``write_merge_rows``.
 CHECKPOINT_CACHE_KIB = 256 << 10
+#: Milliseconds a statement waits for another connection's lock before failing.
+BUSY_TIMEOUT_MS = 10_000
+#: The WAL is truncated to this size whenever it is reset (``PRAGMA journal_size_limit``); after
+#: every write transaction a TRUNCATE checkpoint empties it unless a reader still needs it.
+WAL_SIZE_LIMIT = 64 << 20
+#: The training lock: an open-file-description (OFD) write lock on this one byte of the store
+#: file. Why a byte lock and not flock: ``status`` can *ask* who holds it (F_OFD_GETLK) without
+#: taking any lock, so a probe can never make a trainer starting at that instant fail. The byte
+#: is far beyond any offset SQLite locks (its lock bytes sit at 1 GiB) or any file size.
+LOCK_OFFSET = 1 << 62
+#: Most special tokens a run may have (a store with more is refused as damaged or hostile: each
+#: becomes an alternative of the special-token regex, and 200 K of them took minutes to compile).
+MAX_SPECIAL_TOKENS = 10_000
+#: Longest pre-tokenization pattern a store may hold (characters).
+MAX_PATTERN_CHARS = 10_000
+#: A store's pattern must scan these probes within ``PATTERN_PROBE_SECONDS``: a pattern with
+#: catastrophic backtracking, such as ``(a|aa)+$``, is refused instead of hanging every encode.
+PATTERN_PROBES = ("a" * 40 + "!", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n!", " " * 40 + "!", "1" * 40 + "!",
+                  "ab " * 20 + "\u00e9\u4e2d!")
+PATTERN_PROBE_SECONDS = 1.0
 
 #: ``{(left, right): count}``
 PairCounts = dict[tuple[int, int], int]
@@ -90,88 +125,224 @@ def unpack_tokens(blob: bytes) -> list[int]:
     return a.tolist()
 
 
-def _sqlite_error(path: Path, exc: BaseException) -> StoreError:
-    msg = str(getattr(exc, "orig", exc))
+def is_db_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a database error (the driver's, or SQLAlchemy's wrapping of one)."""
+    if isinstance(exc, sqlite3.Error):
+        return True
+    import sys
+
+    sa_exc = sys.modules.get("sqlalchemy.exc")  # only if SQLAlchemy was imported at all
+    return sa_exc is not None and isinstance(exc, sa_exc.DBAPIError)
+
+
+def _sqlite_error(path: Path, exc: BaseException) -> BaseException:
+    """The exception to raise for a SQLite error on ``path``: a one-line StoreError, or
+    KeyboardInterrupt when the statement was interrupted by Ctrl-C (see ``_Guard``)."""
+    orig = getattr(exc, "orig", exc)
+    if getattr(orig, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT:
+        if getattr(orig, "bpe_store_timeout", None):
+            return StoreError(f"{path}: a query took longer than {orig.bpe_store_timeout:g} s and was stopped")
+        return KeyboardInterrupt()
+    msg = str(orig)
     if "not a database" in msg or "malformed" in msg:
         return StoreError(f"{path}: the database file is corrupt or not a SQLite database ({msg})")
     if "readonly" in msg or "read-only" in msg or "unable to open" in msg:
         return StoreError(f"{path}: cannot write the database here ({msg})")
     if "disk is full" in msg or "database or disk is full" in msg:
         return StoreError(f"{path}: the disk is full ({msg}); the store is still at its last checkpoint")
+    if "too big" in msg:
+        return StoreError(f"{path}: a value is larger than this connection allows ({msg})")
     return StoreError(f"{path}: SQLite error: {msg}")
 
 
-def _engine(path: Path, readonly: bool) -> Engine:
+def sqlite_uri(path: Path, **params: str | int) -> str:
+    """A ``file:`` URI for ``path``: every character a file name may hold (``#``, ``?``, ``%``,
+    spaces, non-ASCII) is percent-encoded, so the URI names exactly that file."""
+    uri = "file:" + quote(os.fsencode(path.absolute()), safe="/")
+    if params:
+        uri += "?" + "&".join(f"{k}={v}" for k, v in params.items())
+    return uri
+
+
+class _Guard:
+    """The connection's progress handler: makes Ctrl-C stop a long statement (the signal is
+    delivered while Python runs this handler; the statement then fails with SQLITE_INTERRUPT,
+    which ``_sqlite_error`` turns back into KeyboardInterrupt) and, with ``deadline`` set, stops
+    a statement that runs past it (a StoreError saying so)."""
+
+    #: SQLite virtual-machine steps between calls (a call costs ~1 us; 100 K steps ~1 ms).
+    STEPS = 100_000
+
+    def __init__(self) -> None:
+        self.deadline: float | None = None
+        self.seconds: float | None = None
+
+    def __call__(self) -> int:
+        return 1 if self.deadline is not None and time.monotonic() > self.deadline else 0
+
+    def timed_out(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+
+def _connect(path: Path, readonly: bool, durable: bool = True) -> tuple[sqlite3.Connection, bool]:
+    """A configured connection to ``path`` and whether it had to open the file as immutable.
+
+    Read-only: ``mode=ro`` through a URI (``sqlite_uri``). A WAL store needs its ``-shm`` file;
+    where it cannot be created (a read-only directory or mount, a user who may only read) and
+    no WAL content exists, the file is opened ``immutable=1``: nothing can be writing it then.
+    """
+    immutable = False
     if readonly:
-        url = f"sqlite:///file:{path}?mode=ro&uri=true"
+        db = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True, isolation_level=None,
+                             check_same_thread=False)
+        try:
+            _configure(db, readonly=True)
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the WAL index too
+        except sqlite3.OperationalError as exc:
+            db.close()
+            wal = Path(f"{path}-wal")
+            wal_empty = not wal.exists() or wal.stat().st_size == 0
+            code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+            if code not in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY) or not wal_empty:
+                raise
+            db = sqlite3.connect(sqlite_uri(path, mode="ro", immutable=1), uri=True, isolation_level=None,
+                                 check_same_thread=False)
+            _configure(db, readonly=True)
+            immutable = True
     else:
-        url = f"sqlite:///{path}"
-    engine = create_engine(url, poolclass=NullPool)
-
-    # pysqlite's own transaction handling does not cover DDL; let SQLAlchemy's begin() be a real
-    # BEGIN so that a checkpoint (and a migration) is exactly one transaction.
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_conn: sqlite3.Connection, _record: object) -> None:
-        dbapi_conn.isolation_level = None
-        dbapi_conn.execute("PRAGMA busy_timeout = 10000")
-        # FULL: a committed checkpoint survives power loss, not only a process crash
-        dbapi_conn.execute("PRAGMA synchronous = FULL")
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
-
-    return engine
+        # a plain path (no URI), made absolute so that a name like ":memory:" is a file too
+        db = sqlite3.connect(os.fsdecode(path.absolute()), isolation_level=None, check_same_thread=False)
+        _configure(db, readonly=False, durable=durable)
+    return db, immutable
 
 
-def _raw(conn: Connection) -> sqlite3.Connection:
-    """The driver connection, for PRAGMAs that may not run inside SQLAlchemy's transaction."""
-    return conn.connection.driver_connection  # type: ignore[return-value]
+def _configure(db: sqlite3.Connection, readonly: bool, durable: bool = True) -> None:
+    # isolation_level=None: the driver never opens a transaction by itself; transactions are
+    # explicit (Store.transaction / Store.snapshot), so a read never holds a lock past its statement
+    db.execute("PRAGMA trusted_schema = OFF")  # no schema-defined code with side effects, ever
+    db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    if not readonly:
+        # FULL: a committed checkpoint survives power loss, not only a process crash. OFF only
+        # for a throwaway store (train_bpe's temporary one), which no one resumes.
+        db.execute(f"PRAGMA synchronous = {'FULL' if durable else 'OFF'}")
+        db.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
+
+
+class Result:
+    """The rows of one statement, with the few accessors callers use (``scalar``, ``one``,
+    ``first``, ``mappings``, ``keys``, ``fetchall``, iteration)."""
+
+    def __init__(self, cursor: sqlite3.Cursor):
+        self._cur = cursor
+
+    def __iter__(self) -> Iterator[tuple]:
+        return iter(self._cur)
+
+    @property
+    def lastrowid(self) -> int | None:
+        return self._cur.lastrowid
+
+    def keys(self) -> list[str]:
+        return [d[0] for d in self._cur.description or ()]
+
+    def fetchall(self) -> list[tuple]:
+        return self._cur.fetchall()
+
+    def first(self) -> tuple | None:
+        return self._cur.fetchone()
+
+    def one(self) -> tuple:
+        row = self._cur.fetchone()
+        if row is None:
+            raise StoreError("the store is missing a row it must hold")
+        return row
+
+    def scalar(self) -> Any:
+        row = self._cur.fetchone()
+        return None if row is None else row[0]
+
+    def mappings(self) -> _Mappings:
+        return _Mappings(self.keys(), self._cur)
+
+
+class _Mappings:
+    def __init__(self, keys: list[str], cursor: sqlite3.Cursor):
+        self._keys, self._cur = keys, cursor
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (dict(zip(self._keys, r)) for r in self._cur)
+
+    def first(self) -> dict[str, Any] | None:
+        row = self._cur.fetchone()
+        return None if row is None else dict(zip(self._keys, row))
 
 
 class Store:
     """An open store. Use ``Store.open`` (existing) or ``Store.create`` (new)."""
 
-    def __init__(self, path: Path, engine: Engine, conn: Connection, lock_fd: int | None):
+    def __init__(self, path: Path, db: sqlite3.Connection, lock_fd: int | None, *, readonly: bool = False,
+                 immutable: bool = False):
         self.path = path
-        self._engine = engine
-        self.conn = conn
+        self.db = db
+        self.readonly = readonly
+        #: opened ``immutable=1`` (read-only location, no WAL content): see ``_connect``
+        self.immutable = immutable
         self._lock_fd = lock_fd
+        self._sa_engine: Any = None
+        self._sa_conn: Connection | None = None
+        self._run_checked = False
+        self._guard = _Guard()
+        db.set_progress_handler(self._guard, _Guard.STEPS)
         self._word_ids: dict[bytes, int] | None = None
         self._fresh_rows: list[tuple[int, bytes | bytearray, int]] | None = None
+        #: after each write: ``{"wal_bytes": int, "wal_blocked": bool}`` (see ``_truncate_wal``)
+        self.wal: dict[str, Any] = {"wal_bytes": 0, "wal_blocked": False}
 
     # -- opening -------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | os.PathLike, *, readonly: bool = False, allow_old: bool = False) -> Store:
-        """Open an existing store, checking it is ours and at this version's schema."""
+    def open(cls, path: str | os.PathLike, *, readonly: bool = False, allow_old: bool = False,
+             allow_unfinished: bool = False, durable: bool = True) -> Store:
+        """Open an existing store, checking it is ours and exactly at its revision's schema.
+
+        ``allow_unfinished``: also open a store of ours whose creation never finished (no schema
+        revision yet, by an older bpe_store); ``revision`` is then None. ``durable=False``: no
+        fsync on commit (for a throwaway store only).
+        """
         p = Path(path)
         cls._check_file(p)
         if not p.exists():
             raise StoreError(f"{p}: no such store")
         lock_fd = None if readonly else cls._lock(p)
+        db = None
         try:
-            engine = _engine(p, readonly)
-            conn = engine.connect()
-            try:
-                cls._check_identity(p, conn, allow_old=allow_old)
-                conn.commit()
-                if not readonly:
-                    _raw(conn).execute("PRAGMA journal_mode = WAL")
-            except BaseException:
-                conn.close()
-                raise
-        except DBAPIError as exc:
+            db, immutable = _connect(p, readonly, durable)
+            store = cls(p, db, lock_fd, readonly=readonly, immutable=immutable)
+            store.revision = cls._check_identity(p, db, allow_old=allow_old, allow_unfinished=allow_unfinished)
+            if store.revision is not None and store.has_run():
+                store.run_row()  # validates it (check_run) before anything uses the store
+            if not readonly:
+                db.execute("PRAGMA journal_mode = WAL")
+        except BaseException as exc:
+            if db is not None:
+                db.close()
             cls._unlock(lock_fd)
-            raise _sqlite_error(p, exc) from exc
-        except BaseException:
-            cls._unlock(lock_fd)
+            if isinstance(exc, sqlite3.Error):
+                raise _sqlite_error(p, exc) from exc
             raise
-        return cls(p, engine, conn, lock_fd)
+        return store
 
     @classmethod
-    def create(cls, path: str | os.PathLike) -> Store:
-        """Create a new store at ``path`` (which must not exist, or be empty) at the newest schema."""
+    def create(cls, path: str | os.PathLike, init: Callable[[Store], None] | None = None, *,
+               durable: bool = True) -> Store:
+        """Create a new store at ``path`` at the newest schema, atomically, and open it.
+
+        The store is built under a temporary name in the same directory (schema, then ``init``,
+        e.g. ``init_run``), synced, and only then linked into place: a kill or a full disk at any
+        moment leaves either this complete store or no file at all (``path`` may exist if empty).
+        Why not Alembic: creating from ``bpe_store.schemas`` (proven equal to the migrations by
+        tests/test_store_create.py) takes a millisecond; importing Alembic and migrating took ~0.5 s.
+        """
         p = Path(path)
         cls._check_file(p)
         if p.exists() and p.stat().st_size > 0:
@@ -180,18 +351,59 @@ class Store:
             raise StoreError(f"{p}: the directory {p.parent} does not exist")
         if not os.access(p.parent, os.W_OK):
             raise StoreError(f"{p}: cannot write in {p.parent} (read-only location)")
+        _remove_stale_builds(p)
+        tmp = p.parent / f".{p.name}.creating-{os.getpid()}-{os.urandom(4).hex()}"
         try:
-            engine = _engine(p, readonly=False)
-            conn = engine.connect()
-            raw = _raw(conn)
-            raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            # WAL: readers (sqlite3, `bpe-store sql`) see the last checkpoint while training writes
-            raw.execute("PRAGMA journal_mode = WAL")
-            migrate.upgrade(conn)
-            conn.commit()
-        except DBAPIError as exc:
-            raise _sqlite_error(p, exc) from exc
-        return cls(p, engine, conn, cls._lock(p))
+            try:
+                cls._build(tmp, init, durable)
+                _publish(tmp, p, durable)
+            except sqlite3.Error as exc:
+                raise _sqlite_error(p, exc) from exc
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise StoreError(f"{p}: the disk is full ({exc.strerror}); no store was created") from exc
+                raise StoreError(f"{p}: cannot create the store ({exc.strerror})") from exc
+        finally:
+            _remove_files(tmp)
+        return cls.open(p, durable=durable)
+
+    @classmethod
+    def _build(cls, tmp: Path, init: Callable[[Store], None] | None, durable: bool = True) -> None:
+        """The new store's whole content in ``tmp``, synced to disk."""
+        from .schemas import HEAD, SCHEMAS
+
+        db = sqlite3.connect(os.fsdecode(tmp.absolute()), isolation_level=None, check_same_thread=False)
+        store = cls(tmp, db, None)
+        try:
+            # no journal and no syncs while building: a failed build is deleted, not rolled back;
+            # the finished file is synced once below
+            db.execute("PRAGMA journal_mode = OFF")
+            db.execute("PRAGMA synchronous = OFF")
+            db.execute("PRAGMA trusted_schema = OFF")
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            db.execute("BEGIN IMMEDIATE")
+            for _type, _name, _tbl, sql in SCHEMAS[HEAD]:
+                if sql is not None:  # autoindexes come with their tables
+                    db.execute(sql)
+            db.execute("INSERT INTO alembic_version (version_num) VALUES (?)", (HEAD,))
+            db.execute("COMMIT")
+            store.revision = HEAD
+            if init is not None:
+                init(store)
+            if os.environ.get("BPE_STORE_TEST_PAUSE") == "create":  # tests: kill a creation half-way
+                import sys
+
+                print("bpe_store: paused while creating the store", file=sys.stderr, flush=True)
+                time.sleep(120)
+        finally:
+            store.close()
+        if not durable:
+            return
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     @staticmethod
     def _check_file(p: Path) -> None:
@@ -207,60 +419,75 @@ class Store:
                 raise StoreError(f"{p}: not a SQLite database (corrupt, or some other kind of file)")
 
     @staticmethod
-    def _check_identity(p: Path, conn: Connection, *, allow_old: bool) -> None:
-        app_id = conn.exec_driver_sql("PRAGMA application_id").scalar()
-        tables = [r[0] for r in conn.exec_driver_sql(
-            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+    def _check_identity(p: Path, db: sqlite3.Connection, *, allow_old: bool,
+                        allow_unfinished: bool = False) -> str | None:
+        """The store's schema revision, after checking the file is ours and its schema exactly
+        that revision's; StoreError (exit 4) saying what is wrong otherwise."""
+        app_id = db.execute("PRAGMA application_id").fetchone()[0]
         if app_id != APPLICATION_ID:
+            tables = [r[0] for r in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name LIMIT 7")]
             what = ", ".join(tables[:6]) or "no tables"
             raise StoreError(f"{p}: a SQLite database, but not a bpe_store store ({what})")
-        rev = migrate.current_revision(conn)
+        rev = migrate.current_revision(db, p)
         head = migrate.head_revision()
-        if rev == head:
-            return
         if rev is None:
-            raise StoreError(f"{p}: the store is not initialised yet (being created now, or its "
-                             "creation was interrupted: delete it and train again)")
+            if allow_unfinished:
+                return None
+            raise StoreError(f"{p}: the store is not initialised yet (its creation by an older bpe_store "
+                             "was interrupted): run the same train command to start it again")
         if rev not in migrate.known_revisions():
             raise StoreError(
                 f"{p}: made by a newer bpe_store (schema revision {rev}); upgrade bpe_store to open it")
-        if not allow_old:
+        check_schema(p, db, rev)
+        if rev != head and not allow_old:
             raise StoreError(
                 f"{p}: the store's schema is older ({rev}) than this bpe_store's ({head}); "
                 f"upgrade it with: bpe-store db upgrade {p}")
+        return rev
 
     @staticmethod
     def _lock(p: Path) -> int:
-        fd = os.open(p, os.O_RDONLY)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            fd = os.open(p, os.O_RDWR)
+        except PermissionError as exc:
+            raise StoreError(f"{p}: cannot write the store (read-only file or location: {exc.strerror}); "
+                             "reading commands (status, sql, show, export) still work") from None
+        try:
+            _set_lock(fd)
+        except OSError as exc:
             os.close(fd)
-            raise StoreError(f"{p}: another bpe-store process is training in this store") from None
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise StoreError(f"{p}: another bpe-store process is training in this store") from None
+            raise
         return fd
 
     @staticmethod
     def _unlock(fd: int | None) -> None:
         if fd is not None:
-            os.close(fd)  # closing the descriptor releases the flock
+            os.close(fd)  # closing the descriptor releases its OFD lock
 
     @staticmethod
     def is_locked(path: str | os.PathLike) -> bool:
-        """Whether a training process holds the store now (for ``status``)."""
+        """Whether a training process holds the store now (for ``status``).
+
+        Only asks (F_OFD_GETLK): it takes no lock, so a trainer starting at the same instant is
+        never refused because of it."""
         fd = os.open(path, os.O_RDONLY)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return False
-        except BlockingIOError:
-            return True
+            return _lock_held(fd)
         finally:
             os.close(fd)
 
     def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self._engine.dispose()
-            self.conn = None  # type: ignore[assignment]
+        if self._sa_conn is not None:
+            try:
+                self._sa_conn.close()
+            finally:
+                self._sa_conn = None
+        if self.db is not None:
+            self.db.close()
+            self.db = None  # type: ignore[assignment]
         # only after SQLite let go: closing any descriptor of the file drops its POSIX locks
         self._unlock(self._lock_fd)
         self._lock_fd = None
@@ -271,18 +498,85 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def conn(self) -> Connection:
+        """A SQLAlchemy connection over this store's own sqlite3 connection (SQLAlchemy is
+        imported on first use): for Alembic's migrations and for SQLAlchemy users. Its
+        ``begin()`` is a real ``BEGIN IMMEDIATE``, so a migration is exactly one transaction."""
+        if self._sa_conn is None:
+            from sqlalchemy import create_engine, event
+            from sqlalchemy.pool import StaticPool
+
+            db = self.db
+            engine = create_engine("sqlite://", creator=lambda: db, poolclass=StaticPool)
+
+            @event.listens_for(engine, "begin")
+            def _begin(conn: Any) -> None:
+                conn.exec_driver_sql("BEGIN" if self.readonly else "BEGIN IMMEDIATE")
+
+            self._sa_engine = engine
+            self._sa_conn = engine.connect()
+        return self._sa_conn
+
     # -- transactions --------------------------------------------------------------------------
 
-    def transaction(self):
-        """``with store.transaction():`` — one atomic unit; SQLite errors become StoreError."""
-        return _Transaction(self)
+    def transaction(self) -> _Transaction:
+        """``with store.transaction():`` — one atomic write (``BEGIN IMMEDIATE``: the write lock
+        is taken up front, so it cannot fail half-way on a lock); SQLite errors become StoreError.
+        After a commit the WAL is checkpointed and truncated when no reader needs it."""
+        return _Transaction(self, write=True)
 
-    def sql(self, statement: str, params: Sequence | None = None):
-        return self.conn.exec_driver_sql(statement, tuple(params) if params is not None else ())
+    def snapshot(self) -> _Transaction:
+        """``with store.snapshot():`` — reads that all see one committed state (a deferred
+        ``BEGIN``: it takes only a read lock, never the write lock)."""
+        return _Transaction(self, write=False)
 
-    def executemany(self, statement: str, rows: list[tuple]) -> None:
-        if rows:
-            self.conn.exec_driver_sql(statement, rows)
+    @contextmanager
+    def time_limit(self, seconds: float | None) -> Iterator[None]:
+        """Statements in this block fail (StoreError) once ``seconds`` have passed."""
+        old = self._guard.deadline, self._guard.seconds
+        if seconds is not None:
+            self._guard.deadline, self._guard.seconds = time.monotonic() + seconds, seconds
+        try:
+            yield
+        finally:
+            self._guard.deadline, self._guard.seconds = old
+
+    def sql(self, statement: str, params: Sequence | None = None) -> Result:
+        try:
+            return Result(self.db.execute(statement, tuple(params) if params is not None else ()))
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+
+    def executemany(self, statement: str, rows: Iterable[tuple]) -> None:
+        try:
+            self.db.executemany(statement, rows)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+
+    def _error(self, exc: sqlite3.Error) -> BaseException:
+        if self._guard.timed_out():
+            exc.bpe_store_timeout = self._guard.seconds  # type: ignore[attr-defined]
+        return _sqlite_error(self.path, exc)
+
+    def _truncate_wal(self) -> None:
+        """After a write: copy the WAL into the store and truncate it, unless a reader still
+        reads an older snapshot from it; ``self.wal`` says which (``wal_blocked``) and its size.
+
+        Why busy_timeout 0 here: a TRUNCATE checkpoint otherwise waits (up to busy_timeout) for
+        readers to move on; training must not wait for a reader, it tries again next time."""
+        if self.readonly:
+            return
+        try:
+            self.db.execute("PRAGMA busy_timeout = 0")
+            busy, log, done = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.Error:
+            busy, log, done = 1, -1, -1
+        finally:
+            self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        wal = Path(f"{self.path}-wal")
+        size = wal.stat().st_size if wal.exists() else 0
+        self.wal = {"wal_bytes": size, "wal_blocked": bool(busy) or done < log}
 
     # -- run parameters and inputs -------------------------------------------------------------
 
@@ -308,7 +602,13 @@ class Store:
         row = self.sql("SELECT * FROM run WHERE id = 1").mappings().first()
         if row is None:
             raise StoreError(f"{self.path}: the store has no run (it was never started)")
-        return dict(row)
+        if not self._run_checked:
+            check_run(self.path, row)
+            self._run_checked = True
+        return row
+
+    def has_run(self) -> bool:
+        return self.sql("SELECT 1 FROM run").first() is not None
 
     def params(self) -> RunParams:
         r = self.run_row()
@@ -321,6 +621,19 @@ class Store:
     def chunks(self) -> list[Chunk]:
         return [Chunk(r[0], r[1], r[2], r[3], bool(r[4])) for r in
                 self.sql('SELECT id, source_id, start, "end", counted FROM chunks ORDER BY id')]
+
+    def check_plan(self) -> None:
+        """Refuse (StoreError) inputs and chunks that bpe_store could not have written (text where
+        numbers belong, negative sizes, a chunk outside its input)."""
+        bad_sources, bad_chunks = self.sql(
+            "SELECT (SELECT count(*) FROM sources WHERE typeof(path) != 'text' OR typeof(size) != 'integer'"
+            " OR size < 0 OR typeof(mtime_ns) != 'integer' OR typeof(sha256) != 'text'),"
+            ' (SELECT count(*) FROM chunks c WHERE typeof(start) != \'integer\' OR typeof("end") != \'integer\''
+            ' OR start < 0 OR "end" < start OR counted NOT IN (0, 1) OR typeof(counted) != \'integer\''
+            ' OR "end" > coalesce((SELECT size FROM sources s WHERE s.id = c.source_id), -1))').one()
+        if bad_sources or bad_chunks:
+            raise StoreError(f"{self.path}: the store's inputs or chunks are damaged ({bad_sources} input rows, "
+                             f"{bad_chunks} chunk rows); start over with --restart")
 
     def set_vocab_size(self, vocab_size: int) -> None:
         with self.transaction():
@@ -389,13 +702,9 @@ class Store:
                            chunk_done: Sequence[tuple[int, int]], elapsed_s: float) -> None:
         """The counting checkpoint, ONE transaction: new words, count deltas, chunk marks, progress."""
         with self.transaction():
-            raw = _raw(self.conn)  # executemany straight on the driver: rows are already tuples
-            try:
-                # tokens stay NULL (single bytes); see WordCounter.rows for why no 4th column
-                raw.executemany("INSERT INTO words (id, bytes, count) VALUES (?, ?, ?)", new)
-                raw.executemany("UPDATE words SET count = count + ? WHERE id = ?", old)
-            except sqlite3.Error as exc:  # the driver's own errors, not wrapped by SQLAlchemy
-                raise _sqlite_error(self.path, exc) from exc
+            # tokens stay NULL (single bytes); see WordCounter.rows for why no 4th column
+            self.executemany("INSERT INTO words (id, bytes, count) VALUES (?, ?, ?)", new)
+            self.executemany("UPDATE words SET count = count + ? WHERE id = ?", old)
             self.executemany("UPDATE chunks SET counted = 1, pretokens = ? WHERE id = ?",
                              [(n, cid) for cid, n in chunk_done])
             self.sql("UPDATE run SET updated_at = ? WHERE id = 1", (now(),))
@@ -411,15 +720,14 @@ class Store:
     def load_word_rows(self) -> list[tuple[int, bytes, int, bytes | None]]:
         """All words in id order as plain tuples ``(id, bytes, count, token blob or None)``.
 
-        Why the driver cursor: SQLAlchemy wraps each row in a Row object, which for ~1M words
-        costs more than the query; the merge engines read these tuples directly.
+        Plain driver tuples: the merge engines read them directly (no row objects for ~1M words).
         """
         gc_on = gc.isenabled()
         gc.disable()  # ~1M new tuples would trigger many useless collections (nothing is cyclic)
         try:
-            return _raw(self.conn).execute("SELECT id, bytes, count, tokens FROM words ORDER BY id").fetchall()
+            return self.db.execute("SELECT id, bytes, count, tokens FROM words ORDER BY id").fetchall()
         except sqlite3.Error as exc:
-            raise _sqlite_error(self.path, exc) from exc
+            raise self._error(exc) from exc
         finally:
             if gc_on:
                 gc.enable()
@@ -487,7 +795,7 @@ class Store:
 
         t0 = time.perf_counter()
         with self.transaction():
-            raw = _raw(self.conn)  # executemany straight on the driver: rows are already tuples
+            raw = self.db
             try:
                 # Why: a checkpoint rewrites rows all over `words` and `pair_counts`; with
                 # SQLite's default 2 MB page cache the same pages are evicted and re-read many
@@ -495,8 +803,8 @@ class Store:
                 raw.execute(f"PRAGMA cache_size = -{CHECKPOINT_CACHE_KIB}")
                 self._write_merge_rows(raw, merges, new_vocab, word_rows, pair_deletes, pair_inserts,
                                        pair_updates)
-            except sqlite3.Error as exc:  # the driver's own errors, not wrapped by SQLAlchemy
-                raise _sqlite_error(self.path, exc) from exc
+            except sqlite3.Error as exc:
+                raise self._error(exc) from exc
             phase = "done" if done_reason else "merging"
             self.sql("UPDATE run SET phase = ?, stop_reason = ?, updated_at = ? WHERE id = 1",
                      (phase, done_reason, now()))
@@ -524,22 +832,222 @@ class Store:
 
 
 class _Transaction:
-    def __init__(self, store: Store):
+    """One explicit transaction (see ``Store.transaction`` and ``Store.snapshot``). Nothing is
+    ever committed implicitly: entering while another transaction is open is a bug, and says so."""
+
+    def __init__(self, store: Store, write: bool):
         self.store = store
+        self.write = write
 
     def __enter__(self) -> None:
-        if self.store.conn.in_transaction():
-            self.store.conn.commit()
-        self.store.conn.begin()
+        db = self.store.db
+        if db.in_transaction:
+            raise RuntimeError("bpe_store bug: a transaction is already open on this store")
+        try:
+            db.execute("BEGIN IMMEDIATE" if self.write else "BEGIN")
+        except sqlite3.Error as exc:
+            raise self.store._error(exc) from exc
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        db = self.store.db
         if exc_type is None:
             try:
-                self.store.conn.commit()
-            except DBAPIError as e:
-                self.store.conn.rollback()
-                raise _sqlite_error(self.store.path, e) from e
+                db.execute("COMMIT")
+            except sqlite3.Error as e:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise self.store._error(e) from e
+            if self.write:
+                self.store._truncate_wal()
         else:
-            self.store.conn.rollback()
-            if isinstance(exc, DBAPIError):
-                raise _sqlite_error(self.store.path, exc) from exc
+            if db is not None and db.in_transaction:
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # the statement's failure already ended the transaction
+            if exc is not None and is_db_error(exc):
+                raise self.store._error(getattr(exc, "orig", exc)) from exc
+
+
+def _flock_struct(kind: int) -> bytes:
+    # struct flock on Linux: short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid
+    return struct.pack("hhqqi4x", kind, os.SEEK_SET, LOCK_OFFSET, 1, 0)
+
+
+def _set_lock(fd: int) -> None:
+    """Take the training lock on ``fd`` (open for writing); OSError EAGAIN if someone holds it."""
+    if hasattr(fcntl, "F_OFD_SETLK"):
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _flock_struct(fcntl.F_WRLCK))
+    else:  # pragma: no cover - not Linux: flock (a status probe may then collide with a start)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def _lock_held(fd: int) -> bool:
+    if hasattr(fcntl, "F_OFD_GETLK"):
+        got = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _flock_struct(fcntl.F_WRLCK))
+        return struct.unpack("hhqqi4x", got)[0] != fcntl.F_UNLCK
+    try:  # pragma: no cover - not Linux
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+
+
+def _remove_files(db: Path) -> None:
+    """``db`` and the files SQLite keeps beside it."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            os.unlink(f"{db}{suffix}")
+        except FileNotFoundError:
+            pass
+
+
+def _remove_stale_builds(p: Path) -> None:
+    """Temporary files of earlier creations of ``p`` whose process is gone (killed mid-build)."""
+    prefix = f".{p.name}.creating-"
+    try:
+        names = [n for n in os.listdir(p.parent) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # still running: another process creating the same store
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        try:
+            os.unlink(p.parent / name)
+        except OSError:
+            pass
+
+
+def _publish(tmp: Path, p: Path, durable: bool = True) -> None:
+    """Put the finished ``tmp`` in place as ``p`` (never over a non-empty file) and sync the
+    directory, so the new name survives power loss."""
+    try:
+        os.link(tmp, p)  # atomic, and fails if p exists: two creators cannot overwrite each other
+    except FileExistsError:
+        if p.stat().st_size > 0:
+            raise StoreError(f"{p}: already exists (created by another process just now)") from None
+        os.replace(tmp, p)  # an empty file holds nothing
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        os.replace(tmp, p)  # a filesystem without hard links
+    if not durable:
+        return
+    fd = os.open(p.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def wal_state(path: Path) -> dict[str, Any]:
+    """The store's WAL as a reader sees it, without opening SQLite: ``wal_bytes`` (the -wal
+    file's size), ``wal_frames_pending`` (committed frames not yet copied into the store, from
+    the -shm header: mxFrame - nBackfill) and ``wal_blocked`` (some are pending: after each
+    write the trainer copies and truncates the WAL, unless a reader holds an old snapshot)."""
+    wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
+    size = wal.stat().st_size if wal.exists() else 0
+    pending = 0
+    if size and shm.exists():
+        try:
+            with open(shm, "rb") as f:
+                head = f.read(136)
+            if len(head) >= 100:
+                # WalIndexHdr (48 bytes, twice): mxFrame at offset 16; WalCkptInfo.nBackfill at 96
+                mx_frame, = struct.unpack_from("=I", head, 16)
+                backfill, = struct.unpack_from("=I", head, 96)
+                pending = max(mx_frame - backfill, 0)
+        except OSError:
+            pass
+    return {"wal_bytes": size, "wal_frames_pending": pending, "wal_blocked": pending > 0}
+
+
+# -- checking a store that may come from someone else ------------------------------------------
+
+
+def check_schema(p: Path, db: sqlite3.Connection, revision: str) -> None:
+    """Refuse (StoreError) a schema that is not exactly ``revision``'s: a missing or altered
+    table, or any extra table, index, view or trigger (statistics tables of ANALYZE excepted)."""
+    from .schemas import SCHEMAS
+
+    want = {(t, n): (tbl, sql) for t, n, tbl, sql in SCHEMAS[revision]}
+    have = {(t, n): (tbl, sql) for t, n, tbl, sql in db.execute(
+        "SELECT type, name, tbl_name, sql FROM sqlite_master")}
+    problems = []
+    for (t, n), v in have.items():
+        if (t, n) not in want:
+            if t == "table" and n.startswith("sqlite_stat"):
+                continue
+            problems.append(f"an extra {t} {n!r}")
+        elif want[(t, n)] != v:
+            problems.append(f"{t} {n!r} is not bpe_store's")
+    problems += [f"no {t} {n!r}" for (t, n) in want if (t, n) not in have]
+    if problems:
+        more = f" and {len(problems) - 4} more" if len(problems) > 4 else ""
+        raise StoreError(f"{p}: the store's schema is not bpe_store's {revision} ({', '.join(problems[:4])}{more}); "
+                         "refusing to use it")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_pattern(pattern: str, where: str) -> None:
+    """Refuse a pre-tokenization pattern that does not compile or backtracks catastrophically
+    (StoreError naming ``where``)."""
+    from .pretokenize import GPT2_PATTERN
+
+    if pattern == GPT2_PATTERN:
+        return  # ours; checked by the tests
+    import regex
+
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise StoreError(f"{where}: its pattern is {len(pattern)} characters long (at most {MAX_PATTERN_CHARS})")
+    try:
+        compiled = regex.compile(pattern)
+    except (regex.error, RecursionError, OverflowError) as exc:
+        raise StoreError(f"{where}: its pattern does not compile ({exc})") from None
+    try:
+        for probe in PATTERN_PROBES:
+            for _ in compiled.finditer(probe, timeout=PATTERN_PROBE_SECONDS):
+                pass
+    except TimeoutError:
+        raise StoreError(f"{where}: its pattern {pattern[:60]!r} takes more than {PATTERN_PROBE_SECONDS:g} s "
+                         "on a 41-character probe (catastrophic backtracking); refusing it") from None
+
+
+def check_run(p: Path, row: dict[str, Any]) -> None:
+    """Refuse (StoreError) a ``run`` row that bpe_store could not have written."""
+    where = f"{p}: the store's run row is damaged"
+    try:
+        specials = json.loads(row["special_tokens"]) if isinstance(row["special_tokens"], str) else None
+    except (ValueError, RecursionError):
+        specials = None
+    if not isinstance(specials, list) or not all(isinstance(s, str) and s for s in specials):
+        raise StoreError(f"{where} (special_tokens is not a JSON list of non-empty strings)")
+    if len(specials) > MAX_SPECIAL_TOKENS:
+        raise StoreError(f"{where} ({len(specials)} special tokens; at most {MAX_SPECIAL_TOKENS})")
+    if len(set(specials)) != len(specials):
+        raise StoreError(f"{where} (a special token is listed twice)")
+    for col in ("vocab_size", "chunk_size"):
+        if not _is_int(row[col]) or row[col] < 1:
+            raise StoreError(f"{where} ({col} is {row[col]!r}, not a positive integer)")
+    if not 256 + len(specials) <= row["vocab_size"] <= 0xFFFF_FFFF:  # token ids are uint32
+        raise StoreError(f"{where} (vocab_size {row['vocab_size']} is out of range)")
+    if row["phase"] not in ("counting", "merging", "done"):
+        raise StoreError(f"{where} (phase {row['phase']!r})")
+    if row["stop_reason"] not in (None, "vocab_size", "no_pairs"):
+        raise StoreError(f"{where} (stop_reason {row['stop_reason']!r})")
+    if row["invalid_utf8"] not in ("strict", "replace"):
+        raise StoreError(f"{where} (invalid_utf8 {row['invalid_utf8']!r})")
+    if not isinstance(row["pattern"], str):
+        raise StoreError(f"{where} (pattern is not text)")
+    check_pattern(row["pattern"], str(p))

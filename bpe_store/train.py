@@ -35,15 +35,14 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 import regex
-from sqlalchemy.exc import DBAPIError
 
-from . import __version__, migrate, sessions
+from . import __version__, sessions
 from .count import (DEFAULT_CHUNK_SIZE, add_counts, count_chunk_native_task, count_chunk_task, count_chunks_threaded,
                     native_counts, new_word_counts, plan_chunks, scan_source)
 from .errors import BpeStoreError, InputError, ResumeMismatch, StoreError
 from .merge import ENGINES, Engine, native_available, new_engine
 from .pretokenize import GPT2_PATTERN
-from .store import RunParams, Source, Store, _sqlite_error
+from .store import MAX_SPECIAL_TOKENS, RunParams, Source, Store, _remove_files, _sqlite_error, is_db_error
 
 #: A checkpoint is written after this many seconds of merging (and when merging ends): the most
 #: a kill can lose. ``checkpoint_merges`` also caps a batch when given; by default it is None,
@@ -131,6 +130,8 @@ def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, i
     for s in specials:
         if not isinstance(s, str) or s == "":
             raise InputError("special tokens must be non-empty strings")
+    if len(specials) > MAX_SPECIAL_TOKENS:  # a store with more is refused as damaged (store.check_run)
+        raise InputError(f"{len(specials)} special tokens: at most {MAX_SPECIAL_TOKENS}")
     dup = [s for s, n in Counter(specials).items() if n > 1]
     if dup:
         raise InputError(f"special token {dup[0]!r} is given more than once")
@@ -159,8 +160,10 @@ def _emit(progress: Progress | None, **event) -> None:
         progress(event)
 
 
-def _same_inputs(store: Store, paths: Sequence[Path], params: RunParams) -> None:
-    """Refuse a resume whose parameters or inputs differ from the store's, saying what differs."""
+def _same_inputs(store: Store, paths: Sequence[Path], params: RunParams) -> bool:
+    """Refuse a resume whose parameters or inputs differ from the store's, saying what differs.
+
+    Writes nothing; returns whether ``params`` asks for a larger vocabulary than the store's."""
     old = store.params()
     diffs = []
     if old.pattern != params.pattern:
@@ -192,8 +195,7 @@ def _same_inputs(store: Store, paths: Sequence[Path], params: RunParams) -> None
             f"{store.path} trains to vocab size {old.vocab_size}; a smaller one ({params.vocab_size}) "
             f"is a prefix of it: use `bpe-store export --vocab-size {params.vocab_size}` "
             "(or --restart to start over)")
-    if params.vocab_size > old.vocab_size:
-        store.set_vocab_size(params.vocab_size)  # continue to a larger vocabulary
+    return params.vocab_size > old.vocab_size
 
 
 P = ParamSpec("P")
@@ -218,7 +220,9 @@ def _without_gc_store_errors(fn: Callable[P, R]) -> Callable[P, R]:
         gc.disable()
         try:
             return fn(*args, **kwargs)
-        except DBAPIError as exc:
+        except Exception as exc:
+            if not is_db_error(exc):
+                raise
             db = kwargs.get("db", args[db_param] if len(args) > db_param else "store")
             raise _sqlite_error(Path(db), exc) from exc  # type: ignore[arg-type]
         finally:
@@ -246,6 +250,7 @@ def train(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
     engine: str = "auto",
+    durable: bool = True,
 ) -> TrainResult:
     """Train (or resume training) a byte-level BPE into the store ``db``; see the module doc.
 
@@ -271,6 +276,8 @@ def train(
             ``Interrupted``.
         engine: the merge engine: "native" (C++), "python" (the portable fallback) or "auto"
             (native when built). Both give the same result, so a run may resume with the other.
+        durable: False skips every fsync: only for a store no one will resume (``train_bpe``'s
+            temporary one), where they cost more than the training on a busy disk.
 
     Returns:
         A ``TrainResult``: ``vocab`` (id -> bytes), ``merges`` (pairs of bytes in merge order),
@@ -279,7 +286,7 @@ def train(
     Raises:
         InputError: bad parameters or inputs (exit code 2 on the command line).
         ResumeMismatch: the store was started with other parameters or inputs (3).
-        StoreError: not a store, corrupt, held by another run, disk full, ... (4).
+        StoreError: not a store, corrupt, damaged or tampered, held by another run, disk full, ... (4).
         Interrupted: ``stop`` was set; the store holds everything up to its last checkpoint.
     """
     # 1. check
@@ -297,34 +304,10 @@ def train(
     db = Path(db)
     session_start = time.monotonic()
 
-    store: Store | None = None
-    if db.exists() and db.stat().st_size > 0 and not db.is_dir():
-        store = Store.open(db)
-        try:
-            if restart:
-                for p in paths:
-                    scan_source(p, invalid_utf8)
-                store.close()
-                store = None
-                for suffix in ("", "-wal", "-shm"):
-                    Path(str(db) + suffix).unlink(missing_ok=True)
-            else:
-                try:
-                    store.run_row()
-                except StoreError:
-                    store.close()
-                    raise
-                _same_inputs(store, paths, params)
-        except BaseException:
-            if store is not None:
-                store.close()
-            raise
+    store = _open_for_training(db, paths, invalid_utf8, restart, durable)
+    merger: Engine | None = None
     if store is None:
         # 2. plan: everything is checked before the file is created
-        # Why a thread: creating the store runs the Alembic migrations, and importing Alembic
-        # (~0.2 s of CPU) overlaps fingerprinting the inputs, which mostly waits on reads and
-        # hashes outside the GIL.
-        threading.Thread(target=migrate.preload, name="bpe_store-preload", daemon=True).start()
         sources: list[Source] = []
         for p in paths:
             _emit(progress, stage="plan", file=str(p))
@@ -333,13 +316,20 @@ def train(
         for i, s in enumerate(sources):
             for start, end in plan_chunks(s.path, s.size, params.special_tokens, pattern, chunk_size):
                 chunks.append((i, start, end))
-        store = Store.create(db)
+        # the store appears complete (schema, run, plan, vocabulary) or not at all
+        store = Store.create(db, init=lambda new: new.init_run(params, sources, chunks, chunk_size, __version__),
+                             durable=durable)
+    else:
+        # a resume: check everything (parameters, inputs, the store's consistency) before the
+        # first write, so a refused resume leaves the store exactly as it was
         try:
-            store.init_run(params, sources, chunks, chunk_size, __version__)
+            store.check_plan()
+            grow = _same_inputs(store, paths, params)
+            merger = _preflight(store, params, grow, engine)
+            if grow:
+                store.set_vocab_size(params.vocab_size)  # continue to a larger vocabulary
         except BaseException:
             store.close()
-            for suffix in ("", "-wal", "-shm"):
-                Path(str(db) + suffix).unlink(missing_ok=True)
             raise
 
     session = None
@@ -351,7 +341,6 @@ def train(
             return elapsed0 + time.monotonic() - session_start
 
         phase = store.run_row()["phase"]
-        merger: Engine | None = None
         if phase == "counting":
             _count(store, params, workers, count_flush_seconds, elapsed, progress, stop)
             merger = _start_merging(store, params, elapsed, progress, engine)
@@ -365,6 +354,46 @@ def train(
         raise
     finally:
         store.close()
+
+
+def _open_for_training(db: Path, paths: Sequence[Path], invalid_utf8: str, restart: bool,
+                       durable: bool = True) -> Store | None:
+    """The existing store at ``db`` to resume, locked; None when a new one is to be created.
+
+    A store of ours with no run yet (its creation by an older bpe_store was killed) is deleted
+    and created again, as is any store with ``restart`` (once the inputs are checked)."""
+    if not db.exists() or db.is_dir() or db.stat().st_size == 0:
+        if db.is_dir():
+            Store.open(db)  # raises the "is a directory" error
+        return None
+    store = Store.open(db, allow_unfinished=True, durable=durable)
+    try:
+        if not restart and store.revision is not None and store.has_run():
+            return store
+        if restart:
+            for p in paths:
+                scan_source(p, invalid_utf8)
+        _remove_files(db)  # still holding the lock, so no other trainer is using it
+    except BaseException:
+        store.close()
+        raise
+    store.close()
+    return None
+
+
+def _preflight(store: Store, params: RunParams, grow: bool, engine: str) -> Engine | None:
+    """Check a store about to be resumed, writing nothing; the merge engine when merging will
+    need it (built now, since building it is what checks words and pair counts)."""
+    run = store.run_row()
+    result_check(store, len(params.special_tokens))
+    if run["phase"] == "counting":
+        if store.sql("SELECT count(*) FROM merges").scalar():
+            raise StoreError(f"{store.path}: the store is inconsistent (counting, but it holds merges); "
+                             "start over with --restart")
+        return None
+    if run["phase"] == "merging" or grow:
+        return _load_engine(store, params, engine)
+    return None
 
 
 def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
@@ -414,12 +443,12 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
             if time.monotonic() - last_flush >= flush_seconds or (stop is not None and stop.is_set()):
                 store.add_word_counts(delta, marks, elapsed())
                 delta, marks, last_flush = new_word_counts(native), [], time.monotonic()
-                _emit(progress, stage="checkpoint", phase="counting", done=done, total=total)
+                _emit(progress, stage="checkpoint", phase="counting", done=done, total=total, **store.wal)
                 if stop is not None and stop.is_set():
                     raise Interrupted(f"stopped while counting; {store.path} keeps the counted chunks")
         if marks:
             store.add_word_counts(delta, marks, elapsed())
-            _emit(progress, stage="checkpoint", phase="counting", done=done, total=total)
+            _emit(progress, stage="checkpoint", phase="counting", done=done, total=total, **store.wal)
     finally:
         if pool is not None:
             pool.terminate()
@@ -452,10 +481,41 @@ def _start_merging(store: Store, params: RunParams, elapsed: Callable[[], float]
     rows = store.take_fresh_word_rows()
     if rows is None:
         rows = store.load_word_rows()
-    merger = new_engine(rows, _byte_vocab(n), n, n + 256, 0, engine)
+    try:
+        merger = new_engine(rows, _byte_vocab(n), n, n + 256, 0, engine)
+    except (TypeError, ValueError, OverflowError) as exc:  # a count or blob of the wrong type or sign
+        raise StoreError(f"{store.path}: the store's words are damaged ({exc}); start over with --restart") from None
     del rows  # the engine holds its own copy; free ~1M tuples before the pair rows are made
     store.start_merging(merger.pair_counts(), elapsed())
     return merger
+
+
+def result_check(store: Store, n_special: int,
+                 vocab: list[tuple[int, bytes, str]] | None = None,
+                 merges: list[tuple[int, int, int, int, int]] | None = None) -> None:
+    """Refuse (StoreError) a merge log and vocabulary that bpe_store could not have written:
+    ranks and ids not 0..n-1, a merge of ids it does not yet have, kinds out of place, a count
+    that is not a positive integer."""
+    vocab = store.load_vocab() if vocab is None else vocab
+    merges = store.load_merges() if merges is None else merges
+    first = n_special + 256
+
+    def bad(what: str) -> StoreError:
+        return StoreError(f"{store.path}: the store is inconsistent ({what}); start over with --restart")
+
+    if [r[0] for r in vocab] != list(range(len(vocab))) or len(vocab) != first + len(merges):
+        raise bad("merges and vocab disagree")
+    if [r[0] for r in merges] != list(range(len(merges))):
+        raise bad("merge ranks are not 0, 1, 2, ...")
+    for i, b, kind in vocab:
+        want = "special" if i < n_special else "byte" if i < first else "merge"
+        if kind != want or not isinstance(b, bytes):
+            raise bad(f"vocab id {i} is not a {want} token")
+    for rank, left, right, token, count in merges:
+        limit = first + rank
+        if not all(isinstance(v, int) and 0 <= v < limit for v in (left, right)) or not (
+                isinstance(token, int) and 0 <= token <= limit) or not isinstance(count, int) or count < 0:
+            raise bad(f"merge {rank} is ({left!r}, {right!r}) -> {token!r} with count {count!r}")
 
 
 def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engine:
@@ -464,13 +524,13 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
     vocab = store.load_vocab()
     merges = store.load_merges()
     first = n_special + 256
-    if ([r[0] for r in merges] != list(range(len(merges))) or len(vocab) != first + len(merges)
-            or [r[0] for r in vocab] != list(range(len(vocab)))):
-        raise StoreError(f"{store.path}: the store is inconsistent (merges and vocab disagree); "
-                         "start over with --restart")
+    result_check(store, n_special, vocab, merges)
     token_bytes = [b if kind != "special" else None for _, b, kind in vocab]
     rows = store.load_word_rows()
-    merger = new_engine(rows, token_bytes, n_special, first, len(merges), engine)
+    try:
+        merger = new_engine(rows, token_bytes, n_special, first, len(merges), engine)
+    except (TypeError, ValueError, OverflowError) as exc:  # a count or blob of the wrong type or sign
+        raise StoreError(f"{store.path}: the store's words are damaged ({exc}); start over with --restart") from None
     if merger.bad_word >= 0:
         raise StoreError(f"{store.path}: the store is inconsistent (word {rows[merger.bad_word][0]} does not "
                          "spell its bytes); start over with --restart")
@@ -534,7 +594,8 @@ def _merge(store: Store, params: RunParams, batch: int | None, seconds: float, e
             merges_done=merger.next_rank, elapsed_s=elapsed(), done_reason=reason,
         )
         _emit(progress, stage="checkpoint", phase="merging", done=merger.next_rank, total=target,
-              words=len(word_rows), pairs=len(deletes) + len(inserts) + len(updates), write_s=write_s)
+              words=len(word_rows), pairs=len(deletes) + len(inserts) + len(updates), write_s=write_s,
+              **store.wal)  # wal_bytes, wal_blocked: a reader keeping the WAL from being emptied
         if reason is not None:
             return
         if stopping:
@@ -547,6 +608,7 @@ def read_result(store: Store, vocab_size: int | None = None) -> TrainResult:
     n_special = len(json.loads(run["special_tokens"]))
     vocab_rows = store.load_vocab()
     merges = store.load_merges()
+    result_check(store, n_special, vocab_rows, merges)
     if vocab_size is not None:
         keep = max(vocab_size - 256 - n_special, 0)
         merges = merges[:keep]
@@ -578,6 +640,7 @@ def train_bpe(
         return r.vocab, r.merges
     tmp = tempfile.mkdtemp(prefix="bpe_store-")
     try:
+        kwargs.setdefault("durable", False)  # deleted below: nothing to keep through a power loss
         r = train([input_path], Path(tmp) / "train.db", vocab_size, special_tokens, **kwargs)
         return r.vocab, r.merges
     finally:

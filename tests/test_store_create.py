@@ -1,0 +1,188 @@
+"""Creating a store: complete or absent whatever happens, at the migrations' head schema without
+running them, and cheap enough for a cold CS336 ``train_bpe`` (issues 9 and 13)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bpe_store import Store, StoreError, migrate, schemas, train
+from bpe_store.store import APPLICATION_ID
+from cli_helpers import SPECIAL, cli_cmd, env
+from conftest import shared_file
+
+VOCAB = 300
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    p.write_bytes(shared_file("cs336", "corpus.en").read_bytes()[:30_000])
+    return p
+
+
+@pytest.fixture(scope="module")
+def expected(tmp_path_factory, corpus) -> list:
+    r = train([corpus], tmp_path_factory.mktemp("clean") / "run.db", VOCAB, [SPECIAL])
+    return r.merges
+
+
+def train_cmd(corpus: Path, db: Path, *extra: str) -> list[str]:
+    return cli_cmd("train", corpus, "--db", db, "--vocab-size", VOCAB, "--special", SPECIAL, "-q", *extra)
+
+
+def merges(db: Path) -> list:
+    from bpe_store.train import read_result
+
+    with Store.open(db, readonly=True) as s:
+        return read_result(s).merges
+
+
+# -- the head schema without Alembic ---------------------------------------------------------------
+
+def test_recorded_schemas_are_what_the_migrations_make():
+    revisions = migrate.alembic_revisions()
+    fix = "run `python tools/gen_schemas.py` after changing migrations/"
+    assert list(schemas.REVISIONS) == revisions, fix
+    assert schemas.HEAD == migrate.SCHEMA_HEAD == migrate.alembic_head_revision(), fix
+    for rev in revisions:
+        assert schemas.SCHEMAS[rev] == migrate.migrated_schema(rev), f"{rev}: {fix}"
+
+
+def test_a_created_store_equals_a_migrated_one(tmp_path):
+    Store.create(tmp_path / "new.db").close()
+    con = sqlite3.connect(tmp_path / "new.db")
+    try:
+        rows = tuple(con.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY rowid"))
+        assert rows == migrate.migrated_schema(migrate.SCHEMA_HEAD)
+        assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [(migrate.SCHEMA_HEAD,)]
+        assert con.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        con.close()
+
+
+def test_an_upgraded_store_has_the_head_schema(tmp_path):
+    from conftest import FIXTURES
+
+    db = tmp_path / "old.db"
+    db.write_bytes((FIXTURES / "v0_1_0.db").read_bytes())
+    with Store.open(db, allow_old=True) as store:
+        migrate.upgrade(store.conn)
+        store.conn.commit()
+    with Store.open(db) as store:  # checks the schema against schemas.SCHEMAS[HEAD]
+        assert store.revision == migrate.SCHEMA_HEAD
+
+
+LIGHT = ("import sys, bpe_store; heavy = {'sqlalchemy', 'alembic', 'numpy', 'typer', 'rich', 'regex', 'click'}; "
+         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))")
+
+
+def test_import_bpe_store_loads_nothing_heavy():
+    out = subprocess.run([sys.executable, "-c", LIGHT], capture_output=True, text=True, check=True, env=env())
+    assert out.stdout.strip() == "[]"
+
+
+def test_public_names_still_import():
+    code = ("from bpe_store import (BpeStoreError, InputError, ResumeMismatch, StoreError, export_store, "
+            "GPT2_PATTERN, Store, Tokenizer, Interrupted, TrainResult, read_result, train, train_bpe); "
+            "import bpe_store; assert set(bpe_store.__all__) <= set(dir(bpe_store)); print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env())
+    assert out.stdout.strip() == "ok", out.stderr
+    import bpe_store
+
+    with pytest.raises(AttributeError):
+        bpe_store.no_such_name  # noqa: B018
+
+
+def test_train_bpe_imports_neither_sqlalchemy_nor_alembic(corpus):
+    code = ("import sys; from bpe_store import train_bpe; v, m = train_bpe(sys.argv[1], 300, ['<|endoftext|>']); "
+            "print(len(m), sorted(x for x in sys.modules if x.split('.')[0] in ('sqlalchemy', 'alembic')))")
+    out = subprocess.run([sys.executable, "-c", code, str(corpus)], capture_output=True, text=True, env=env())
+    assert out.stdout.strip() == f"{VOCAB - 257} []", out.stderr
+
+
+# -- complete or absent ----------------------------------------------------------------------------
+
+def test_a_kill_while_creating_leaves_no_store_and_the_same_command_trains(tmp_path, corpus, expected):
+    db = tmp_path / "run.db"
+    proc = subprocess.Popen(train_cmd(corpus, db), stderr=subprocess.PIPE, text=True,
+                            env={**env(), "BPE_STORE_TEST_PAUSE": "create"})
+    try:
+        line = proc.stderr.readline()
+        assert "paused while creating" in line, line
+        assert any(n.startswith(".run.db.creating-") for n in os.listdir(tmp_path))
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+        proc.stderr.close()
+    assert not db.exists()  # nothing under the store's name: never a half-made store
+    r = subprocess.run(train_cmd(corpus, db), capture_output=True, text=True, env=env(), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert merges(db) == expected
+    assert not [n for n in os.listdir(tmp_path) if ".creating-" in n]  # the killed build's file is gone
+
+
+@pytest.mark.parametrize("how", ["no schema", "no run"])
+def test_a_store_whose_creation_never_finished_is_recovered(tmp_path, corpus, expected, how):
+    """Stores left by older versions killed while creating: the same command, and --restart, train."""
+    for extra in ((), ("--restart",)):
+        db = tmp_path / f"run{len(extra)}.db"
+        if how == "no schema":  # killed after the header was written, before the migrations
+            con = sqlite3.connect(db)
+            con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            con.execute("PRAGMA journal_mode = WAL")
+            con.close()
+        else:  # killed after the schema, before the run's first transaction
+            Store.create(db).close()
+        r = subprocess.run(train_cmd(corpus, db, *extra), capture_output=True, text=True, env=env(), timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert merges(db) == expected
+
+
+def test_a_full_disk_while_creating_leaves_nothing(tmp_path, corpus):
+    """RLIMIT_FSIZE makes every write past 40 KB fail, as a full disk does."""
+    db = tmp_path / "run.db"
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (40_000, 40_000))
+
+    r = subprocess.run(train_cmd(corpus, db), capture_output=True, text=True, env=env(), timeout=120,
+                       preexec_fn=limit)
+    assert r.returncode == 4, r.stderr
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert sorted(os.listdir(tmp_path)) == []
+    r = subprocess.run(train_cmd(corpus, db), capture_output=True, text=True, env=env(), timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_full_tmpfs_while_creating_leaves_nothing(tmp_path, corpus):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        with pytest.raises(StoreError, match="disk is full"):
+            train([corpus], mnt / "run.db", VOCAB, [SPECIAL])
+        assert os.listdir(mnt) == []
+        subprocess.run(["mount", "-o", "remount,size=16m", str(mnt)], check=True)
+        assert len(train([corpus], mnt / "run.db", VOCAB, [SPECIAL]).merges) == VOCAB - 257
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_create_never_replaces_a_store(tmp_path):
+    Store.create(tmp_path / "a.db").close()
+    with pytest.raises(StoreError, match="already exists"):
+        Store.create(tmp_path / "a.db")
+    (tmp_path / "empty.db").touch()
+    Store.create(tmp_path / "empty.db").close()  # an empty file holds nothing

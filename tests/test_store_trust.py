@@ -1,0 +1,249 @@
+"""A store may come from someone else: opening it never runs its code, hangs or fails with a
+crash; a refused resume writes nothing; ``bpe-store sql`` changes and creates nothing (issue 9).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bpe_store import ResumeMismatch, Store, StoreError, Tokenizer, inspect, train
+from cli_helpers import SPECIAL, cli_cmd, env, run
+from conftest import shared_file
+
+VOCAB = 300
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    p.write_bytes(shared_file("cs336", "corpus.en").read_bytes()[:30_000])
+    return p
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory, corpus) -> Path:
+    db = tmp_path_factory.mktemp("pristine") / "run.db"
+    train([corpus], db, VOCAB, [SPECIAL])
+    return db
+
+
+def tampered(tmp_path: Path, pristine: Path, *statements: str) -> Path:
+    """A copy of ``pristine`` changed as someone with the sqlite3 shell could."""
+    db = tmp_path / "tampered.db"
+    shutil.copy(pristine, db)
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA ignore_check_constraints = ON")
+    con.executescript(";\n".join(statements))
+    con.commit()
+    con.close()
+    return db
+
+
+def dump(db: Path) -> list[str]:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return list(con.iterdump())
+    finally:
+        con.close()
+
+
+# -- the schema ------------------------------------------------------------------------------------
+
+HOSTILE_SCHEMA = {
+    "trigger": ("CREATE TRIGGER evil AFTER INSERT ON sessions BEGIN DELETE FROM merges; END", "extra trigger 'evil'"),
+    "view": ("CREATE VIEW extra AS SELECT 1", "extra view 'extra'"),
+    "recursive view": ("DROP VIEW progress; CREATE VIEW progress AS WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL "
+                       "SELECT i + 1 FROM r) SELECT count(*) AS phase FROM r", "view 'progress' is not bpe_store's"),
+    "index": ("CREATE INDEX words_by_count ON words(count)", "extra index 'words_by_count'"),
+    "altered table": ("DROP TABLE checkpoints; CREATE TABLE checkpoints (id INTEGER PRIMARY KEY, x)",
+                      "table 'checkpoints' is not bpe_store's"),
+    "missing table": ("DROP TABLE checkpoints", "no table 'checkpoints'"),
+}
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE_SCHEMA))
+def test_a_schema_that_is_not_the_migrations_own_is_refused(tmp_path, pristine, corpus, kind):
+    statements, what = HOSTILE_SCHEMA[kind]
+    db = tampered(tmp_path, pristine, statements)
+    before = dump(db)
+    for args in (["status", db], ["sql", db, "SELECT 1"], ["show", db, "merges"], ["why", db, "t"],
+                 ["train", corpus, "--db", db, "--vocab-size", VOCAB, "--special", SPECIAL, "-q"],
+                 ["train", corpus, "--db", db, "--vocab-size", VOCAB + 10, "--special", SPECIAL, "-q"]):
+        r = run(*args)
+        assert r.exit_code == 4, (args, r.output)
+        assert "schema is not bpe_store's" in r.stderr and what in r.stderr, r.stderr
+    with pytest.raises(StoreError, match="schema is not"):
+        Tokenizer.from_store(db)
+    assert dump(db) == before
+
+
+def test_schema_code_is_never_trusted(pristine):
+    with Store.open(pristine, readonly=True) as store:
+        assert store.sql("PRAGMA trusted_schema").scalar() == 0
+    with Store.open(pristine) as store:
+        assert store.sql("PRAGMA trusted_schema").scalar() == 0
+
+
+def test_analyze_statistics_are_allowed(tmp_path, pristine):
+    db = tampered(tmp_path, pristine, "ANALYZE")
+    assert inspect.status(db)["merges_done"] == VOCAB - 257
+
+
+# -- the run row and other contents ----------------------------------------------------------------
+
+DAMAGE = {
+    "two schema revisions": ("INSERT INTO alembic_version VALUES ('v0_1_0_initial')", "schema revision is damaged"),
+    "special_tokens not JSON": ("UPDATE run SET special_tokens = '[not json'", "special_tokens is not a JSON list"),
+    "special_tokens not a list": ("UPDATE run SET special_tokens = '{\"a\": 1}'", "special_tokens is not a JSON list"),
+    "200 K specials": (f"UPDATE run SET special_tokens = '{json.dumps([f'<|{i}|>' for i in range(200_000)])}',"
+                       " vocab_size = 300000", "200000 special tokens"),
+    "vocab_size as text": ("UPDATE run SET vocab_size = 'many'", "vocab_size is 'many'"),
+    "vocab_size as a float": ("UPDATE run SET vocab_size = 300.5", "vocab_size is 300.5"),
+    "pathological pattern": ("UPDATE run SET pattern = '(a|aa)+$'", "catastrophic backtracking"),
+    "pattern that does not compile": ("UPDATE run SET pattern = '(('", "pattern does not compile"),
+}
+
+
+@pytest.mark.parametrize("kind", list(DAMAGE))
+def test_a_damaged_run_row_is_a_store_error(tmp_path, pristine, corpus, kind):
+    statement, what = DAMAGE[kind]
+    db = tampered(tmp_path, pristine, statement)
+    before = dump(db)
+    t0 = time.monotonic()
+    for args in (["status", db], ["show", db, "merges"],
+                 ["train", corpus, "--db", db, "--vocab-size", VOCAB, "--special", SPECIAL, "-q"]):
+        r = run(*args)
+        assert r.exit_code == 4, (args, r.output)
+        assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1 and what in r.stderr, r.stderr
+    with pytest.raises(StoreError, match="damaged|compile|backtracking"):
+        Tokenizer.from_store(db)
+    assert time.monotonic() - t0 < 30  # nothing hangs on it
+    assert dump(db) == before
+
+
+COUNTS = {
+    "negative word count": "UPDATE words SET count = -5 WHERE id = 1",
+    "text word count": "UPDATE words SET count = 'lots' WHERE id = 1",
+    "negative merge count": "UPDATE merges SET count = -1 WHERE rank = 3",
+    "merge of an unknown id": 'UPDATE merges SET "left" = 99999 WHERE rank = 3',
+    "text chunk offset": "UPDATE chunks SET \"end\" = 'far' WHERE id = 1",
+    "negative input size": "UPDATE sources SET size = -1",
+}
+
+
+@pytest.mark.parametrize("kind", list(COUNTS))
+def test_damaged_counts_are_a_store_error_and_change_nothing(tmp_path, pristine, corpus, kind):
+    db = tampered(tmp_path, pristine, COUNTS[kind])
+    before = dump(db)
+    r = run("train", corpus, "--db", db, "--vocab-size", VOCAB + 20, "--special", SPECIAL, "-q")
+    assert r.exit_code == 4, r.output
+    assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+    assert dump(db) == before  # not even a sessions row, nor the larger vocab size
+
+
+# -- a refused resume writes nothing ---------------------------------------------------------------
+
+def test_a_resume_refused_for_inconsistency_writes_nothing(tmp_path, pristine, corpus):
+    db = tampered(tmp_path, pristine, "UPDATE run SET phase = 'merging', vocab_size = 320, stop_reason = NULL",
+                  'UPDATE pair_counts SET count = count + 1 WHERE ("left", "right") IN '
+                  '(SELECT "left", "right" FROM pair_counts LIMIT 1)')
+    before = dump(db)
+    with pytest.raises(StoreError, match="inconsistent"):
+        train([corpus], db, 320, [SPECIAL])
+    assert dump(db) == before
+
+
+def test_a_tampered_phase_is_refused_before_any_write(tmp_path, pristine, corpus):
+    db = tampered(tmp_path, pristine, "UPDATE run SET phase = 'counting', stop_reason = NULL")
+    before = dump(db)
+    with pytest.raises(StoreError, match="inconsistent"):
+        train([corpus], db, VOCAB, [SPECIAL])
+    assert dump(db) == before  # the old code rewrote pair_counts first
+
+
+def test_a_resume_with_other_parameters_writes_nothing(tmp_path, pristine, corpus):
+    db = tmp_path / "run.db"
+    shutil.copy(pristine, db)
+    before = dump(db)
+    with pytest.raises(ResumeMismatch):
+        train([corpus], db, VOCAB + 50, ["<|other|>"])
+    assert dump(db) == before
+
+
+# -- bpe-store sql -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("statement, what", [
+    ("ATTACH DATABASE '{dir}/new.db' AS x", "ATTACH"),
+    ("VACUUM INTO '{dir}/copy.db'", ""),
+    ("PRAGMA journal_mode = DELETE", "PRAGMA journal_mode"),
+    ("PRAGMA user_version = 7", "PRAGMA user_version"),
+    ("SELECT load_extension('/tmp/x')", "load_extension"),
+    ("INSERT INTO run SELECT * FROM run", "change the store"),
+    ("CREATE TEMP TABLE t (a)", "change the store"),
+    ("BEGIN", "transactions"),
+])
+def test_sql_creates_and_changes_no_file(tmp_path, pristine, statement, what):
+    db = tmp_path / "run.db"
+    shutil.copy(pristine, db)
+    before = dump(db)
+    listing = sorted(os.listdir(tmp_path))
+    r = run("sql", db, statement.format(dir=tmp_path))
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith("error: ") and what in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert dump(db) == before
+    assert set(os.listdir(tmp_path)) - set(listing) <= {"run.db-wal", "run.db-shm"}
+
+
+def test_sql_still_reads_schema_pragmas(pristine):
+    for q in ("PRAGMA table_info(words)", "SELECT name FROM pragma_table_info('words')", "PRAGMA page_count",
+              "PRAGMA integrity_check", "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 5)"
+              " SELECT sum(i) FROM r"):
+        r = run("sql", pristine, q)
+        assert r.exit_code == 0, (q, r.output)
+
+
+def test_sql_values_are_bounded(pristine):
+    code = ("import resource, sys; from bpe_store.cli import main\n"
+            "try:\n    main(['sql', sys.argv[1], 'SELECT length(randomblob(900000000))'])\n"
+            "except SystemExit as e:\n"
+            "    print(e.code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, file=sys.stderr)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(pristine)], capture_output=True, text=True, env=env(),
+                       timeout=120)
+    assert "string or blob too big" in r.stderr
+    code_, rss_mb = r.stderr.strip().splitlines()[-1].split()
+    assert code_ == "2" and int(rss_mb) < 500, r.stderr
+
+
+def test_a_long_query_stops_at_its_time_limit(pristine):
+    forever = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
+    t0 = time.monotonic()
+    with pytest.raises(StoreError, match="longer than 0.5 s"):
+        with inspect.query(pristine, forever, timeout=0.5) as (_, rows):
+            list(rows)
+    assert time.monotonic() - t0 < 10
+
+
+def test_ctrl_c_stops_a_long_query(pristine):
+    forever = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
+    proc = subprocess.Popen(cli_cmd("sql", pristine, forever), stderr=subprocess.PIPE, text=True, env=env())
+    time.sleep(2.0)  # well inside the query
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert time.monotonic() - t0 < 10

@@ -213,10 +213,13 @@ def test_sql_still_reads_schema_pragmas(pristine):
 
 
 def test_sql_values_are_bounded(pristine):
-    code = ("import resource, sys; from bpe_store.cli import main\n"
+    # peak RSS from VmHWM (this process image's own): ru_maxrss would include the forking
+    # pytest process's peak, which a child inherits
+    code = ("import re, sys; from bpe_store.cli import main\n"
             "try:\n    main(['sql', sys.argv[1], 'SELECT length(randomblob(900000000))'])\n"
             "except SystemExit as e:\n"
-            "    print(e.code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, file=sys.stderr)\n")
+            "    hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())\n"
+            "    print(e.code, int(hwm.group(1)) // 1024, file=sys.stderr)\n")
     r = subprocess.run([sys.executable, "-c", code, str(pristine)], capture_output=True, text=True, env=env(),
                        timeout=120)
     assert "string or blob too big" in r.stderr

@@ -421,7 +421,9 @@ def train(
                                    help="Target vocabulary size (specials + 256 + merges); a larger one "
                                         "continues a finished store."),
     special: list[str] = typer.Option([], "--special", metavar="TOKEN", help="A special token (repeat for several)."),
-    pattern: Optional[str] = typer.Option(None, "--pattern", metavar="REGEX", help="Pre-tokenization regex (default GPT-2's)."),
+    pattern: Optional[str] = typer.Option(
+        None, "--pattern", metavar="NAME|REGEX",
+        help="Pre-tokenization pattern: gpt2 (the default), gpt4 (= cl100k), o200k, or a regex."),
     glob: str = typer.Option("*", "--glob", metavar="PATTERN", help="Files to take from directory inputs, e.g. '**/*.txt'."),
     workers: Optional[int] = typer.Option(None, "--workers", "--threads", metavar="N", help="Counting workers (default: all cores)."),
     chunk_size: int = typer.Option(8 << 20, "--chunk-size", metavar="BYTES", help="Bytes per counting chunk."),
@@ -446,7 +448,6 @@ def train(
     \b
     Example: bpe-store train corpus.txt --db run.db --vocab-size 32000 --special '<|endoftext|>'
     """
-    from .pretokenize import GPT2_PATTERN
     from .train import Interrupted
     from .train import train as run_train
 
@@ -456,7 +457,7 @@ def train(
     stopper = StopOnSignal(notify=reporter.note)
     try:
         with stopper:
-            result = run_train(files, db, vocab_size, special, pattern=pattern or GPT2_PATTERN, workers=workers,
+            result = run_train(files, db, vocab_size, special, pattern=pattern, workers=workers,
                                chunk_size=chunk_size, checkpoint_merges=checkpoint_merges,
                                checkpoint_seconds=checkpoint_seconds, invalid_utf8=invalid_utf8.value,
                                restart=restart, progress=stopper.watch(reporter), stop=stopper.event,

@@ -1,7 +1,9 @@
-"""Pre-tokenization: split text at special tokens, then into GPT-2 pre-tokens.
+"""Pre-tokenization: split text at special tokens, then into pre-tokens by a pattern.
 
 This is the Python (``regex``) path and the specification the native scanner must match.
 Special tokens split the text first; no pre-token ever crosses one and they are never counted.
+A pattern is a regex or one of the names in ``PATTERNS`` (``resolve_pattern``); GPT-2's has a
+native scanner, the others go through ``regex``.
 
 >>> list(pretokenize("Hi there<|endoftext|>it's", ["<|endoftext|>"]))
 ['Hi', ' there', 'it', "'s"]
@@ -16,6 +18,50 @@ import regex
 
 #: The GPT-2 pre-tokenization pattern, exactly as CS336 and tiktoken's r50k use it.
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+#: GPT-4's pattern: tiktoken's ``cl100k_base`` (tiktoken_ext/openai_public.py), verbatim.
+CL100K_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+                  r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
+#: GPT-4o's pattern: tiktoken's ``o200k_base`` (tiktoken_ext/openai_public.py), verbatim.
+O200K_PATTERN = "|".join([
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""",
+    r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+    r"""\s*[\r\n]+""",
+    r"""\s+(?!\S)""",
+    r"""\s+""",
+])
+#: ``{name: regex}``: the names ``--pattern`` / ``pattern=`` accept instead of a regex. The
+#: tiktoken encoding names are aliases. A name always wins over reading it as a regex (a regex
+#: that is literally ``gpt2`` can be written ``(?:gpt2)``).
+PATTERNS: dict[str, str] = {
+    "gpt2": GPT2_PATTERN, "r50k_base": GPT2_PATTERN,
+    "gpt4": CL100K_PATTERN, "cl100k": CL100K_PATTERN, "cl100k_base": CL100K_PATTERN,
+    "o200k": O200K_PATTERN, "o200k_base": O200K_PATTERN,
+}
+#: The name shown for each known regex (status, messages).
+_NAME_OF = {GPT2_PATTERN: "gpt2", CL100K_PATTERN: "gpt4 (cl100k)", O200K_PATTERN: "o200k"}
+
+
+def resolve_pattern(pattern: str | None) -> str:
+    """The regex of ``pattern``: a name in ``PATTERNS`` gives its regex, anything else is taken as
+    a regex itself (compiled later by whoever checks it); None means GPT-2's.
+
+    >>> resolve_pattern("gpt4") == CL100K_PATTERN and resolve_pattern(None) == GPT2_PATTERN
+    True
+    """
+    if pattern is None:
+        return GPT2_PATTERN
+    return PATTERNS.get(pattern, pattern)
+
+
+def describe_pattern(pattern: str) -> str:
+    """A short name for a known regex (``o200k``), else the regex in quotes as the user typed it
+    (backslashes not doubled; line breaks escaped, so a message stays one line)."""
+    name = _NAME_OF.get(pattern)
+    if name is not None:
+        return name
+    return "'" + "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in pattern) + "'"
 
 
 def special_splitter(special_tokens: Sequence[str]) -> regex.Pattern | None:
@@ -46,10 +92,15 @@ def pretokenize(
 def count_words(
     text: str, special_tokens: Sequence[str] = (), pattern: str = GPT2_PATTERN
 ) -> Counter[bytes]:
-    """Word counts of ``text``: ``{pre-token as UTF-8 bytes: occurrences}``."""
+    """Word counts of ``text``: ``{pre-token as UTF-8 bytes: occurrences}``.
+
+    Empty matches (a pattern such as ``\\w*`` matches the empty string between words) are not
+    pre-tokens: they hold no bytes to merge, so they are not counted.
+    """
     compiled = regex.compile(pattern)
     counts: Counter[str] = Counter()
     for piece in split_at_specials(text, special_tokens):
         # findall + Counter.update run in C; this is the fast pure-Python path.
         counts.update(compiled.findall(piece))
+    counts.pop("", None)
     return Counter({w.encode("utf-8"): c for w, c in counts.items()})

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from .pretokenize import GPT2_PATTERN, count_words
+from .pretokenize import GPT2_PATTERN, count_words, resolve_pattern
 
 Pair = tuple[bytes, bytes]
 
@@ -74,8 +74,10 @@ def reference_train_bpe(
 ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """CS336 ``train_bpe`` on a string: ``(vocab {id: bytes}, merges [(left, right)])``.
 
-    Vocabulary order: special tokens, the 256 bytes, then one entry per merge.
+    Vocabulary order: special tokens, the 256 bytes, then one entry per merge. ``pattern`` is a
+    regex or a name in ``pretokenize.PATTERNS``.
     """
+    pattern = resolve_pattern(pattern)
     specials = list(dict.fromkeys(special_tokens))
     num_merges = vocab_size - 256 - len(specials)
     merges = train_from_counts(count_words(text, specials, pattern), max(num_merges, 0))

@@ -41,7 +41,7 @@ from .count import (DEFAULT_CHUNK_SIZE, add_counts, count_chunk_native_task, cou
                     native_counts, new_word_counts, plan_chunks, scan_source)
 from .errors import BpeStoreError, InputError, ResumeMismatch, StoreError
 from .merge import ENGINES, Engine, native_available, new_engine
-from .pretokenize import GPT2_PATTERN
+from .pretokenize import GPT2_PATTERN, describe_pattern, resolve_pattern
 from .store import MAX_SPECIAL_TOKENS, RunParams, Source, Store, _remove_files, _sqlite_error, is_db_error
 
 #: A checkpoint is written after this many seconds of merging (and when merging ends): the most
@@ -239,7 +239,7 @@ def train(
     vocab_size: int,
     special_tokens: Sequence[str] = (),
     *,
-    pattern: str = GPT2_PATTERN,
+    pattern: str | None = GPT2_PATTERN,
     workers: int | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     checkpoint_merges: int | None = DEFAULT_CHECKPOINT_MERGES,
@@ -262,7 +262,9 @@ def train(
         db: the store (a SQLite file): created if absent, resumed if present.
         vocab_size: target vocabulary size: special tokens + 256 bytes + merges.
         special_tokens: special tokens; they split the text, are never merged and get the first ids.
-        pattern: the pre-tokenization regex (default GPT-2's).
+        pattern: the pre-tokenization regex, or a name in ``pretokenize.PATTERNS`` ("gpt2", the
+            default; "gpt4" = "cl100k"; "o200k"). The store keeps the regex, so a name and its
+            regex are the same run.
         workers: counting threads/processes (default: all cores); never changes the result.
         chunk_size: bytes per counting unit; never changes the result.
         checkpoint_merges: also end a merge batch (a checkpoint) after this many merges.
@@ -295,7 +297,9 @@ def train(
     paths = [Path(p) for p in inputs]
     if not paths:
         raise InputError("no input files given")
-    params = check_params(vocab_size, special_tokens, pattern, invalid_utf8)
+    if pattern is not None and not isinstance(pattern, str):
+        raise InputError(f"pattern must be a regex or a pattern name, not {pattern!r}")
+    params = check_params(vocab_size, special_tokens, resolve_pattern(pattern), invalid_utf8)
     workers = check_run_options(workers, chunk_size, checkpoint_merges, checkpoint_seconds, count_flush_seconds)
     if engine not in ENGINES:
         raise InputError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
@@ -343,6 +347,7 @@ def train(
         phase = store.run_row()["phase"]
         if phase == "counting":
             _count(store, params, workers, count_flush_seconds, elapsed, progress, stop)
+            _check_something_counted(store, params)
             merger = _start_merging(store, params, elapsed, progress, engine)
         _merge(store, params, checkpoint_merges, checkpoint_seconds, elapsed, progress, stop,
                merger or engine)
@@ -456,6 +461,22 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
         close = getattr(results, "close", None)
         if close is not None:  # threads: cancel queued chunks, wait for the running ones
             close()
+
+
+def _check_something_counted(store: Store, params: RunParams) -> None:
+    """Refuse to go on when counting found no pre-token at all (the pattern matches none of the
+    text, or there is no text outside the special tokens): training would end with 0 merges.
+
+    The store stays as counting left it (phase counting, every chunk counted, no words), so the
+    same command fails the same way at once, without counting again; another pattern needs
+    ``--restart``.
+    """
+    if store.sql("SELECT EXISTS (SELECT 1 FROM words)").scalar():
+        return
+    raise InputError(
+        f"nothing to train on: the pattern {describe_pattern(params.pattern)} matches none of the "
+        "inputs' text outside special tokens (0 pre-tokens counted); give another --pattern "
+        "with --restart")
 
 
 def _ignore_sigint() -> None:

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpe_store.count import count_chunk, plan_chunks
-from bpe_store.pretokenize import GPT2_PATTERN, count_words
+from bpe_store.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, count_words
 from bpe_store.reference import reference_train_bpe
 from bpe_store.train import train
 
@@ -51,7 +51,7 @@ def test_chunking_never_changes_counts(tmp_path_factory, text, chunk_size):
     path = tmp / "c.txt"
     data = text.encode("utf-8")
     path.write_bytes(data)
-    for pattern in (GPT2_PATTERN, r"\S+|\s+"):
+    for pattern in (GPT2_PATTERN, r"\S+|\s+", CL100K_PATTERN, O200K_PATTERN):
         chunks = plan_chunks(path, len(data), SPECIALS, pattern, chunk_size)
         assert chunks[0][0] == 0 and chunks[-1][1] == len(data)
         assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))

@@ -1,0 +1,214 @@
+"""Pre-tokenization patterns by name (gpt2, gpt4 = cl100k, o200k) and the error when a pattern
+matches no text at all.
+
+The named regexes are tiktoken's own strings, and ``regex`` splits text as tiktoken's engine
+does: tiktoken exposes no "split" call, so each comparison builds a tiktoken ``Encoding`` whose
+ranks hold every short substring of the text; tiktoken then encodes each of its pre-tokens as ONE
+token (a piece found in the ranks is emitted whole), and decoding the tokens gives its pre-tokens.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from unittest import mock
+
+import pytest
+import regex
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bpe_store import InputError, ResumeMismatch, train
+from bpe_store.pretokenize import (CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, PATTERNS, count_words,
+                                   pretokenize, resolve_pattern)
+from bpe_store.reference import reference_train_bpe
+
+from cli_helpers import run
+from conftest import corpus_slice
+
+EOT = "<|endoftext|>"
+NAMED = ["gpt2", "gpt4", "o200k"]
+
+
+def tiktoken_pieces(text: str, pattern: str) -> list[bytes]:
+    """tiktoken's pre-tokens of ``text`` under ``pattern`` (see the module doc)."""
+    tiktoken = pytest.importorskip("tiktoken")
+    ours = [m.encode() for m in regex.findall(pattern, text)]
+    # Substrings up to twice our longest piece: a piece of tiktoken's that spans a boundary of
+    # ours (the likely kind of disagreement) is then in the ranks and shows up whole.
+    cap = 2 * max(map(len, ours), default=1) + 16
+    data = text.encode()
+    ranks = {bytes([b]): b for b in range(256)}
+    for i in range(len(data)):
+        for j in range(i + 2, min(len(data), i + cap) + 1):
+            ranks.setdefault(data[i:j], len(ranks))
+    enc = tiktoken.Encoding("pieces", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
+    return [enc.decode_single_token_bytes(t) for t in enc.encode_ordinary(text)]
+
+
+def ours(text: str, pattern: str) -> list[bytes]:
+    return [p.encode() for p in pretokenize(text, [], pattern)]
+
+
+def test_named_patterns_are_tiktokens_own_strings():
+    op = pytest.importorskip("tiktoken_ext.openai_public")
+    with mock.patch.object(op, "load_tiktoken_bpe", lambda *a, **k: {}):  # no download: only pat_str
+        assert op.cl100k_base()["pat_str"] == CL100K_PATTERN
+        assert op.o200k_base()["pat_str"] == O200K_PATTERN
+    assert PATTERNS["gpt4"] == PATTERNS["cl100k"] == PATTERNS["cl100k_base"] == CL100K_PATTERN
+    assert PATTERNS["o200k"] == PATTERNS["o200k_base"] == O200K_PATTERN
+    assert PATTERNS["gpt2"] == GPT2_PATTERN
+    assert resolve_pattern(None) == GPT2_PATTERN and resolve_pattern(r"\S+") == r"\S+"
+    for p in PATTERNS.values():
+        regex.compile(p)
+
+
+# What tells the three patterns apart: case runs and contractions (o200k keeps "CamelCase" apart
+# and attaches "'S"), digit runs (gpt4/o200k cut them in 3s), "/" and newlines after punctuation,
+# a space before letters, marks (\p{M}), titlecase and modifier letters, CR/LF runs.
+KNOWN = {
+    "gpt2": ("Hello WORLD's CamelCase don'T 12345 a/b\r\n\n x",
+             [b"Hello", b" WORLD", b"'s", b" CamelCase", b" don", b"'", b"T", b" 12345", b" a", b"/",
+              b"b", b"\r\n\n", b" x"]),
+    "gpt4": ("Hello WORLD's CamelCase don'T 12345 a/b\r\n\n x",
+             [b"Hello", b" WORLD", b"'s", b" CamelCase", b" don", b"'T", b" ", b"123", b"45", b" a", b"/b",
+              b"\r\n\n", b" x"]),
+    "o200k": ("Hello WORLD's CamelCase don'T 12345 a/b\r\n\n x",
+              [b"Hello", b" WORLD's", b" Camel", b"Case", b" don'T", b" ", b"123", b"45", b" a", b"/b",
+               b"\r\n\n", b" x"]),
+}
+
+
+@pytest.mark.parametrize("name", NAMED)
+def test_known_splits(name):
+    text, expected = KNOWN[name]
+    assert ours(text, PATTERNS[name]) == expected
+    assert tiktoken_pieces(text, PATTERNS[name]) == expected
+
+
+@pytest.mark.parametrize("corpus,size,offset", [("enwiki-100M.txt", 6000, 10_000_000),
+                                                ("tinystories-ru-20M.txt", 6000, 1_000_000),
+                                                ("zhwiki-20M.txt", 2500, 3_000_000)])
+@pytest.mark.parametrize("name", NAMED)
+def test_splits_equal_tiktokens_on_corpus_slices(name, corpus, size, offset):
+    text = corpus_slice(corpus, size, offset)
+    assert ours(text, PATTERNS[name]) == tiktoken_pieces(text, PATTERNS[name])
+
+
+# Characters of every class the patterns tell apart; not arbitrary code points, because the two
+# regex engines may follow different Unicode versions for characters assigned recently.
+_pieces = st.sampled_from([
+    "a", "Z", "the", " The", "ABC", "aBc", "'s", "'S", "'ll", "'LL", "'d", "'", "’s", "ǅ", "ʰ", "中文",
+    "e\u0301", "\u0301", "1", "12", "1234", "٣", " ", "  ", "\t", "\n", "\r\n", "\r", "\n\n", " \n", "\u00a0",
+    "\u3000", ".", "!!", "/", "//", " /", "?\n", "🙂", "x", "кот", " Собака", "$", "-", "_",
+])
+
+
+@settings(max_examples=60)
+@given(st.lists(_pieces, max_size=25).map("".join))
+@pytest.mark.parametrize("name", NAMED)
+def test_splits_equal_tiktokens_on_generated_text(name, text):
+    assert ours(text, PATTERNS[name]) == tiktoken_pieces(text, PATTERNS[name])
+
+
+# -- names in the API and the CLI; the store keeps the regex --------------------------------------
+
+@pytest.fixture
+def corpus(tmp_path):
+    p = tmp_path / "corpus.txt"
+    p.write_text(("Hello WORLD's CamelCase don'T 12345 a/b\r\n\n x " * 30 + EOT) * 20
+                 + "Привет, мир! 中文字 1234567", encoding="utf-8")
+    return p
+
+
+def stored_pattern(db) -> str:
+    con = sqlite3.connect(db)
+    try:
+        return con.execute("SELECT pattern FROM run").fetchone()[0]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("name", ["gpt4", "o200k", "cl100k"])
+def test_a_name_trains_as_its_regex_and_the_store_keeps_the_regex(tmp_path, corpus, name):
+    by_name = train([corpus], tmp_path / "a.db", 400, [EOT], pattern=name, workers=1)
+    by_regex = train([corpus], tmp_path / "b.db", 400, [EOT], pattern=PATTERNS[name], workers=1)
+    assert stored_pattern(tmp_path / "a.db") == PATTERNS[name]
+    assert (by_name.merges, by_name.merge_counts) == (by_regex.merges, by_regex.merge_counts)
+    text = corpus.read_bytes().decode("utf-8")  # not read_text: it would turn \r\n into \n
+    assert by_name.merges == reference_train_bpe(text, 400, [EOT], pattern=name)[1]
+    # a resume (here: to a larger vocabulary) with the regex of a run started by name, and back
+    more = train([corpus], tmp_path / "a.db", 420, [EOT], pattern=PATTERNS[name], workers=1)
+    assert more.merges[:len(by_name.merges)] == by_name.merges
+    train([corpus], tmp_path / "a.db", 420, [EOT], pattern=name, workers=1)
+    with pytest.raises(ResumeMismatch, match="pattern"):
+        train([corpus], tmp_path / "a.db", 420, [EOT], pattern="gpt2" if name != "gpt2" else "o200k")
+
+
+def test_cli_pattern_names(tmp_path, corpus):
+    db = tmp_path / "cli.db"
+    r = run("train", corpus, "--db", db, "--vocab-size", 300, "--special", EOT, "--pattern", "o200k",
+            "--progress", "none")
+    assert r.exit_code == 0, r.stderr
+    assert stored_pattern(db) == O200K_PATTERN
+    r = run("train", corpus, "--db", db, "--vocab-size", 300, "--special", EOT, "--pattern", O200K_PATTERN,
+            "--progress", "none")
+    assert r.exit_code == 0, r.stderr  # the same run: nothing to do
+    r = run("train", corpus, "--db", db, "--vocab-size", 300, "--special", EOT, "--pattern", "gpt4",
+            "--progress", "none")
+    assert r.exit_code == 3 and "pattern" in r.stderr
+    assert "o200k" in run("train", "--help").stdout
+
+
+# -- a pattern that matches nothing ---------------------------------------------------------------
+
+def _counted(db):
+    con = sqlite3.connect(db)
+    try:
+        return con.execute("SELECT phase, (SELECT count(*) FROM words), (SELECT count(*) FROM chunks"
+                           " WHERE counted = 0), (SELECT count(*) FROM checkpoints) FROM run").fetchone()
+    finally:
+        con.close()
+
+
+def test_a_pattern_matching_nothing_is_an_error_not_0_merges(tmp_path, corpus):
+    db = tmp_path / "none.db"
+    with pytest.raises(InputError, match=r"nothing to train on: the pattern '\\p\{Han\}\{5\}' matches none"):
+        train([corpus], db, 400, [EOT], pattern=r"\p{Han}{5}")
+    # left as counting left it: every chunk counted, no words, still counting
+    state = _counted(db)
+    assert state[:3] == ("counting", 0, 0)
+    # the same command fails the same way at once (nothing is counted again)
+    with pytest.raises(InputError, match="nothing to train on"):
+        train([corpus], db, 400, [EOT], pattern=r"\p{Han}{5}")
+    assert _counted(db) == state
+    # another pattern: refused as any parameter change; with restart it trains
+    with pytest.raises(ResumeMismatch):
+        train([corpus], db, 400, [EOT], pattern=r"\p{Han}+")
+    r = train([corpus], db, 262, [EOT], pattern=r"\p{Han}+", restart=True)
+    text = corpus.read_bytes().decode("utf-8")
+    assert r.merges == reference_train_bpe(text, 262, [EOT], pattern=r"\p{Han}+")[1] and len(r.merges) == 5
+
+
+def test_a_name_that_is_not_known_is_a_regex(tmp_path, corpus):
+    # "gpt5" is no name: as a regex it matches only the literal text "gpt5"
+    r = run("train", corpus, "--db", tmp_path / "x.db", "--vocab-size", 300, "--pattern", "gpt5",
+            "--progress", "none")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == ("error: nothing to train on: the pattern 'gpt5' matches none of the inputs' "
+                                "text outside special tokens (0 pre-tokens counted); give another --pattern "
+                                "with --restart")
+
+
+def test_only_special_tokens_is_an_error(tmp_path):
+    p = tmp_path / "specials.txt"
+    p.write_text(EOT * 3)
+    with pytest.raises(InputError, match="nothing to train on"):
+        train([p], tmp_path / "s.db", 300, [EOT])
+
+
+def test_empty_matches_are_not_words(tmp_path):
+    assert count_words("ab, cd", [], r"\w*") == count_words("ab, cd", [], r"\w+")
+    p = tmp_path / "c.txt"
+    p.write_text("ab ab, cd!")
+    assert (train([p], tmp_path / "a.db", 300, [], pattern=r"\w*").merges
+            == train([p], tmp_path / "b.db", 300, [], pattern=r"\w+").merges)

@@ -299,7 +299,8 @@ def train(
         raise InputError("no input files given")
     if pattern is not None and not isinstance(pattern, str):
         raise InputError(f"pattern must be a regex or a pattern name, not {pattern!r}")
-    params = check_params(vocab_size, special_tokens, resolve_pattern(pattern), invalid_utf8)
+    pattern = resolve_pattern(pattern)
+    params = check_params(vocab_size, special_tokens, pattern, invalid_utf8)
     workers = check_run_options(workers, chunk_size, checkpoint_merges, checkpoint_seconds, count_flush_seconds)
     if engine not in ENGINES:
         raise InputError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
@@ -318,7 +319,7 @@ def train(
             sources.append(scan_source(p, invalid_utf8))
         chunks = []
         for i, s in enumerate(sources):
-            for start, end in plan_chunks(s.path, s.size, params.special_tokens, pattern, chunk_size):
+            for start, end in plan_chunks(s.path, s.size, params.special_tokens, params.pattern, chunk_size):
                 chunks.append((i, start, end))
         # the store appears complete (schema, run, plan, vocabulary) or not at all
         store = Store.create(db, init=lambda new: new.init_run(params, sources, chunks, chunk_size, __version__),

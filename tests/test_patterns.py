@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpe_store import InputError, ResumeMismatch, train
+from bpe_store.count import plan_chunks
 from bpe_store.pretokenize import (CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, PATTERNS, count_words,
                                    pretokenize, resolve_pattern)
 from bpe_store.reference import reference_train_bpe
@@ -142,6 +143,21 @@ def test_a_name_trains_as_its_regex_and_the_store_keeps_the_regex(tmp_path, corp
     train([corpus], tmp_path / "a.db", 420, [EOT], pattern=name, workers=1)
     with pytest.raises(ResumeMismatch, match="pattern"):
         train([corpus], tmp_path / "a.db", 420, [EOT], pattern="gpt2" if name != "gpt2" else "o200k")
+
+
+@pytest.mark.parametrize("pattern", [None, "gpt2", "r50k_base"])
+def test_gpt2_by_name_or_default_is_gpt2_everywhere(tmp_path, corpus, pattern):
+    # the stored run and its chunking: GPT-2's plan also cuts between words, not only at specials
+    kw = {} if pattern is None else {"pattern": pattern}
+    train([corpus], tmp_path / "n.db", 300, [EOT], chunk_size=256, **kw)
+    expected = plan_chunks(corpus, corpus.stat().st_size, [EOT], GPT2_PATTERN, 256)
+    assert len(expected) > 2 * corpus.read_bytes().count(EOT.encode())
+    con = sqlite3.connect(tmp_path / "n.db")
+    try:
+        assert con.execute('SELECT start, "end" FROM chunks ORDER BY id').fetchall() == expected
+    finally:
+        con.close()
+    assert stored_pattern(tmp_path / "n.db") == GPT2_PATTERN
 
 
 def test_cli_pattern_names(tmp_path, corpus):

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bpe_store import InputError
 from bpe_store.count import count_chunk, plan_chunks
 from bpe_store.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, count_words
 from bpe_store.reference import reference_train_bpe
@@ -68,6 +69,10 @@ def test_trainer_equals_reference_on_generated_text(tmp_path_factory, text, voca
     specials = ["<|endoftext|>", "<|a|>", "<|a|><|b|>"]
     vocab_size = 256 + len(specials) + vocab_extra
     if not text.encode("utf-8"):
+        return
+    if not count_words(text, specials):  # no pre-token: an error, not 0 merges
+        with pytest.raises(InputError, match="nothing to train on"):
+            _train(tmp, text, vocab_size, specials, chunk_size=16, workers=1)
         return
     ref_vocab, ref_merges = reference_train_bpe(text, vocab_size, specials)
     got = _train(tmp, text, vocab_size, specials, checkpoint_merges=batch, chunk_size=16, workers=1)

@@ -422,7 +422,7 @@ def train(
                                         "continues a finished store."),
     special: list[str] = typer.Option([], "--special", metavar="TOKEN", help="A special token (repeat for several)."),
     pattern: Optional[str] = typer.Option(
-        None, "--pattern", metavar="NAME|REGEX",
+        None, "--pattern", metavar="PATTERN",
         help="Pre-tokenization pattern: gpt2 (the default), gpt4 (= cl100k), o200k, or a regex."),
     glob: str = typer.Option("*", "--glob", metavar="PATTERN", help="Files to take from directory inputs, e.g. '**/*.txt'."),
     workers: Optional[int] = typer.Option(None, "--workers", "--threads", metavar="N", help="Counting workers (default: all cores)."),
@@ -457,7 +457,8 @@ def train(
     stopper = StopOnSignal(notify=reporter.note)
     try:
         with stopper:
-            result = run_train(files, db, vocab_size, special, pattern=pattern, workers=workers,
+            result = run_train(files, db, vocab_size, special, pattern="gpt2" if pattern is None else pattern,
+                               workers=workers,
                                chunk_size=chunk_size, checkpoint_merges=checkpoint_merges,
                                checkpoint_seconds=checkpoint_seconds, invalid_utf8=invalid_utf8.value,
                                restart=restart, progress=stopper.watch(reporter), stop=stopper.event,

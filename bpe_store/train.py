@@ -239,7 +239,7 @@ def train(
     vocab_size: int,
     special_tokens: Sequence[str] = (),
     *,
-    pattern: str | None = GPT2_PATTERN,
+    pattern: str = GPT2_PATTERN,
     workers: int | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     checkpoint_merges: int | None = DEFAULT_CHECKPOINT_MERGES,
@@ -297,9 +297,8 @@ def train(
     paths = [Path(p) for p in inputs]
     if not paths:
         raise InputError("no input files given")
-    if pattern is not None and not isinstance(pattern, str):
-        raise InputError(f"pattern must be a regex or a pattern name, not {pattern!r}")
-    pattern = resolve_pattern(pattern)
+    if isinstance(pattern, str):  # check_params refuses anything else
+        pattern = resolve_pattern(pattern)
     params = check_params(vocab_size, special_tokens, pattern, invalid_utf8)
     workers = check_run_options(workers, chunk_size, checkpoint_merges, checkpoint_seconds, count_flush_seconds)
     if engine not in ENGINES:

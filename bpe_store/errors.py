@@ -10,7 +10,7 @@ code  meaning
 1     failed: an unexpected error (a bug, or the system let us down)
 2     usage: a bad option or argument, a missing or unreadable input, a bad parameter
 3     resume refused: the store was started with other parameters or inputs
-4     store problem: not a store, corrupt, schema too old or too new, held by another run
+4     store problem: not a store, corrupt or damaged, schema too old or too new, held by another run
 130   interrupted by SIGINT (Ctrl-C); the store is at its last checkpoint
 143   interrupted by SIGTERM; the store is at its last checkpoint
 ====  ===========================================================================
@@ -32,7 +32,7 @@ EXIT_CODES: dict[int, str] = {
     EXIT_FAILED: "failed (unexpected error)",
     EXIT_USAGE: "usage: bad option, argument, input file or parameter",
     EXIT_RESUME_REFUSED: "resume refused: parameters or inputs differ from the store's",
-    EXIT_STORE: "store problem: not a store, corrupt, schema too old/new, or held by another run",
+    EXIT_STORE: "store problem: not a store, corrupt or damaged, schema too old/new, or held by another run",
     EXIT_SIGINT: "interrupted by SIGINT (Ctrl-C) after a checkpoint",
     EXIT_SIGTERM: "interrupted by SIGTERM after a checkpoint",
 }

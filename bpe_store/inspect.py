@@ -54,8 +54,9 @@ def token_text(b: bytes) -> str:
 
 
 def _text_factory(b: bytes) -> str:
-    # CAST(blob AS TEXT) in a user's query can give invalid UTF-8: show it, do not fail
-    return b.decode("utf-8", "backslashreplace")
+    # CAST(blob AS TEXT) in a user's query can give invalid UTF-8: keep each bad byte as a lone
+    # surrogate (bpe_store.display shows it as \xNN), do not fail
+    return b.decode("utf-8", "surrogateescape")
 
 
 @contextmanager

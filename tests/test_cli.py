@@ -225,7 +225,7 @@ def test_shell_completion_is_enabled():
     assert script.exit_code == 0 and "_BPE_STORE_COMPLETE" in script.stdout
     done = CliRunner().invoke(app, [], prog_name="bpe-store", env={
         "_BPE_STORE_COMPLETE": "complete_bash", "COMP_WORDS": "bpe-store sql run.db q --format ", "COMP_CWORD": "5"})
-    assert done.stdout.split() == ["table", "csv", "json"]
+    assert done.stdout.split() == ["table", "csv", "json", "jsonl"]
     cmds = CliRunner().invoke(app, [], prog_name="bpe-store", env={
         "_BPE_STORE_COMPLETE": "complete_bash", "COMP_WORDS": "bpe-store sh", "COMP_CWORD": "1"})
     assert cmds.stdout.split() == ["show"]

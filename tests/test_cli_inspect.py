@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from bpe_store import inspect
+from bpe_store import inspect, migrate
 from bpe_store.errors import StoreError
 from bpe_store.store import Store
 from bpe_store.train import Interrupted, read_result, train
@@ -63,7 +65,7 @@ def test_status_of_a_finished_run(store_path):
     assert "running      no" in text
     assert str(SMALL_TEXT.resolve()) in text and "  ok" in text
     assert "checkpoint   " in text and "ETA 0:00:00" in text
-    assert "schema v0_2_0_sessions" in text
+    assert f"schema {migrate.SCHEMA_HEAD}" in text
 
 
 def test_status_json(store_path):
@@ -103,13 +105,103 @@ def test_sql_table_csv_json(store_path):
     assert table.exit_code == 0, table.output
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["rank", "token", "count"] and set(lines[1]) <= {"-", " "}
-    assert lines[2].split()[:2] == ["0", "t"]
+    assert lines[2].startswith("   0  ' t'  ")  # a token beginning with a space is quoted
     csv = run("sql", store_path, q, "--format", "csv").stdout.splitlines()
     assert csv[0] == "rank,token,count" and csv[1].startswith("0, t,")
     rows = json.loads(run("sql", store_path, q, "-f", "json").stdout)
     assert rows[0]["rank"] == 0 and rows[0]["token"] == " t" and len(rows) == 3
     limited = json.loads(run("sql", store_path, "SELECT * FROM vocab", "--limit", "2", "-f", "json").stdout)
     assert len(limited) == 2
+
+
+def test_sql_jsonl_and_limits(store_path):
+    q = "SELECT rank, token, count FROM merge_log"
+    lines = run("sql", store_path, q, "-f", "jsonl", "--limit", "3").stdout.splitlines()
+    assert [json.loads(x)["rank"] for x in lines] == [0, 1, 2]
+    assert json.loads(run("sql", store_path, q, "-f", "json").stdout) == [
+        json.loads(x) for x in run("sql", store_path, q, "-f", "jsonl").stdout.splitlines()]
+    empty = "SELECT * FROM merges WHERE rank < 0"
+    assert json.loads(run("sql", store_path, empty, "-f", "json").stdout) == []
+    assert run("sql", store_path, empty, "-f", "jsonl").stdout == ""
+    assert run("sql", store_path, empty, "-f", "csv").stdout == "rank,left,right,token,count\n"
+    assert run("sql", store_path, q, "--limit", "-1").exit_code == 2
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json", "jsonl"])
+def test_sql_output_streams_rows_as_it_reads_them(fmt):
+    """Rows are written while they are read (the first ones long before the last is read), and
+    the output equals the whole-list rendering."""
+    from bpe_store import cli
+
+    n = 5 * cli.TABLE_WIDTH_ROWS
+    read = 0
+
+    def rows():
+        nonlocal read
+        for i in range(n):
+            read += 1
+            yield (i, f"w{i}", b" \xe2" if i % 7 == 0 else None)
+
+    read_at_write: list[int] = []
+
+    class Out(io.StringIO):
+        def write(self, text):
+            read_at_write.append(read)
+            return super().write(text)
+
+    out = Out()
+    assert cli.write_rows(out, ["id", "word", "blob"], rows(), cli.Format(fmt)) == n
+    assert min(r for r in read_at_write if r > 0) <= 2 * cli.TABLE_WIDTH_ROWS < n
+    rows_list = [(i, f"w{i}", b" \xe2" if i % 7 == 0 else None) for i in range(n)]
+    assert out.getvalue().rstrip("\n") == cli.render(["id", "word", "blob"], rows_list, cli.Format(fmt))
+
+
+def test_sql_memory_does_not_grow_with_rows(store_path):
+    """A query of ~1M rows streams: the process stays within a few MB of one of 10 rows."""
+    import resource  # noqa: F401  (POSIX; ru_maxrss of the child)
+
+    script = ("import resource, sys; from bpe_store.cli import main\n"
+              "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)")
+    q = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {}) "
+         "SELECT i, printf('%0100d', i) AS pad FROM n")
+
+    def peak_kb(rows: int, fmt: str) -> int:
+        out = subprocess.run([sys.executable, "-c", script, "sql", str(store_path), q.format(rows), "-f", fmt],
+                             capture_output=True, text=True, env=env(), timeout=300)
+        assert out.returncode == 0, out.stderr
+        return int(out.stderr.strip().splitlines()[-1])
+
+    for fmt in ("table", "jsonl"):
+        small, big = peak_kb(10, fmt), peak_kb(300_000, fmt)
+        assert big - small < 20_000, (fmt, small, big)  # all rows held would be > 60 MB
+
+
+def test_tables_measure_width_in_terminal_cells():
+    from bpe_store.cli import Format, render
+
+    lines = render(["token", "n"], [("日本語", 1), ("abc", 22), ("e\u0301", 3)], Format.table).splitlines()
+    from bpe_store.display import width
+
+    assert len({width(line.rstrip()) for line in lines}) == 1, lines  # every line ends in the same cell
+
+
+def test_one_escaped_form_for_tokens_in_every_view(store_path):
+    # whitespace-only and partial-UTF-8 tokens: quoted and escaped alike by show (bytes) and sql (text)
+    show = run("show", store_path, "vocab", "-n", "300").stdout
+    sql = run("sql", store_path, "SELECT id, token FROM vocab_text WHERE id < 300").stdout
+    for shown in ("'\\n'", "' '", "'\\xe2'", "'\\\\'", "'\\x00'", "'\\xa0'"):
+        assert shown in show and shown in sql, shown
+    # the views carry hex for scripts
+    hexes = json.loads(run("sql", store_path, "SELECT token, token_hex, left_hex, right_hex FROM merge_log "
+                                              "LIMIT 5", "-f", "json").stdout)
+    for r in hexes:
+        assert bytes.fromhex(r["token_hex"]) == bytes.fromhex(r["left_hex"]) + bytes.fromhex(r["right_hex"])
+        assert bytes.fromhex(r["token_hex"]).decode("utf-8", "backslashreplace") == r["token"]
+    word = json.loads(run("sql", store_path, "SELECT word, word_hex FROM top_words LIMIT 1", "-f", "json").stdout)[0]
+    assert bytes.fromhex(word["word_hex"]).decode() == word["word"]
+    pair = json.loads(run("sql", store_path, "SELECT left_hex, right_hex FROM top_pairs LIMIT 1", "-f", "json").stdout)
+    assert len(pair) == 1 and pair[0]["left_hex"]
 
 
 def test_sql_blobs_and_invalid_utf8_are_shown_not_fatal(store_path):

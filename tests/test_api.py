@@ -56,6 +56,8 @@ def _declared(requirements: list[str]) -> set[str]:
 
 
 def test_directly_imported_third_party_packages_are_declared():
+    import re
+
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
     deps = _declared(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
@@ -63,10 +65,9 @@ def test_directly_imported_third_party_packages_are_declared():
     imported = set()
     for f in (ROOT / "bpe_store").glob("*.py"):
         for line in f.read_text(encoding="utf-8").splitlines():
-            s = line.strip()
-            for prefix in ("import ", "from "):
-                if s.startswith(prefix) and not s.startswith("from ."):
-                    imported.add(s[len(prefix):].split()[0].split(".")[0].rstrip(","))
+            m = re.match(r"\s*(?:from|import) ([A-Za-z_]\w*)", line)
+            if m:
+                imported.add(m.group(1))
     third_party = {m for m in imported if m not in sys.stdlib_module_names and m not in {"bpe_store", "__future__"}}
     optional = {"tiktoken", "tokenizers", "transformers", "matplotlib", "ray", "pyarrow", "zstandard"}
     missing = {m for m in third_party - optional if m.lower() not in deps}
@@ -84,3 +85,11 @@ def test_the_wheel_ships_py_typed_migrations_and_declares_rich(tmp_path):
         meta = Parser().parsestr(z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode())
     assert "bpe_store/py.typed" in names and "bpe_store/migrations/env.py" in names
     assert "rich" in _declared(meta.get_all("Requires-Dist") or [])
+
+
+def test_importing_the_train_module_first_does_not_hide_the_function():
+    code = ("import bpe_store.train, bpe_store\nfrom bpe_store import train\n"
+            "assert callable(train) and train.__name__ == 'train', train\n"
+            "assert bpe_store.train is train\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr

@@ -797,6 +797,42 @@ def db_upgrade(
     typer.echo(f"{db}: upgraded the schema from {before} to {head}")
 
 
+# -- report ---------------------------------------------------------------------------------------
+
+
+@app.command()
+def report(
+    ctx: typer.Context,
+    db: Path = _db_argument(),
+    out: Path = typer.Option(Path("report.html"), "--out", "-o", metavar="PATH",
+                             help="The HTML page to write (a previous one is replaced)."),
+    held_out: Optional[Path] = typer.Option(None, "--held-out", metavar="FILE",
+                                            help="Text to measure compression on (default: a sample of the "
+                                                 "training inputs)."),
+    sample_bytes: int = typer.Option(2 << 20, "--sample-bytes", metavar="BYTES", min=1,
+                                     help="Size of the default sample (without --held-out)."),
+    threads: int = typer.Option(0, "--threads", metavar="N", min=0, help="Encoding threads (0 = all cores)."),
+    verbose: bool = _verbose_option(),
+) -> None:
+    """Write one self-contained HTML page of plots and facts about a run.
+
+    Compression (bytes per token) of held-out text at every vocabulary size up to the store's,
+    merge count against rank, token length by script, the most frequent words still split into
+    many tokens, and the run's inputs, parameters, time per stage, checkpoints and sessions. The
+    page loads nothing from the network. Needs matplotlib: pip install 'bpe-store[report]'.
+
+    \b
+    Example: bpe-store report run.db --held-out valid.txt -o report.html
+    """
+    from .report import write_report
+
+    _set_verbose(ctx, verbose)
+    data = write_report(db, out, held_out, sample_bytes, threads)
+    typer.echo(f"{out}: report of {data['status']['merges_done']} merges; "
+               f"{data['bytes_per_token'][-1]:.3f} bytes per token on {data['held_out']['bytes']} bytes of "
+               f"held-out text", err=True)
+
+
 from . import cli_tokenize  # noqa: E402  (commands defined in their own module)
 
 cli_tokenize.register(app)

@@ -285,8 +285,12 @@ class Encoder {
         for (uint32_t b : byte_ids) top = std::max(top, b);
         for (const auto &m : merges) top = std::max(top, std::get<2>(m));
         for (const auto &sp : specials) top = std::max(top, sp.second);
-        ints_.reserve(size_t(top) + 1);
-        for (uint32_t i = 0; i <= top; ++i) ints_.push_back(nb::steal(PyLong_FromUnsignedLong(i)));
+        // bounded by the number of ids given, so that one stray huge id (a vocab.json with a gap)
+        // cannot make this table take gigabytes; ids past it get a new int in to_list
+        size_t given = byte_ids.size() + merges.size() + specials.size();
+        size_t n_ints = std::min<size_t>(size_t(top) + 1, 2 * given + 1024);
+        ints_.reserve(n_ints);
+        for (size_t i = 0; i < n_ints; ++i) ints_.push_back(nb::steal(PyLong_FromSize_t(i)));
         for (const auto &[b, id] : specials) {
             if (b.size() == 0) throw std::invalid_argument("special tokens must be non-empty");
             specials_.toks.emplace_back(std::string(b.c_str(), b.size()), id);
@@ -515,8 +519,14 @@ class Encoder {
         PyObject *l = PyList_New(Py_ssize_t(ids.size()));
         if (!l) throw nb::python_error();
         for (size_t j = 0; j < ids.size(); ++j) {
-            PyObject *o = ints_[ids[j]].ptr();
-            Py_INCREF(o);
+            PyObject *o;
+            if (ids[j] < ints_.size()) {
+                o = ints_[ids[j]].ptr();
+                Py_INCREF(o);
+            } else if (!(o = PyLong_FromUnsignedLong(ids[j]))) {
+                Py_DECREF(l);
+                throw nb::python_error();
+            }
             PyList_SET_ITEM(l, Py_ssize_t(j), o);
         }
         return nb::steal<nb::list>(l);
@@ -591,6 +601,16 @@ size_t utf8_invalid_at(const uint8_t *s, size_t n) {
     return n;
 }
 
+// A tuple of the items of a list (or any sequence), each held by a reference. Why: the views
+// taken into the items' UTF-8 buffers are read with the GIL released, when another thread may
+// change the caller's list and free an item; the tuple keeps every item alive until the call
+// returns (it is released after the GIL is taken back). Costs one pointer copy per item.
+nb::tuple snapshot(nb::handle seq) {
+    PyObject *t = PySequence_Tuple(seq.ptr());
+    if (!t) throw nb::python_error();
+    return nb::steal<nb::tuple>(t);
+}
+
 constexpr size_t kBlock = 1 << 18;  // 256 KB of text per parallel work unit
 
 }  // namespace
@@ -607,11 +627,12 @@ void register_encoder(nb::module_ &m) {
         .def_ro("native_split", &Encoder::native_split)
         .def(
             "encode_pieces",
-            [](const Encoder &e, nb::list pieces) {
+            [](const Encoder &e, nb::handle pieces) {
                 // the Python-regex path: pre-tokens come from Python, BPE happens here
+                nb::tuple items = snapshot(pieces);  // holds every piece while the GIL is released
                 std::vector<std::string_view> views;
-                views.reserve(pieces.size());
-                for (nb::handle h : pieces) views.push_back(utf8_of(h));
+                views.reserve(items.size());
+                for (nb::handle h : items) views.push_back(utf8_of(h));
                 std::vector<uint32_t> out;
                 {
                     nb::gil_scoped_release release;
@@ -622,7 +643,7 @@ void register_encoder(nb::module_ &m) {
                 }
                 return to_array(std::move(out));
             },
-            nb::arg("pieces"), "ids of a list of pre-tokens (str or bytes), as a uint32 array.")
+            nb::arg("pieces"), "ids of a sequence of pre-tokens (str or bytes), as a uint32 array. Releases the GIL.")
         .def(
             "encode",
             [](const Encoder &e, nb::handle text, int threads) {
@@ -660,11 +681,12 @@ void register_encoder(nb::module_ &m) {
             nb::arg("text"), "list[int] of ``text`` (str) with special tokens, on this thread.")
         .def(
             "encode_batch",
-            [](const Encoder &e, nb::list texts, int threads) {
+            [](const Encoder &e, nb::handle texts, int threads) {
                 if (!e.native_split) throw std::logic_error("this encoder has no native pre-tokenizer");
+                nb::tuple items = snapshot(texts);  // holds every text while the GIL is released
                 std::vector<std::string_view> views;
-                views.reserve(texts.size());
-                for (nb::handle h : texts) views.push_back(utf8_of(h));
+                views.reserve(items.size());
+                for (nb::handle h : items) views.push_back(utf8_of(h));
                 std::vector<std::vector<uint32_t>> outs(views.size());
                 {
                     nb::gil_scoped_release release;

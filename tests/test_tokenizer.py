@@ -138,3 +138,23 @@ def test_duplicate_bytes_use_first_id():
         tok = Tokenizer(vocab, merges, native=native)
         assert tok.encode("abc") == [258]
         assert tok.encode("bca") == [257, ord("a")]
+
+
+def test_sparse_huge_id_needs_no_huge_table():
+    """A vocabulary with one id near 2**32 (a gap, as a hand-made vocab.json may have): the
+    native encoder used to build one Python int per id up to the largest, gigabytes; under a
+    1 GB address-space limit it must build and encode at once."""
+    import subprocess
+    import sys
+
+    code = (
+        "import resource; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        "from bpe_store.tokenizer import Tokenizer\n"
+        "vocab = {i: bytes([i]) for i in range(256)}; vocab[4_000_000_000] = b'ab'\n"
+        "tok = Tokenizer(vocab, [(b'a', b'b')], ['<|x|>'])\n"
+        "assert tok._core is not None\n"
+        "assert tok.encode('abab<|x|>c') == [4_000_000_000, 4_000_000_000, 4_000_000_001, 99]\n"
+        "assert tok.encode_batch(['ab', 'b']) == [[4_000_000_000], [98]]\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]

@@ -1,0 +1,134 @@
+"""The whole native core, ``bpe_store._core``, built with AddressSanitizer + UBSan and driven
+through the Python API: training (scanner, threaded counting, merge engine), encoding (every
+entry point, threads, invalid UTF-8, a huge sparse id), and other threads changing the lists the
+encoder reads while it runs with the GIL released.
+
+The module is compiled straight from native/*.cpp and nanobind's sources (the ``nanobind``
+package, in the test extra) and loaded into a child Python with the ASan runtime preloaded and
+``PYTHONMALLOC=malloc``, so that a freed Python object is poisoned memory. Any report aborts the
+child. About a minute on 2 cores, most of it compiling; marked slow.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NATIVE = ROOT / "native"
+
+DRIVER = r'''
+import importlib.util, sys, threading, time
+spec = importlib.util.spec_from_file_location("bpe_store._core", sys.argv[1])
+core = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(core)
+sys.modules["bpe_store._core"] = core   # the package imports this one, not its built module
+
+import numpy as np
+from bpe_store import Tokenizer
+from bpe_store.train import train
+
+EOT = "<|endoftext|>"
+work = sys.argv[2]
+text = open(sys.argv[3], encoding="utf-8").read()[:300_000].replace("\n\n", "\n" + EOT)
+src = work + "/train.txt"
+open(src, "w", encoding="utf-8").write(text)
+native = train([src], work + "/run.db", 700, [EOT], workers=2, chunk_size=1 << 15, engine="native")
+python = train([src], work + "/py.db", 700, [EOT], workers=1, engine="python")
+assert native.merges == python.merges, "native and Python engines disagree"
+
+tok = Tokenizer.from_store(work + "/run.db")
+spec_tok = Tokenizer.from_store(work + "/run.db", native=False)
+sample = text[-60_000:] + EOT + "  odd\t\r\n spaces 12345 \U0001F643 中文字符" + EOT
+want = spec_tok.encode(sample)
+assert tok.encode(sample) == want
+assert tok.encode_to_array(sample, threads=2).tolist() == want
+assert tok.encode_to_array(sample.encode("utf-8"), threads=2).tolist() == want
+assert tok.encode_batch([sample, "", sample[:999]], threads=2) == [want, [], spec_tok.encode(sample[:999])]
+assert list(tok.encode_iterable(sample.splitlines(keepends=True))) == want
+try:
+    tok._core.encode(b"ok \xed\xa0\x80", 1)
+    raise AssertionError("invalid UTF-8 accepted")
+except ValueError:
+    pass
+gpt4 = Tokenizer(tok.vocab, tok.merges, [EOT], pattern=r"\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+|\s+")
+assert gpt4.encode(sample) == Tokenizer(tok.vocab, tok.merges, [EOT], pattern=gpt4.pattern, native=False).encode(sample)
+sparse = dict(tok.vocab); sparse[3_000_000_000] = b"<|huge|>"
+assert Tokenizer(sparse, tok.merges, ["<|huge|>"]).encode("a<|huge|>")[-1] == 3_000_000_000
+
+# Another thread empties the list while the encoder reads its items with the GIL released:
+# each item is held only by the list, so without a reference of the encoder's own it is freed.
+letters = "etaoinshrdlucmfw"
+def long_piece(i):
+    return "".join(letters[(i * 7 + j * j) % len(letters)] for j in range(40_000))
+for name in ("encode_pieces", "encode_batch"):
+    items = [long_piece(i) for i in range(24)]
+    lengths = [len(tok._core.encode_pieces([s])) for s in items] if name == "encode_pieces" else None
+    go = threading.Event()
+    def clear():
+        go.wait()
+        time.sleep(0.02)
+        items.clear()
+    t = threading.Thread(target=clear)
+    t.start()
+    go.set()
+    out = getattr(tok._core, name)(items, 1) if name == "encode_batch" else tok._core.encode_pieces(items)
+    t.join()
+    assert len(out) == (sum(lengths) if lengths else 24), name
+print("ok")
+'''
+
+
+def _build(tmp: Path) -> Path:
+    nanobind = pytest.importorskip("nanobind")
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    nb_root = Path(nanobind.__file__).parent
+    out = tmp / ("_core" + sysconfig.get_config_var("EXT_SUFFIX"))
+    sources = [NATIVE / f for f in ("bindings.cpp", "scanner.cpp", "merge_engine.cpp", "encoder.cpp")]
+    cmd = [cxx, "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+           "-fno-omit-frame-pointer", "-fPIC", "-shared", "-fvisibility=hidden",
+           "-I", sysconfig.get_paths()["include"], "-I", nanobind.include_dir(),
+           "-I", str(nb_root / "ext" / "robin_map" / "include"), "-I", str(NATIVE),
+           *map(str, sources), str(Path(nanobind.source_dir()) / "nb_combined.cpp"), "-o", str(out)]
+    build = subprocess.run(cmd, capture_output=True, text=True)
+    if build.returncode != 0 and "sanitize" in build.stderr:
+        pytest.skip(f"the compiler has no sanitizers: {build.stderr[:200]}")
+    assert build.returncode == 0, build.stderr[-3000:]
+    return out
+
+
+def _runtime(name: str) -> str | None:
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    path = subprocess.run([cxx, f"-print-file-name={name}"], capture_output=True, text=True).stdout.strip()
+    return path if os.path.isabs(path) and os.path.exists(path) else None
+
+
+@pytest.mark.slow
+def test_core_is_memory_safe_under_asan_and_ubsan(tmp_path: Path) -> None:
+    module = _build(tmp_path)
+    asan, cxxrt = _runtime("libasan.so"), _runtime("libstdc++.so")
+    if asan is None:
+        pytest.skip("no shared ASan runtime to preload into Python")
+    # the C++ runtime preloaded too: ASan's exception interceptor must find it at start-up
+    preload = " ".join(p for p in (asan, cxxrt) if p)
+    driver = tmp_path / "driver.py"
+    driver.write_text(textwrap.dedent(DRIVER))
+    work = tmp_path / "work"
+    work.mkdir()
+    env = dict(os.environ, LD_PRELOAD=preload, PYTHONMALLOC="malloc",
+               ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=0",
+               UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1",
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    run = subprocess.run([sys.executable, str(driver), str(module), str(work),
+                          str(ROOT / "tests" / "fixtures" / "enwiki-1M.txt")],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), (run.stdout + run.stderr)[-6000:]

@@ -1,138 +1,115 @@
-"""CLI commands that use a trained store as a tokenizer: ``encode`` and ``export``."""
+"""CLI commands that use a trained store as a tokenizer: ``encode`` and ``export``.
 
-from __future__ import annotations
+(No ``from __future__ import annotations`` here: the commands' option types come from ``cli``
+inside ``register``, and Typer must see them as objects, not names.)"""
 
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from .errors import InputError
 from .export import FORMATS
-from .outfiles import new_files
+from .token_files import DTYPES, EncodeStopped, encode_to_file
 
-#: nanoGPT reads ``train.bin`` as raw uint16 (``np.memmap(..., dtype=np.uint16)``).
-_NANOGPT_SUFFIX = ".bin"
+__all__ = ["encode_to_file", "register"]
 
-
-def _out_path(out: Path, force: bool, keep: list[Path]) -> None:
-    """Refuse an output name that would lose data or that readers would misread (exit 2);
-    ``keep`` (the store, the inputs) may never be replaced by the output."""
-    if out.is_dir():
-        raise InputError(f"{out}: is a directory; give a file name ending in .npy or .bin")
-    if out.suffix not in (".npy", _NANOGPT_SUFFIX):
-        raise InputError(f"{out}: the output must end in .npy (NumPy) or .bin (nanoGPT's raw layout)")
-    for k in keep:
-        if out.exists() and k.exists() and out.resolve() == k.resolve():
-            raise InputError(f"{out}: is {k}, which this command reads; write the ids elsewhere")
-    if (out.exists() or out.is_symlink()) and not force:
-        raise InputError(f"{out}: already exists; pass --force to replace it")
-    if not out.parent.is_dir():
-        raise InputError(f"{out}: the directory {out.parent} does not exist")
-
-
-def _npy_header(dtype, n: int) -> bytes:
-    """A NumPy format 1.0 header for a 1-d array of ``n`` items (128 bytes for any n < 10**20)."""
-    import io
-
-    import numpy as np
-
-    buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(
-        buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (n,)})
-    return buf.getvalue()
-
-
-def encode_to_file(db: Path, inputs: list[Path], out: Path, *, vocab_size: int | None = None,
-                   threads: int = 0, separator: str | None = None, force: bool = False,
-                   show_progress: bool = False) -> tuple[int, str]:
-    """Encode ``inputs`` with the store's tokenizer into ``out`` (.npy or nanoGPT .bin).
-
-    Writes through an exclusive temporary file beside ``out`` and renames it at the end
-    (``outfiles.new_files``), so ``out`` is never half written and nothing else is touched.
-    Returns ``(number of ids, dtype name)``.
-    """
-    import numpy as np
-
-    from .tokenizer import Tokenizer, encode_files
-
-    if not inputs:
-        raise InputError("no input files given")
-    _out_path(out, force, [Path(db), *inputs])
-    for p in inputs:
-        if not p.is_file():
-            raise InputError(f"{p}: no such file" if not p.exists() else f"{p}: is not a file")
-    tok = Tokenizer.from_store(db, vocab_size)
-    # uint16 halves the file when every id fits (as nanoGPT expects); uint32 otherwise
-    dtype = np.dtype(np.uint16 if max(tok.vocab) < (1 << 16) else np.uint32)
-    npy = out.suffix == ".npy"
-    total_bytes = sum(p.stat().st_size for p in inputs)
-    with new_files([out]) as (f,):
-        header = _npy_header(dtype, 0) if npy else b""
-        f.write(header)
-
-        def write(ids: np.ndarray) -> None:
-            f.write(ids.astype(dtype, copy=False).tobytes())
-
-        if show_progress:
-            with typer.progressbar(length=total_bytes, label="encoding", file=sys.stderr) as bar:
-                n = encode_files(tok, inputs, write, threads=threads, separator=separator,
-                                 progress=bar.update)
-        else:
-            n = encode_files(tok, inputs, write, threads=threads, separator=separator)
-        if npy:
-            final = _npy_header(dtype, n)
-            if len(final) != len(header):  # pragma: no cover - 128 bytes for any realistic n
-                raise RuntimeError("NumPy header size changed")
-            f.seek(0)
-            f.write(final)
-    return n, dtype.name
-
-
+DType = Enum("DType", {d: d for d in DTYPES}, type=str)  # choices of --dtype, listed by --help
 ExportFormat = Enum("ExportFormat", {f: f for f in FORMATS}, type=str)  # --format's choices in help
+
+
+def _stopped_message(signal_name: str, outs: "list[Path]") -> str:
+    """What a stopped ``encode`` did to its outputs, in one line."""
+    states = [f"{o} {'keeps its previous contents' if o.exists() else 'does not exist'}" for o in outs]
+    return (f"{signal_name}: encoding stopped; nothing was written (the partial output was removed; "
+            f"{', '.join(states)})")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the ``bpe-store`` app."""
+    from .cli import ProgressMode, StopOnSignal, _reporter
 
     @app.command()
     def encode(
         db: Path = typer.Argument(..., help="The store (SQLite file) holding the trained merges."),
         inputs: list[Path] = typer.Argument(..., help="Text files (UTF-8) to encode, in order."),
-        out: Path = typer.Option(..., "-o", "--out", help="Output: .npy (NumPy) or .bin (nanoGPT raw layout)."),
+        out: Path = typer.Option(..., "-o", "--out", help="Output: .npy (NumPy) or .bin (nanoGPT raw layout).",
+                                 metavar="OUT"),
         vocab_size: Optional[int] = typer.Option(None, "--vocab-size",
                                                  help="Use the first merges only (a prefix of the run)."),
         threads: int = typer.Option(0, "--threads", help="Encoding threads (0 = all cores)."),
         separator: Optional[str] = typer.Option(None, "--separator",
-                                                help="A special token written after each file, e.g. '<|endoftext|>'."),
+                                                help="A special token written after each file, e.g. '<|endoftext|>'; "
+                                                     "it also ends a document for --val-fraction."),
+        dtype: DType = typer.Option("auto", "--dtype",
+                                    help="auto: uint16 when every id fits, else uint32 (.npy; a .bin is "
+                                         "refused); a uint32 .bin must have 'uint32' in its name."),
+        val_fraction: Optional[float] = typer.Option(
+            None, "--val-fraction",
+            help="Also write a validation file (train.bin -> val.bin, x.npy -> x.val.npy) with this fraction "
+                 "of the documents: document i when floor((i+1)F) > floor(iF)."),
         force: bool = typer.Option(False, "--force", help="Replace the output if it exists."),
+        progress: ProgressMode = typer.Option(ProgressMode.auto, "--progress",
+                                              help="auto: a bar on a terminal, else JSON lines on stderr."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
     ) -> None:
         """Encode whole files into one token-id array (uint16 when the vocab fits, else uint32).
 
-        Example: bpe-store encode run.db train.txt -o train.npy --separator '<|endoftext|>'
+        Ctrl-C (or SIGTERM) stops at the next block and removes the partial output (exit 130/143).
+
+        Example: bpe-store encode run.db train.txt -o train.bin --separator '<|endoftext|>' --val-fraction 0.01
         """
-        n, dtype = encode_to_file(db, inputs, out, vocab_size=vocab_size, threads=threads,
-                                  separator=separator, force=force, show_progress=sys.stderr.isatty())
+        from .token_files import val_path
+
+        reporter = _reporter(progress, quiet)
+        stopper = StopOnSignal()
+        try:
+            with stopper:
+                result = encode_to_file(db, inputs, out, vocab_size=vocab_size, threads=threads,
+                                        separator=separator, force=force, dtype=DType(dtype).value,
+                                        val_fraction=val_fraction, progress=reporter, stop=stopper.event)
+        except (EncodeStopped, KeyboardInterrupt):
+            reporter.close()
+            outs = [out] if val_fraction is None else [out, val_path(out)]
+            message = _stopped_message(stopper.signal_name, outs)
+            reporter.note("", {"stage": "interrupted", "signal": stopper.signal_name, "message": message})
+            typer.echo(message, err=True)
+            raise typer.Exit(stopper.exit_code) from None
+        finally:
+            reporter.close()
         layout = "NumPy .npy" if out.suffix == ".npy" else "nanoGPT raw .bin"
-        typer.echo(f"{out}: {n} tokens as {dtype} ({layout})", err=True)
+        parts = [f"{p}: {n} tokens" for p, n in result.files]
+        docs = f" from {result.documents} documents" if val_fraction is not None else ""
+        reporter.note(f"{'; '.join(parts)}{docs}, as {result.dtype} ({layout})",
+                      {"stage": "done", "files": {str(p): n for p, n in result.files}, "dtype": result.dtype, "layout": layout,
+                       "documents": result.documents if val_fraction is not None else None})
 
     @app.command()
     def export(
         db: Path = typer.Argument(..., help="The store (SQLite file) holding the trained merges."),
         fmt: ExportFormat = typer.Option(..., "--format", help="hf (tokenizer.json), gpt2 (vocab.json + merges.txt) "
                                                       "or tiktoken (.tiktoken ranks + tiktoken.json)."),
-        out: Path = typer.Option(..., "-o", "--out", help="Output directory (created)."),
+        out: Path = typer.Option(..., "-o", "--out", help="Output directory (created).", metavar="DIR"),
         vocab_size: Optional[int] = typer.Option(None, "--vocab-size",
                                                  help="Export the first merges only (a prefix of the run)."),
-        force: bool = typer.Option(False, "--force", help="Replace the output directory if it exists."),
+        eos: Optional[str] = typer.Option(None, "--eos", help="hf/gpt2: the end-of-sequence special token "
+                                                              "(default: the store's first special)."),
+        bos: Optional[str] = typer.Option(None, "--bos", help="hf/gpt2: the beginning-of-sequence special token."),
+        pad: Optional[str] = typer.Option(None, "--pad", help="hf/gpt2: the padding special token."),
+        model_max_length: Optional[int] = typer.Option(
+            None, "--model-max-length", help="hf/gpt2: the model's longest input, for transformers (default 1024)."),
+        force: bool = typer.Option(False, "--force",
+                                   help="Write into an existing directory, replacing only the files of this format."),
     ) -> None:
         """Write the store's tokenizer in a format other libraries load.
 
+        hf and gpt2 directories load with transformers' AutoTokenizer.from_pretrained(dir).
+
         Example: bpe-store export run.db --format hf --vocab-size 16000 -o tok16k
         """
-        from .export import export_store
+        from .export import FIRST_SPECIAL, export_store
 
-        written = export_store(db, fmt.value, out, vocab_size=vocab_size, force=force)
+        written = export_store(db, fmt.value, out, vocab_size=vocab_size, force=force,
+                               eos=FIRST_SPECIAL if eos is None else eos, bos=bos, pad=pad,
+                               model_max_length=model_max_length)
         typer.echo(f"{out}: wrote {', '.join(p.name for p in written)}", err=True)

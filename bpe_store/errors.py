@@ -11,8 +11,8 @@ code  meaning
 2     usage: a bad option or argument, a missing or unreadable input, a bad parameter
 3     resume refused: the store was started with other parameters or inputs
 4     store problem: not a store, corrupt or damaged, schema too old or too new, held by another run
-130   interrupted by SIGINT (Ctrl-C); the store is at its last checkpoint
-143   interrupted by SIGTERM; the store is at its last checkpoint
+130   interrupted by SIGINT (Ctrl-C); the store is at its last checkpoint (encode: no partial output)
+143   interrupted by SIGTERM; the store is at its last checkpoint (encode: no partial output)
 ====  ===========================================================================
 """
 
@@ -33,8 +33,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_USAGE: "usage: bad option, argument, input file or parameter",
     EXIT_RESUME_REFUSED: "resume refused: parameters or inputs differ from the store's",
     EXIT_STORE: "store problem: not a store, corrupt or damaged, schema too old/new, or held by another run",
-    EXIT_SIGINT: "interrupted by SIGINT (Ctrl-C) after a checkpoint",
-    EXIT_SIGTERM: "interrupted by SIGTERM after a checkpoint",
+    EXIT_SIGINT: "interrupted by SIGINT (Ctrl-C) after a checkpoint (encode: partial output removed)",
+    EXIT_SIGTERM: "interrupted by SIGTERM after a checkpoint (encode: partial output removed)",
 }
 
 

@@ -6,7 +6,11 @@ Three formats, each written only after checking its loader would read it back ex
   pre-tokenizer — or Split + ByteLevel for a pattern other than GPT-2's — specials in
   ``added_tokens``), loadable by ``tokenizers.Tokenizer.from_file``.
 * ``gpt2``: ``vocab.json`` + ``merges.txt`` (``#version: 0.2`` first line), tokens written in
-  GPT-2's byte-to-unicode alphabet.
+  GPT-2's byte-to-unicode alphabet; GPT-2's pattern only (the format cannot hold another).
+
+Both also get ``tokenizer_config.json`` + ``special_tokens_map.json``, so that
+``transformers.AutoTokenizer.from_pretrained(dir)`` loads them with ``eos_token`` (and
+``bos_token``/``pad_token`` if named) and ``model_max_length`` (``LoaderConfig``).
 * ``tiktoken``: ``tokenizer.tiktoken`` (``base64(token) rank`` per line) + ``tiktoken.json``
   holding the pattern and special tokens; ``load_tiktoken`` builds the ``tiktoken.Encoding``.
 
@@ -292,29 +296,94 @@ def hf_json(tok: Exportable) -> dict:
     }
 
 
-def write_hf(tok: Exportable, out: Path) -> list[Path]:
-    path = out / "tokenizer.json"
+#: ``model_max_length`` written for transformers when none is given: GPT-2's context (and
+#: nanoGPT's block size). Encoding longer texts works; transformers warns past it.
+DEFAULT_MODEL_MAX_LENGTH = 1024
+
+
+@dataclass
+class LoaderConfig:
+    """What ``transformers.AutoTokenizer`` reads beside the vocabulary (``tokenizer_config.json``):
+    which special tokens are end/beginning of sequence and padding, and the model's longest input."""
+
+    eos: str | None = None
+    bos: str | None = None
+    pad: str | None = None
+    model_max_length: int = DEFAULT_MODEL_MAX_LENGTH
+
+
+FIRST_SPECIAL = "first special"  # the default of ``eos``: the store's first special token, if any
+
+
+def loader_config(specials: Sequence[str], *, eos: str | None = FIRST_SPECIAL, bos: str | None = None,
+                  pad: str | None = None, model_max_length: int | None = None) -> LoaderConfig:
+    """Check the roles name special tokens of the tokenizer; ``eos`` defaults to the first special."""
+    if eos is FIRST_SPECIAL:
+        eos = specials[0] if specials else None
+    for flag, name in (("--eos", eos), ("--bos", bos), ("--pad", pad)):
+        if name is not None and name not in specials:
+            raise ExportError(f"{flag} {name!r} is not one of the store's special tokens "
+                              f"({', '.join(map(repr, specials)) or 'it has none'})")
+    n = DEFAULT_MODEL_MAX_LENGTH if model_max_length is None else model_max_length
+    if type(n) is not int or n < 1:
+        raise ExportError(f"--model-max-length must be a positive integer, not {n!r}")
+    return LoaderConfig(eos, bos, pad, n)
+
+
+def transformers_config(tok: Exportable, cfg: LoaderConfig, tokenizer_class: str) -> dict:
+    """``tokenizer_config.json`` for ``AutoTokenizer.from_pretrained(dir)``: the class to build,
+    the special tokens' roles (the others as ``additional_special_tokens``), no prefix space,
+    no clean-up of spaces (decode must give the text back exactly)."""
+    roles = {"bos_token": cfg.bos, "eos_token": cfg.eos, "unk_token": None, "pad_token": cfg.pad}
+    named = {v for v in roles.values() if v is not None}
+    return {
+        "tokenizer_class": tokenizer_class,
+        "model_max_length": cfg.model_max_length,
+        **roles,
+        "additional_special_tokens": [s for s in tok.specials if s not in named],
+        "add_prefix_space": False,
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "errors": "replace",
+    }
+
+
+def _write_json(path: Path, doc: object, **kw) -> Path:
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(hf_json(tok), f, ensure_ascii=False, indent=1)
+        json.dump(doc, f, ensure_ascii=False, **kw)
         f.write("\n")
-    cfg = out / "tokenizer_config.json"  # lets transformers.AutoTokenizer / PreTrainedTokenizerFast load the dir
-    with open(cfg, "w", encoding="utf-8") as f:
-        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 30,
-                   "clean_up_tokenization_spaces": False}, f, indent=1)
-        f.write("\n")
-    return [path, cfg]
+    return path
 
 
-def write_gpt2(tok: Exportable, out: Path) -> list[Path]:
+def _write_transformers_files(tok: Exportable, out: Path, cfg: LoaderConfig, tokenizer_class: str) -> list[Path]:
+    doc = transformers_config(tok, cfg, tokenizer_class)
+    roles = {k: v for k, v in doc.items() if k.endswith("_token") and v is not None}
+    return [_write_json(out / "tokenizer_config.json", doc, indent=1),
+            _write_json(out / "special_tokens_map.json",
+                        {**roles, "additional_special_tokens": doc["additional_special_tokens"]}, indent=1)]
+
+
+def write_hf(tok: Exportable, out: Path, cfg: LoaderConfig | None = None) -> list[Path]:
+    """``tokenizer.json`` plus the transformers files (``AutoTokenizer`` builds a
+    ``PreTrainedTokenizerFast``)."""
+    path = _write_json(out / "tokenizer.json", hf_json(tok), indent=1)
+    return [path, *_write_transformers_files(tok, out, cfg or LoaderConfig(), "PreTrainedTokenizerFast")]
+
+
+def write_gpt2(tok: Exportable, out: Path, cfg: LoaderConfig | None = None) -> list[Path]:
+    """``vocab.json`` + ``merges.txt`` plus the transformers files (``AutoTokenizer`` builds
+    GPT-2's tokenizer from them)."""
+    if tok.pattern != GPT2_PATTERN:
+        raise ExportError("the gpt2 format has no place for a pre-tokenization pattern, and its loaders "
+                          "use GPT-2's; this store has another: export --format hf or tiktoken")
     vpath, mpath = out / "vocab.json", out / "merges.txt"
-    with open(vpath, "w", encoding="utf-8") as f:
-        json.dump({to_gpt2_str(b): i for i, b in tok.vocab.items()}, f, ensure_ascii=False)
-        f.write("\n")
+    _write_json(vpath, {to_gpt2_str(b): i for i, b in tok.vocab.items()})
     with open(mpath, "w", encoding="utf-8", newline="\n") as f:
         f.write(GPT2_MERGES_HEADER + "\n")
         for a, b in tok.merges:
             f.write(f"{to_gpt2_str(a)} {to_gpt2_str(b)}\n")
-    return [vpath, mpath]
+    return [vpath, mpath, *_write_transformers_files(tok, out, cfg or LoaderConfig(), "GPT2Tokenizer")]
 
 
 def tiktoken_ranks(tok: Exportable) -> dict[bytes, int]:
@@ -334,7 +403,8 @@ def check_tiktoken_specials(specials: Sequence[str]) -> None:
                                   "are not affected)")
 
 
-def write_tiktoken(tok: Exportable, out: Path, name: str = "bpe_store") -> list[Path]:
+def write_tiktoken(tok: Exportable, out: Path, cfg: LoaderConfig | None = None, name: str = "bpe_store"
+                   ) -> list[Path]:
     rpath, jpath = out / "tokenizer.tiktoken", out / "tiktoken.json"
     with open(rpath, "w", encoding="ascii", newline="\n") as f:
         for b, r in sorted(tiktoken_ranks(tok).items(), key=lambda kv: kv[1]):
@@ -364,23 +434,32 @@ _WRITERS = {"hf": write_hf, "gpt2": write_gpt2, "tiktoken": write_tiktoken}
 
 
 def export_store(db_path: str | os.PathLike, fmt: str, out_dir: str | os.PathLike, *,
-                 vocab_size: int | None = None, force: bool = False) -> list[Path]:
+                 vocab_size: int | None = None, force: bool = False, eos: str | None = FIRST_SPECIAL,
+                 bos: str | None = None, pad: str | None = None,
+                 model_max_length: int | None = None) -> list[Path]:
     """Write the tokenizer of a store (a prefix of ``vocab_size``) to ``out_dir`` in ``fmt``.
 
     The files are written in a staging directory and moved into place (``outfiles.export_dir``):
     ``force`` replaces only the files this format writes in an existing ``out_dir``; an
     ``out_dir`` that is a file, the store or a directory holding it is refused (InputError).
+    ``hf`` and ``gpt2`` also get ``tokenizer_config.json`` for ``AutoTokenizer``: ``eos``
+    (default: the first special token), ``bos`` and ``pad`` name special tokens;
+    ``model_max_length`` defaults to ``DEFAULT_MODEL_MAX_LENGTH``.
     """
     from .tokenizer import load_store
 
     if fmt not in FORMATS:
         raise InputError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt == "tiktoken" and (eos is not FIRST_SPECIAL or bos or pad or model_max_length is not None):
+        raise ExportError("--eos, --bos, --pad and --model-max-length are for transformers: use them "
+                          "with --format hf or gpt2")
     out = Path(out_dir)
     check_export_target(out, force, [Path(db_path)])  # before reading the store: fail fast
     vocab, merges, specials, pattern = load_store(db_path, vocab_size)
+    cfg = loader_config(specials, eos=eos, bos=bos, pad=pad, model_max_length=model_max_length)
     tok = check_exportable(vocab, merges, specials, pattern)
     if fmt == "tiktoken":
         check_tiktoken_specials(specials)
     with export_dir(out, force=force, keep=[Path(db_path)]) as staging:
-        written = _WRITERS[fmt](tok, staging)
+        written = _WRITERS[fmt](tok, staging, cfg)
     return [out / p.name for p in written]

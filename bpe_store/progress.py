@@ -27,7 +27,7 @@ from typing import IO, Any
 #: Seconds of history a speed is measured over.
 WINDOW_S = 20.0
 #: The unit of ``done``/``total`` per stage.
-UNITS = {"counting": "bytes", "merging": "merges"}
+UNITS = {"counting": "bytes", "merging": "merges", "encoding": "bytes"}  # encoding: `bpe-store encode`
 
 Event = dict[str, Any]
 

@@ -85,7 +85,8 @@ def test_force_dot_never_deletes_the_working_directory(trained, tmp_path, capsys
     monkeypatch.chdir(other)
     code, err = run(["export", local, "--format", "gpt2", "-o", ".", "--force"], capsys)
     assert code == 0, err
-    assert sorted(p.name for p in other.iterdir()) == ["data.txt", "merges.txt", "vocab.json"]
+    assert sorted(p.name for p in other.iterdir()) == ["data.txt", "merges.txt", "special_tokens_map.json",
+                                                       "tokenizer_config.json", "vocab.json"]
 
 
 def test_output_that_is_a_file_is_refused(trained, tmp_path, capsys):

@@ -12,6 +12,7 @@ child. About a minute on 2 cores, most of it compiling; marked slow.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -93,7 +94,11 @@ def _build(tmp: Path) -> Path:
         pytest.skip("no C++ compiler")
     nb_root = Path(nanobind.__file__).parent
     out = tmp / ("_core" + sysconfig.get_config_var("EXT_SUFFIX"))
-    sources = [NATIVE / f for f in ("bindings.cpp", "scanner.cpp", "merge_engine.cpp", "encoder.cpp")]
+    # the module's own source list, so that a new native file is covered too
+    sources = [ROOT / f for f in re.findall(r"native/[\w/.-]+\.cpp", (ROOT / "CMakeLists.txt").read_text())]
+    if NATIVE != ROOT / "native":
+        sources = [NATIVE / p.name for p in sources]
+    assert sources, "no native sources found in CMakeLists.txt"
     cmd = [cxx, "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
            "-fno-omit-frame-pointer", "-fPIC", "-shared", "-fvisibility=hidden",
            "-I", sysconfig.get_paths()["include"], "-I", nanobind.include_dir(),

@@ -931,6 +931,7 @@ def _publish(tmp: Path, p: Path, durable: bool = True) -> None:
     directory, so the new name survives power loss."""
     try:
         os.link(tmp, p)  # atomic, and fails if p exists: two creators cannot overwrite each other
+        os.unlink(tmp)  # at once: a second name of the live store must not outlive this call
     except FileExistsError:
         if p.stat().st_size > 0:
             raise StoreError(f"{p}: already exists (created by another process just now)") from None

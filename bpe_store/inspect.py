@@ -5,7 +5,8 @@ by SQLite itself; a read-only file, directory or mount works too) and asks all i
 inside one read transaction, so the answers are one consistent snapshot even while a training
 run writes to the same file (WAL mode: a reader sees the last committed checkpoint, never half
 of one). Results are plain dicts and lists; the CLI formats them. Token bytes stay ``bytes``
-here; ``token_text`` turns them into text.
+here; ``token_text`` turns them into text. Each takes ``timeout=`` (seconds: a query still
+running then is stopped with a StoreError), and Ctrl-C stops any query.
 
 ``sql`` runs a person's statement under an authorizer that allows reading only (no write, no
 ATTACH or VACUUM INTO, no PRAGMA that sets anything, no extension loading), with a cap on the
@@ -171,11 +172,11 @@ def _wal_note(wal: Row) -> str | None:
     return None
 
 
-def status(path: str | os.PathLike) -> Row:
+def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
     """Everything ``bpe-store status`` shows, as one dict (the ``--json`` output)."""
     p = Path(path)
     held = Store.is_locked(p) if p.is_file() else False
-    with reading(p, allow_old=True) as store:
+    with reading(p, allow_old=True, timeout=timeout) as store:
         run = store.run_row()
         rev = store.revision
         specials = json.loads(run["special_tokens"])
@@ -213,13 +214,14 @@ def status(path: str | os.PathLike) -> Row:
 # -- show --------------------------------------------------------------------------------------
 
 
-def show(path: str | os.PathLike, what: str, limit: int = 20, offset: int = 0) -> tuple[list[str], list[tuple]]:
+def show(path: str | os.PathLike, what: str, limit: int = 20, offset: int = 0, *,
+         timeout: float | None = None) -> tuple[list[str], list[tuple]]:
     """``(columns, rows)`` of one of ``SHOW_QUERIES``; token columns hold bytes."""
     if what not in SHOW_QUERIES:
         raise InputError(f"cannot show {what!r}: choose one of {', '.join(SHOW_QUERIES)}")
     if limit < 0 or offset < 0:
         raise InputError("--limit and --offset must not be negative")
-    with reading(path) as store:
+    with reading(path, timeout=timeout) as store:
         res = store.sql(SHOW_QUERIES[what], (limit, offset))
         return list(res.keys()), [tuple(r) for r in res]
 
@@ -257,10 +259,10 @@ def _split(blob: bytes | None, word: bytes, n_special: int) -> list[int]:
     return unpack_tokens(blob) if blob is not None else [n_special + c for c in word]
 
 
-def why(path: str | os.PathLike, token: str | int, limit: int = 10) -> Row:
+def why(path: str | os.PathLike, token: str | int, limit: int = 10, *, timeout: float | None = None) -> Row:
     """How ``token`` was built (its merge tree with counts at merge time) and the most frequent
     words that contain its bytes, each with its current split."""
-    with reading(path) as store:
+    with reading(path, timeout=timeout) as store:
         vocab = {i: (b, k) for i, b, k in store.load_vocab()}
         n_special = sum(1 for b, k in vocab.values() if k == "special")
         tid = _find_token(store, token)
@@ -382,9 +384,10 @@ def query(path: str | os.PathLike, statement: str, *,
             db.set_authorizer(None)
 
 
-def sql(path: str | os.PathLike, statement: str, limit: int | None = None) -> tuple[list[str], list[tuple]]:
+def sql(path: str | os.PathLike, statement: str, limit: int | None = None, *,
+        timeout: float | None = None) -> tuple[list[str], list[tuple]]:
     """``(columns, rows)`` of one read-only SQL statement (see ``query``). A write is refused."""
-    with query(path, statement) as (columns, rows):
+    with query(path, statement, timeout=timeout) as (columns, rows):
         out = []
         for r in rows:
             if limit is not None and len(out) >= limit:

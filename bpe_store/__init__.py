@@ -29,7 +29,7 @@ _EXPORTS: dict[str, str] = {
     "Store": "store",
     "Tokenizer": "tokenizer",
     "Interrupted": "train", "TrainResult": "train", "read_result": "train", "train": "train",
-    "train_bpe": "train",
+    "train_bpe": "train", "train_from_iterator": "train",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .pretokenize import GPT2_PATTERN
     from .store import Store
     from .tokenizer import Tokenizer
-    from .train import Interrupted, TrainResult, read_result, train, train_bpe
+    from .train import Interrupted, TrainResult, read_result, train, train_bpe, train_from_iterator
 
 
 class _Package(type(sys)):  # types.ModuleType, without importing types

@@ -226,6 +226,12 @@ class EngineName(str, Enum):
     python = "python"
 
 
+class InputFormat(str, Enum):
+    text = "text"
+    jsonl = "jsonl"
+    parquet = "parquet"
+
+
 class ProgressMode(str, Enum):
     auto = "auto"
     bar = "bar"
@@ -474,7 +480,8 @@ def _reporter(progress: ProgressMode, quiet: bool) -> Reporter:
 @app.command()
 def train(
     ctx: typer.Context,
-    inputs: list[str] = typer.Argument(..., help="Corpus files, directories (see --glob) or quoted globs.",
+    inputs: list[str] = typer.Argument(..., help="Corpus files (text, jsonl, parquet; .gz/.zst/.bz2/.xz), "
+                                                 "directories (see --glob), quoted globs, or - (stdin).",
                                        show_default=False, metavar="INPUTS"),
     db: Path = typer.Option(..., "--db", help="The store (SQLite file); created, or resumed if it exists."),
     vocab_size: int = typer.Option(..., "--vocab-size", metavar="N",
@@ -485,6 +492,12 @@ def train(
         None, "--pattern", metavar="PATTERN",
         help="Pre-tokenization pattern: gpt2 (the default), gpt4 (= cl100k), o200k, or a regex."),
     glob: str = typer.Option("*", "--glob", metavar="PATTERN", help="Files to take from directory inputs, e.g. '**/*.txt'."),
+    input_format: Optional[InputFormat] = typer.Option(
+        None, "--format",
+        help="How to read the inputs (default: by extension: .jsonl/.ndjson/.json -> jsonl, .parquet -> parquet, "
+             "else text; stdin: text)."),
+    text_field: str = typer.Option("text", "--text-field", metavar="NAME",
+                                   help="The jsonl field / parquet column holding the text."),
     workers: Optional[int] = typer.Option(None, "--workers", "--threads", metavar="N", help="Counting workers (default: all cores)."),
     chunk_size: int = typer.Option(8 << 20, "--chunk-size", metavar="BYTES", help="Bytes per counting chunk."),
     checkpoint_merges: Optional[int] = typer.Option(
@@ -507,12 +520,21 @@ def train(
 
     \b
     Example: bpe-store train corpus.txt --db run.db --vocab-size 32000 --special '<|endoftext|>'
+    Example: bpe-store train 'shards/*.jsonl.gz' --db run.db --vocab-size 32000 --text-field content
     """
     from .train import Interrupted
     from .train import train as run_train
 
     _set_verbose(ctx, verbose)
-    files = expand_inputs(inputs, glob, db)
+    fmt = input_format.value if input_format is not None else None
+    if "-" in inputs:
+        if len(inputs) > 1:
+            raise InputError("- (standard input) must be the only input")
+        from .inputs import Stream
+
+        files: Any = Stream.stdin(fmt, text_field)
+    else:
+        files = expand_inputs(inputs, glob, db)
     reporter = _reporter(progress, quiet)
     stopper = StopOnSignal(notify=reporter.note)
     try:
@@ -522,7 +544,7 @@ def train(
                                chunk_size=chunk_size, checkpoint_merges=checkpoint_merges,
                                checkpoint_seconds=checkpoint_seconds, invalid_utf8=invalid_utf8.value,
                                restart=restart, progress=stopper.watch(reporter), stop=stopper.event,
-                               engine=engine.value)
+                               engine=engine.value, format=fmt, text_field=text_field)
     except (Interrupted, KeyboardInterrupt) as exc:
         stopper.note_stopping()
         reporter.close()

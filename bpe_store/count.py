@@ -351,3 +351,210 @@ def add_counts(total: Counter[bytes] | WordCounter, counts: dict[bytes, int] | C
         _native_add_counts(total, counts)
     else:
         total.update(counts)
+
+
+# -- work units of every input kind (see bpe_store.inputs) ----------------------------------------
+
+
+def _block_specials(special_tokens: Sequence[str], documents: bool) -> list[bytes]:
+    """The native splitter's specials for a block: with ``DOC_SEP`` when it joins documents."""
+    from .inputs import DOC_SEP
+
+    return [s.encode("utf-8") for s in special_tokens] + ([DOC_SEP] if documents else [])
+
+
+def count_block(block: bytes, special_tokens: Sequence[str], pattern: str,
+                documents: bool) -> Counter[bytes]:
+    """The ``regex`` map step on one block (valid UTF-8; documents joined by ``DOC_SEP``)."""
+    from .inputs import DOC_SEP
+
+    counts: Counter[bytes] = Counter()
+    for doc in block.split(DOC_SEP) if documents else [block]:
+        counts.update(count_words(doc.decode("utf-8"), special_tokens, pattern))
+    return counts
+
+
+def count_unit_task(args: tuple) -> tuple[int, dict[bytes, int], int]:
+    """A whole work unit through ``regex``, for a process pool: ``(chunk id, Unit, specials,
+    pattern, policy, block size)`` -> ``(chunk id, {word: count}, pre-tokens)``."""
+    from .inputs import unit_blocks
+
+    cid, unit, special_tokens, pattern, invalid_utf8, block_size = args
+    total: Counter[bytes] = Counter()
+    for block in unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size):
+        total.update(count_block(block, special_tokens, pattern, unit.has_documents))
+    return cid, dict(total), sum(total.values())
+
+
+def count_units_threaded(tasks: Sequence[tuple[int, object]], workers: int, special_tokens: Sequence[str],
+                         pattern: str, invalid_utf8: str,
+                         block_size: int) -> Iterator[tuple[int, ChunkCounts | WordCounter, int]]:
+    """The native map step over work units ``[(chunk id, Unit)]``, yielding ``(chunk id, counts,
+    pre-tokens)`` per unit in completion order.
+
+    Why two pools: reading a unit (decompressing, parsing JSON, reading parquet) is sequential
+    within the unit and partly holds the GIL, while counting a block releases it. Up to
+    ``workers`` units are read at once, each by one reader thread that hands its blocks to
+    ``workers`` counting threads, so one big compressed file still keeps every core counting.
+    A unit's counts are summed apart (a ``WordCounter``) until the unit is whole: only whole
+    units reach the caller, which makes them durable. At most ``2 * workers`` blocks are read
+    and not yet counted, so memory stays bounded. Stopping early (an exception, ``close()``)
+    stops the readers at their next block; no thread outlives the generator.
+    """
+    import threading
+    from collections import deque
+
+    from .inputs import unit_blocks
+
+    slots = threading.Semaphore(2 * workers)
+    stopping = threading.Event()
+
+    def count(block: bytes, specials: list[bytes]) -> ChunkCounts:
+        return _native_count_chunk(block, specials)
+
+    def read_unit(task: tuple[int, object]) -> tuple[int, ChunkCounts | WordCounter, int]:
+        cid, unit = task
+        specials = _block_specials(special_tokens, unit.has_documents)
+        pending: deque[Future] = deque()
+        whole: list = []  # the unit's counts: one ChunkCounts, or a WordCounter summing several
+        n = 0
+
+        def absorb(fut: Future) -> None:
+            nonlocal n
+            counts = fut.result()
+            n += counts.total
+            if not whole:
+                whole.append(counts)
+                return
+            if not isinstance(whole[0], WordCounter):
+                first = WordCounter()
+                first.add(whole[0])
+                whole[0] = first
+            whole[0].add(counts)
+
+        try:
+            for block in unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size):
+                while not slots.acquire(timeout=0.1):
+                    if stopping.is_set():
+                        return cid, WordCounter(), 0
+                if stopping.is_set():
+                    slots.release()
+                    return cid, WordCounter(), 0
+                fut = counters.submit(count, block, specials)
+                fut.add_done_callback(lambda _f: slots.release())
+                pending.append(fut)
+                del block
+                while pending and pending[0].done():
+                    absorb(pending.popleft())
+            while pending:
+                absorb(pending.popleft())
+        finally:
+            for fut in pending:
+                fut.cancel()
+        return cid, (whole[0] if whole else WordCounter()), n
+
+    queue = iter(tasks)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-count") as counters, \
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-read") as readers:
+        running: set[Future] = {readers.submit(read_unit, t) for t in islice(queue, workers + 1)}
+        try:
+            while running:
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    nxt = next(queue, None)
+                    if nxt is not None:
+                        running.add(readers.submit(read_unit, nxt))
+                    yield fut.result()
+        finally:
+            stopping.set()
+            for fut in running:
+                fut.cancel()
+
+
+def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, special_tokens: Sequence[str],
+                         pattern: str, documents: bool) -> Iterator[tuple[object, ChunkCounts | Counter[bytes], int]]:
+    """``(mark, counts, pre-tokens)`` per ``(block, mark)`` of a stream, in the stream's order.
+
+    Natively, blocks are counted on ``workers`` threads (GIL released) with at most
+    ``2 * workers`` in flight. In order, so that every mark the caller commits covers exactly
+    the blocks before it. A ``(None, None)`` item (see ``ticking``) passes through as
+    ``(None, None, 0)`` once the blocks before it are counted."""
+    from collections import deque
+
+    if not native_counts(pattern):
+        for block, mark in blocks:
+            if block is None:
+                yield None, None, 0
+                continue
+            counts = count_block(block, special_tokens, pattern, documents)
+            yield mark, counts, sum(counts.values())
+        return
+    specials = _block_specials(special_tokens, documents)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-count") as pool:
+        pending: deque[tuple[Future, object]] = deque()
+        try:
+            for block, mark in blocks:
+                if block is None:  # the stream is slow: hand over what is counted, then the tick
+                    while pending:
+                        fut, m = pending.popleft()
+                        counts = fut.result()
+                        yield m, counts, counts.total
+                    yield None, None, 0
+                    continue
+                pending.append((pool.submit(_native_count_chunk, block, specials), mark))
+                del block
+                while pending and (len(pending) > 2 * workers or pending[0][0].done()):
+                    fut, m = pending.popleft()
+                    counts = fut.result()
+                    yield m, counts, counts.total
+            while pending:
+                fut, m = pending.popleft()
+                counts = fut.result()
+                yield m, counts, counts.total
+        finally:
+            for fut, _ in pending:
+                fut.cancel()
+
+
+def ticking(items: Iterator, seconds: float) -> Iterator:
+    """``items``, read in a background thread, with ``(None, None)`` whenever none came for
+    ``seconds``: so a consumer of a slow stream (a pipe that pauses) still commits what it has
+    and notices a stop request. The reader is a daemon thread: one blocked on a read that never
+    returns does not keep the process alive."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=2)
+    done = object()
+    quit_ = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                while not quit_.is_set():
+                    try:
+                        q.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if quit_.is_set():
+                    return
+            q.put((done, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            q.put((done, exc))
+
+    threading.Thread(target=produce, name="bpe-stream-read", daemon=True).start()
+    try:
+        while True:
+            try:
+                item, exc = q.get(timeout=seconds)
+            except queue.Empty:
+                yield None, None
+                continue
+            if item is done:
+                if exc is not None:
+                    raise exc
+                return
+            yield item
+    finally:
+        quit_.set()

@@ -93,23 +93,49 @@ class RunParams:
 
 @dataclass(frozen=True)
 class Source:
-    """One input file as it was when the run started."""
+    """One input as it was when the run started, and how it is read (``bpe_store.inputs``).
+
+    For a stream (stdin, a Python iterable) ``size``, ``sha256`` and ``documents`` describe what
+    has been counted so far: a resume skips that much of the stream given again."""
 
     path: str
     size: int
     mtime_ns: int
     sha256: str
+    format: str = "text"
+    compression: str = "none"
+    text_field: str | None = None
+    documents: int | None = None
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """A byte range of one source, counted as a unit."""
+    """A work unit of one source, counted as a whole: ``kind`` is ``range`` (bytes
+    ``[start, end)``), ``row_group`` (parquet row group ``part``; start/end its byte extent),
+    ``file`` (a compressed file read whole) or ``stream`` (end: bytes counted so far)."""
 
     id: int
     source_id: int
     start: int
     end: int
     counted: bool
+    kind: str = "range"
+    part: int | None = None
+
+
+@dataclass(frozen=True)
+class StreamMark:
+    """Where counting a stream stands after a flush: ``bytes`` and ``documents`` read, the
+    SHA-256 of that prefix (a resume checks the stream given again starts the same), the
+    pre-tokens this flush adds, and whether the stream has ended."""
+
+    source_id: int
+    chunk_id: int
+    bytes: int
+    documents: int
+    sha256: str
+    pretokens: int
+    finished: bool
 
 
 def now() -> str:
@@ -581,7 +607,8 @@ class Store:
     # -- run parameters and inputs -------------------------------------------------------------
 
     def init_run(self, params: RunParams, sources: Sequence[Source],
-                 chunks: Sequence[tuple[int, int, int]], chunk_size: int, version: str) -> None:
+                 chunks: Sequence[tuple[int, int, int] | tuple[int, int, int, str, int | None]],
+                 chunk_size: int, version: str) -> None:
         """Write a new run: parameters, inputs, the counting plan and the initial vocabulary."""
         t = now()
         with self.transaction():
@@ -590,9 +617,13 @@ class Store:
                      " VALUES (1, ?, ?, ?, ?, 'counting', ?, ?, ?, ?)",
                      (params.pattern, json.dumps(list(params.special_tokens)), params.vocab_size,
                       params.invalid_utf8, chunk_size, t, t, version))
-            self.executemany("INSERT INTO sources (id, path, size, mtime_ns, sha256) VALUES (?, ?, ?, ?, ?)",
-                             [(i, s.path, s.size, s.mtime_ns, s.sha256) for i, s in enumerate(sources)])
-            self.executemany('INSERT INTO chunks (source_id, start, "end") VALUES (?, ?, ?)', list(chunks))
+            self.executemany("INSERT INTO sources (id, path, size, mtime_ns, sha256, format, compression,"
+                             " text_field, documents) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             [(i, s.path, s.size, s.mtime_ns, s.sha256, s.format, s.compression, s.text_field,
+                               s.documents) for i, s in enumerate(sources)])
+            # (source, start, end) or (source, start, end, kind, part)
+            self.executemany('INSERT INTO chunks (source_id, start, "end", kind, part) VALUES (?, ?, ?, ?, ?)',
+                             [c if len(c) == 5 else (*c, "range", None) for c in chunks])
             vocab = [(i, s.encode("utf-8"), "special") for i, s in enumerate(params.special_tokens)]
             n = len(vocab)
             vocab += [(n + b, bytes([b]), "byte") for b in range(256)]
@@ -616,19 +647,23 @@ class Store:
                          r["invalid_utf8"])
 
     def sources(self) -> list[Source]:
-        return [Source(*r) for r in self.sql("SELECT path, size, mtime_ns, sha256 FROM sources ORDER BY id")]
+        return [Source(*r) for r in self.sql("SELECT path, size, mtime_ns, sha256, format, compression,"
+                                             " text_field, documents FROM sources ORDER BY id")]
 
     def chunks(self) -> list[Chunk]:
-        return [Chunk(r[0], r[1], r[2], r[3], bool(r[4])) for r in
-                self.sql('SELECT id, source_id, start, "end", counted FROM chunks ORDER BY id')]
+        return [Chunk(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6]) for r in
+                self.sql('SELECT id, source_id, start, "end", counted, kind, part FROM chunks ORDER BY id')]
 
     def check_plan(self) -> None:
         """Refuse (StoreError) inputs and chunks that bpe_store could not have written (text where
         numbers belong, negative sizes, a chunk outside its input)."""
         bad_sources, bad_chunks = self.sql(
             "SELECT (SELECT count(*) FROM sources WHERE typeof(path) != 'text' OR typeof(size) != 'integer'"
-            " OR size < 0 OR typeof(mtime_ns) != 'integer' OR typeof(sha256) != 'text'),"
+            " OR size < 0 OR typeof(mtime_ns) != 'integer' OR typeof(sha256) != 'text'"
+            " OR format NOT IN ('text', 'jsonl', 'parquet', 'iterable')"
+            " OR compression NOT IN ('none', 'gz', 'zst', 'bz2', 'xz')),"
             ' (SELECT count(*) FROM chunks c WHERE typeof(start) != \'integer\' OR typeof("end") != \'integer\''
+            " OR kind NOT IN ('range', 'row_group', 'file', 'stream')"
             ' OR start < 0 OR "end" < start OR counted NOT IN (0, 1) OR typeof(counted) != \'integer\''
             ' OR "end" > coalesce((SELECT size FROM sources s WHERE s.id = c.source_id), -1))').one()
         if bad_sources or bad_chunks:
@@ -652,12 +687,13 @@ class Store:
     # -- counting ------------------------------------------------------------------------------
 
     def add_word_counts(self, counts: Iterable[tuple[bytes, int]], chunk_done: Sequence[tuple[int, int]],
-                        elapsed_s: float) -> None:
+                        elapsed_s: float, stream_at: StreamMark | None = None) -> None:
         """One transaction: add ``(word, count)`` deltas and mark ``(chunk id, pre-tokens)`` counted.
 
         Word ids are assigned here from an in-memory ``{bytes: id}`` map (loaded from the store on
         first use), so a new word is a rowid append and a known one an update by rowid.
-        ``counts`` may also be a native ``WordCounter``.
+        ``counts`` may also be a native ``WordCounter``. ``stream_at``: where a stream's counting
+        stands once these counts are in (written in the same transaction).
 
         The first flush into an empty ``words`` table needs no map: every word is new, ids are
         1, 2, ... in order. Its rows are kept (``take_fresh_word_rows``) while no later flush
@@ -669,7 +705,7 @@ class Store:
             counts = counts.items()  # a Counter / dict
         if self._word_ids is None and self._fresh_rows is None and self._words_empty():
             rows = counts.rows(1) if native else [(i, w, c) for i, (w, c) in enumerate(counts, 1)]
-            self._write_word_counts(rows, [], chunk_done, elapsed_s)
+            self._write_word_counts(rows, [], chunk_done, elapsed_s, stream_at)
             self._fresh_rows = rows  # only once committed: the rows are then what the store holds
             return
         if native:
@@ -691,7 +727,7 @@ class Store:
                 next_id += 1
             else:
                 old.append((count, i))
-        self._write_word_counts(new, old, chunk_done, elapsed_s)
+        self._write_word_counts(new, old, chunk_done, elapsed_s, stream_at)
         for i, word, _ in new:  # only once committed: a failed flush leaves the map as the store
             ids[word] = i
 
@@ -699,7 +735,8 @@ class Store:
         return self.sql("SELECT NOT EXISTS (SELECT 1 FROM words)").scalar() == 1
 
     def _write_word_counts(self, new: list[tuple[int, bytes, int]], old: list[tuple[int, int]],
-                           chunk_done: Sequence[tuple[int, int]], elapsed_s: float) -> None:
+                           chunk_done: Sequence[tuple[int, int]], elapsed_s: float,
+                           stream_at: StreamMark | None = None) -> None:
         """The counting checkpoint, ONE transaction: new words, count deltas, chunk marks, progress."""
         with self.transaction():
             # tokens stay NULL (single bytes); see WordCounter.rows for why no 4th column
@@ -707,6 +744,12 @@ class Store:
             self.executemany("UPDATE words SET count = count + ? WHERE id = ?", old)
             self.executemany("UPDATE chunks SET counted = 1, pretokens = ? WHERE id = ?",
                              [(n, cid) for cid, n in chunk_done])
+            if stream_at is not None:
+                m = stream_at
+                self.sql("UPDATE sources SET size = ?, sha256 = ?, documents = ? WHERE id = ?",
+                         (m.bytes, m.sha256, m.documents, m.source_id))
+                self.sql('UPDATE chunks SET "end" = ?, counted = ?, pretokens = coalesce(pretokens, 0) + ?'
+                         " WHERE id = ?", (m.bytes, int(m.finished), m.pretokens, m.chunk_id))
             self.sql("UPDATE run SET updated_at = ? WHERE id = 1", (now(),))
             self.add_checkpoint_row("counting", 0, elapsed_s, None)
 

@@ -37,12 +37,14 @@ from typing import ParamSpec, TypeVar
 import regex
 
 from . import __version__, sessions
-from .count import (DEFAULT_CHUNK_SIZE, add_counts, count_chunk_native_task, count_chunk_task, count_chunks_threaded,
-                    native_counts, new_word_counts, plan_chunks, scan_source)
+from .count import (DEFAULT_CHUNK_SIZE, add_counts, count_blocks_ordered, count_chunk_native_task, count_chunk_task,
+                    count_chunks_threaded, count_unit_task, count_units_threaded, ticking,
+                    native_counts, new_word_counts, scan_source)
 from .errors import BpeStoreError, InputError, ResumeMismatch, StoreError
+from .inputs import DEFAULT_TEXT_FIELD, STDIN, FileInput, Stream, file_input, plan_units, same_kind_diffs, scan_input, unit_of
 from .merge import ENGINES, Engine, native_available, new_engine
 from .pretokenize import GPT2_PATTERN, describe_pattern, resolve_pattern
-from .store import MAX_SPECIAL_TOKENS, RunParams, Source, Store, _remove_files, _sqlite_error, is_db_error
+from .store import MAX_SPECIAL_TOKENS, RunParams, Source, Store, StreamMark, _remove_files, _sqlite_error, is_db_error
 
 #: A checkpoint is written after this many seconds of merging (and when merging ends): the most
 #: a kill can lose. ``checkpoint_merges`` also caps a batch when given; by default it is None,
@@ -160,7 +162,7 @@ def _emit(progress: Progress | None, **event) -> None:
         progress(event)
 
 
-def _same_inputs(store: Store, paths: Sequence[Path], params: RunParams) -> bool:
+def _same_inputs(store: Store, paths: Sequence[FileInput | Stream], params: RunParams) -> bool:
     """Refuse a resume whose parameters or inputs differ from the store's, saying what differs.
 
     Writes nothing; returns whether ``params`` asks for a larger vocabulary than the store's."""
@@ -173,11 +175,14 @@ def _same_inputs(store: Store, paths: Sequence[Path], params: RunParams) -> bool
     if old.invalid_utf8 != params.invalid_utf8:
         diffs.append(f"invalid UTF-8 policy {old.invalid_utf8} -> {params.invalid_utf8}")
     sources = store.sources()
-    given = [str(p.resolve()) for p in paths]
+    given = [p.name if isinstance(p, Stream) else str(p.path.resolve()) for p in paths]
     if [s.path for s in sources] != given:
         diffs.append(f"inputs {[s.path for s in sources]} -> {given}")
     else:
+        diffs += same_kind_diffs(sources, paths)
         for s in sources:
+            if s.format == "iterable" or s.path == STDIN:
+                continue  # a stream: checked as it is read again (see inputs.Stream)
             p = Path(s.path)
             if not p.is_file():
                 diffs.append(f"{s.path} is gone")
@@ -234,7 +239,7 @@ def _without_gc_store_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
 @_without_gc_store_errors
 def train(
-    inputs: Sequence[str | os.PathLike] | str | os.PathLike,
+    inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream,
     db: str | os.PathLike,
     vocab_size: int,
     special_tokens: Sequence[str] = (),
@@ -251,6 +256,8 @@ def train(
     stop: threading.Event | None = None,
     engine: str = "auto",
     durable: bool = True,
+    format: str | None = None,
+    text_field: str = DEFAULT_TEXT_FIELD,
 ) -> TrainResult:
     """Train (or resume training) a byte-level BPE into the store ``db``; see the module doc.
 
@@ -258,7 +265,8 @@ def train(
     the result of an uninterrupted run; a larger ``vocab_size`` continues a finished store.
 
     Args:
-        inputs: corpus file(s), UTF-8 text; the store records their sizes and SHA-256.
+        inputs: corpus file(s) (text, jsonl or parquet, maybe .gz/.zst/.bz2/.xz; see
+            ``bpe_store.inputs``) or one ``inputs.Stream``; the store records their sizes and SHA-256.
         db: the store (a SQLite file): created if absent, resumed if present.
         vocab_size: target vocabulary size: special tokens + 256 bytes + merges.
         special_tokens: special tokens; they split the text, are never merged and get the first ids.
@@ -280,6 +288,8 @@ def train(
             (native when built). Both give the same result, so a run may resume with the other.
         durable: False skips every fsync: only for a store no one will resume (``train_bpe``'s
             temporary one), where they cost more than the training on a busy disk.
+        format: how to read the input files: "text", "jsonl" or "parquet" (default: by extension).
+        text_field: the jsonl field / parquet column holding each document's text.
 
     Returns:
         A ``TrainResult``: ``vocab`` (id -> bytes), ``merges`` (pairs of bytes in merge order),
@@ -292,13 +302,15 @@ def train(
         Interrupted: ``stop`` was set; the store holds everything up to its last checkpoint.
     """
     # 1. check
-    if isinstance(inputs, (str, os.PathLike)):
+    if isinstance(inputs, (str, os.PathLike, Stream)):
         inputs = [inputs]
-    paths = [Path(p) for p in inputs]
+    paths = [p if isinstance(p, Stream) else file_input(p, format, text_field) for p in inputs]
     if not paths:
         raise InputError("no input files given")
     if isinstance(pattern, str):  # check_params refuses anything else
         pattern = resolve_pattern(pattern)
+    if len(paths) > 1 and any(isinstance(p, Stream) for p in paths):
+        raise InputError("a stream (standard input '-' or an iterable) must be the only input")
     params = check_params(vocab_size, special_tokens, pattern, invalid_utf8)
     workers = check_run_options(workers, chunk_size, checkpoint_merges, checkpoint_seconds, count_flush_seconds)
     if engine not in ENGINES:
@@ -314,12 +326,15 @@ def train(
         # 2. plan: everything is checked before the file is created
         sources: list[Source] = []
         for p in paths:
-            _emit(progress, stage="plan", file=str(p))
-            sources.append(scan_source(p, invalid_utf8))
-        chunks = []
+            _emit(progress, stage="plan", file=str(p.name if isinstance(p, Stream) else p.path))
+            sources.append(p.source() if isinstance(p, Stream) else scan_input(p, invalid_utf8))
+        chunks: list[tuple[int, int, int, str, int | None]] = []
         for i, s in enumerate(sources):
-            for start, end in plan_chunks(s.path, s.size, params.special_tokens, params.pattern, chunk_size):
-                chunks.append((i, start, end))
+            if isinstance(paths[i], Stream):
+                chunks.append((i, 0, 0, "stream", None))
+                continue
+            for start, end, kind, part in plan_units(s, params.special_tokens, params.pattern, chunk_size):
+                chunks.append((i, start, end, kind, part))
         # the store appears complete (schema, run, plan, vocabulary) or not at all
         store = Store.create(db, init=lambda new: new.init_run(params, sources, chunks, chunk_size, __version__),
                              durable=durable)
@@ -346,7 +361,8 @@ def train(
 
         phase = store.run_row()["phase"]
         if phase == "counting":
-            _count(store, params, workers, count_flush_seconds, elapsed, progress, stop)
+            _count(store, params, workers, count_flush_seconds, elapsed, progress, stop, chunk_size,
+                   next((p for p in paths if isinstance(p, Stream)), None))
             _check_something_counted(store, params)
             merger = _start_merging(store, params, elapsed, progress, engine)
         _merge(store, params, checkpoint_merges, checkpoint_seconds, elapsed, progress, stop,
@@ -361,7 +377,7 @@ def train(
         store.close()
 
 
-def _open_for_training(db: Path, paths: Sequence[Path], invalid_utf8: str, restart: bool,
+def _open_for_training(db: Path, paths: Sequence[FileInput | Stream], invalid_utf8: str, restart: bool,
                        durable: bool = True) -> Store | None:
     """The existing store at ``db`` to resume, locked; None when a new one is to be created.
 
@@ -377,7 +393,8 @@ def _open_for_training(db: Path, paths: Sequence[Path], invalid_utf8: str, resta
             return store
         if restart:
             for p in paths:
-                scan_source(p, invalid_utf8)
+                if not isinstance(p, Stream):
+                    scan_input(p, invalid_utf8)
         _remove_files(db)  # still holding the lock, so no other trainer is using it
     except BaseException:
         store.close()
@@ -402,27 +419,52 @@ def _preflight(store: Store, params: RunParams, grow: bool, engine: str) -> Engi
 
 
 def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
-           elapsed: Callable[[], float], progress: Progress | None, stop: threading.Event | None) -> None:
-    """3. count: every chunk not yet counted; flush counts + chunk marks in one transaction."""
+           elapsed: Callable[[], float], progress: Progress | None, stop: threading.Event | None,
+           block_size: int = DEFAULT_CHUNK_SIZE, stream: Stream | None = None) -> None:
+    """3. count: every work unit not yet counted; flush counts + unit marks in one transaction.
+    A stream (stdin, an iterable) is counted last, committing its position with each flush."""
     sources = store.sources()
     chunks = store.chunks()
     total = sum(c.end - c.start for c in chunks)
     done = sum(c.end - c.start for c in chunks if c.counted)
-    todo = [c for c in chunks if not c.counted]
-    tasks = [(c.id, sources[c.source_id].path, c.start, c.end, params.special_tokens, params.pattern,
-              params.invalid_utf8) for c in todo]
-    size_of = {c.id: c.end - c.start for c in todo}
+    todo = [c for c in chunks if not c.counted and c.kind != "stream"]
+    streams = [c for c in chunks if not c.counted and c.kind == "stream"]
     _emit(progress, stage="counting", done=done, total=total)
-    if not tasks:
-        return
+    if todo:
+        _count_units(store, params, sources, todo, workers, flush_seconds, elapsed, progress, stop, block_size,
+                     done, total)
+    for chunk in streams:
+        if stream is None:  # pragma: no cover - _same_inputs refuses a store whose stream is not given
+            raise InputError(f"{store.path} was counting a stream; give it again to resume")
+        _count_stream(store, params, stream, chunk, workers, flush_seconds, elapsed, progress, stop, block_size)
+
+
+def _count_units(store: Store, params: RunParams, sources: Sequence[Source], todo: Sequence, workers: int,
+                 flush_seconds: float, elapsed: Callable[[], float], progress: Progress | None,
+                 stop: threading.Event | None, block_size: int, done: int, total: int) -> None:
+    """Count the work units ``todo`` of input files (see ``_count``)."""
+    size_of = {c.id: c.end - c.start for c in todo}
+    # plain text cut into byte ranges: the map step reads its range itself (count_chunk*_task);
+    # other kinds go through bpe_store.inputs' readers (count_units_threaded, count_unit_task)
+    plain = all(c.kind == "range" and sources[c.source_id].format == "text" for c in todo)
+    if plain:
+        tasks = [(c.id, sources[c.source_id].path, c.start, c.end, params.special_tokens, params.pattern,
+                  params.invalid_utf8) for c in todo]
+    else:
+        units = [(c.id, unit_of(sources[c.source_id], c.kind, c.start, c.end, c.part)) for c in todo]
+        tasks = [(cid, u, params.special_tokens, params.pattern, params.invalid_utf8, block_size)
+                 for cid, u in units]
     pool = None
     todo_bytes = sum(size_of.values())
     results: Iterable
     # native: chunk counts stay in C++ (ChunkCounts summed into a WordCounter), so Python objects
     # are made only at a flush and the GIL is free while threads count
     native = native_counts(params.pattern)
-    task = count_chunk_native_task if native else count_chunk_task
-    if workers > 1 and len(tasks) > 1 and native:
+    task = (count_chunk_native_task if native else count_chunk_task) if plain else count_unit_task
+    if native and not plain:
+        results = count_units_threaded(units, workers, params.special_tokens, params.pattern,
+                                       params.invalid_utf8, block_size)
+    elif workers > 1 and len(tasks) > 1 and native:
         # native counting releases the GIL: threads give the parallelism of processes without
         # pickling counts back or spawning interpreters (bench/RESULTS-count.md); Ctrl-C reaches
         # only this thread, which decides how to stop
@@ -433,7 +475,7 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
         ctx = multiprocessing.get_context("spawn")
         # workers ignore Ctrl-C: the parent decides how to stop (finish a flush, or abort)
         pool = ctx.Pool(min(workers, len(tasks)), initializer=_ignore_sigint)
-        results = pool.imap_unordered(count_chunk_task, tasks)
+        results = pool.imap_unordered(task, tasks)
     else:
         results = map(task, tasks)
     try:
@@ -448,12 +490,12 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
             if time.monotonic() - last_flush >= flush_seconds or (stop is not None and stop.is_set()):
                 store.add_word_counts(delta, marks, elapsed())
                 delta, marks, last_flush = new_word_counts(native), [], time.monotonic()
-                _emit(progress, stage="checkpoint", phase="counting", done=done, total=total, **store.wal)
+                _emit(progress, stage="checkpoint", phase="counting", done=done, total=total)
                 if stop is not None and stop.is_set():
                     raise Interrupted(f"stopped while counting; {store.path} keeps the counted chunks")
         if marks:
             store.add_word_counts(delta, marks, elapsed())
-            _emit(progress, stage="checkpoint", phase="counting", done=done, total=total, **store.wal)
+            _emit(progress, stage="checkpoint", phase="counting", done=done, total=total)
     finally:
         if pool is not None:
             pool.terminate()
@@ -477,6 +519,50 @@ def _check_something_counted(store: Store, params: RunParams) -> None:
         f"nothing to train on: the pattern {describe_pattern(params.pattern)} matches none of the "
         "inputs' text outside special tokens (0 pre-tokens counted); give another --pattern "
         "with --restart")
+
+
+def _count_stream(store: Store, params: RunParams, stream: Stream, chunk, workers: int, flush_seconds: float,
+                  elapsed: Callable[[], float], progress: Progress | None, stop: threading.Event | None,
+                  block_size: int) -> None:
+    """Count a stream from where the store says it stands (``inputs.Stream.blocks`` checks and
+    skips what was counted); each flush commits the counts with the stream's new position, and
+    the last one marks the stream counted."""
+    source = store.sources()[chunk.source_id]
+    native = native_counts(params.pattern)
+    blocks = stream.blocks(source, params.special_tokens, params.pattern, params.invalid_utf8, block_size)
+    # read in a thread, with ticks while the stream pauses: the counts so far are still committed
+    # every `flush_seconds`, and a stop request is heard while a pipe is silent
+    results = count_blocks_ordered(ticking(blocks, min(flush_seconds, 1.0) or 0.05), workers,
+                                   params.special_tokens, params.pattern, documents=stream.format != "text")
+    at = (source.size, source.documents or 0, source.sha256)
+    delta = new_word_counts(native)
+    pretokens = 0
+
+    def flush(finished: bool) -> None:
+        store.add_word_counts(delta, [], elapsed(), StreamMark(chunk.source_id, chunk.id, at[0], at[1], at[2],
+                                                               pretokens, finished))
+        _emit(progress, stage="checkpoint", phase="counting", done=at[0], total=None, documents=at[1])
+
+    try:
+        last_flush = time.monotonic()
+        flushed = at
+        for pos, counts, n in results:
+            if pos is not None:
+                add_counts(delta, counts)
+                pretokens += n
+                at = (pos.bytes, pos.documents, pos.sha256)
+                _emit(progress, stage="counting", done=pos.bytes, total=None, documents=pos.documents)
+            stopping = stop is not None and stop.is_set()
+            if (time.monotonic() - last_flush >= flush_seconds and at != flushed) or stopping:
+                flush(False)
+                delta, pretokens, last_flush, flushed = new_word_counts(native), 0, time.monotonic(), at
+                if stop is not None and stop.is_set():
+                    raise Interrupted(
+                        f"stopped while counting {stream.name}; {store.path} holds its first {at[1]} documents "
+                        f"({at[0]} bytes): give the same stream again to resume from there")
+        flush(True)
+    finally:
+        results.close()
 
 
 def _ignore_sigint() -> None:
@@ -666,3 +752,24 @@ def train_bpe(
         return r.vocab, r.merges
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def train_from_iterator(
+    iterable: Iterable,
+    db: str | os.PathLike,
+    vocab_size: int,
+    special_tokens: Sequence[str] = (),
+    *,
+    text_column: str = DEFAULT_TEXT_FIELD,
+    **kwargs,
+) -> TrainResult:
+    """``train`` on documents from a Python iterable: strings (or UTF-8 bytes), mappings holding
+    ``text_column`` (rows), or an HF ``datasets.Dataset`` / ``IterableDataset`` and its column.
+
+    Each document is a hard boundary, as in a jsonl file. The counts are committed as the
+    iterable is read; a run killed while counting resumes when given the same documents again:
+    the ones counted are read, checked against the store's SHA-256 of them and skipped (other
+    documents are refused with ``ResumeMismatch``). Once counting is over, the iterable is not
+    read at all. Other keyword arguments are those of ``train``.
+    """
+    return train(Stream.of_iterable(iterable, text_column), db, vocab_size, special_tokens, **kwargs)

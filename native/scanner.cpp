@@ -136,6 +136,15 @@ class WordCounter {
         for (const auto &e : chunk.table.entries()) table_.add(e.ptr, e.len, e.count, &arena_);
     }
 
+    // Add another counter's words: the counts of a work unit read in several blocks (a
+    // compressed file, a parquet row group), summed on their own until the unit is whole.
+    void add_counter(const WordCounter &other) {
+        if (&other == this) throw nb::value_error("cannot add a WordCounter to itself");
+        nb::gil_scoped_release release;
+        std::scoped_lock lock(mutex_, other.mutex_);
+        for (const auto &e : other.table_.entries()) table_.add(e.ptr, e.len, e.count, &arena_);
+    }
+
     // [(word, count)] in first-seen order, for one executemany.
     nb::list items() const {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -239,6 +248,8 @@ void register_scanner(nb::module_ &m) {
     nb::class_<WordCounter>(m, "WordCounter", "Sum of ChunkCounts, native; Python sees words at ``items()``.")
         .def(nb::init<>())
         .def("add", &WordCounter::add, nb::arg("chunk"), "Add a chunk's counts (releases the GIL).")
+        .def("add", &WordCounter::add_counter, nb::arg("chunk"),
+             "Add another WordCounter's counts (releases the GIL).")
         .def("items", &WordCounter::items, "``[(word bytes, count)]`` in first-seen order.")
         .def("rows", &WordCounter::rows, nb::arg("first_id"),
              "``[(id, word bytearray, count)]`` in first-seen order, ids counting from ``first_id``.")

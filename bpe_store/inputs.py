@@ -1,0 +1,801 @@
+"""Inputs: what an input is (a text, jsonl or parquet file, maybe compressed, or a stream) and
+how its work units are read into the blocks of text that counting consumes.
+
+Kinds. The format comes from the extension (``.jsonl``/``.ndjson``/``.json`` -> jsonl,
+``.parquet``/``.pq`` -> parquet, anything else -> text) unless one is given; a compression
+suffix (``.gz``, ``.zst``, ``.bz2``, ``.xz``) is looked at first (``a.jsonl.gz`` is gzipped
+jsonl). A text file is one document. In jsonl each line is a JSON object whose ``text_field``
+is a document; in parquet each row's ``text_field`` column is. Compressed files are
+decompressed as a stream, never to disk or whole into memory.
+
+Documents are hard boundaries. Blocks of a jsonl or parquet unit hold UTF-8 documents joined
+by ``DOC_SEP`` (the byte 0xFF, which valid UTF-8 never contains); counting splits at it as at
+a special token, so no pre-token (and hence no merge) crosses a document boundary, whether or
+not the run has special tokens: the words are those of the documents counted one by one.
+
+Work units (rows of the ``chunks`` table; see ``plan_units``): a byte range of an
+uncompressed text file (cut at points no pre-token spans, ``count.plan_chunks``), a
+line-aligned byte range of an uncompressed jsonl file, a parquet row group, a whole compressed
+file. A ``Unit`` is a small picklable description any thread or process can read by itself
+(``unit_blocks``). Streams (stdin, a Python iterable: ``Stream``) are read once, in order, and
+counted as they come; see ``Stream.blocks`` for how a killed stream run resumes.
+
+Every reading problem is an ``InputError`` (exit 2) naming the file, the line / row group and
+the problem.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import io
+import json
+import lzma
+import os
+import sys
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import BinaryIO
+
+import regex
+
+from .errors import InputError, ResumeMismatch
+from .pretokenize import GPT2_PATTERN
+from .store import Source
+
+#: Separates documents inside a block: never part of valid UTF-8, so no text can contain it.
+DOC_SEP = b"\xff"
+FORMATS = ("text", "jsonl", "parquet")
+COMPRESSIONS = {".gz": "gz", ".zst": "zst", ".bz2": "bz2", ".xz": "xz"}
+_FORMAT_OF_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet",
+                     ".pq": "parquet"}
+DEFAULT_TEXT_FIELD = "text"
+#: ``Source.path`` of standard input and of a Python iterable.
+STDIN = "-"
+ITERABLE = "<iterable>"
+#: How much a reader asks a (decompressing) file for at once.
+_READ = 1 << 20
+_PIP = {"parquet": "pip install 'bpe-store[parquet]'  (pyarrow)",
+        "zst": "pip install 'bpe-store[zstd]'  (zstandard)"}
+
+
+# -- what an input is ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileInput:
+    """A file to train on and how to read it."""
+
+    path: Path
+    format: str = "text"
+    compression: str = "none"
+    text_field: str | None = None
+
+
+def file_input(path: str | os.PathLike, format: str | None = None,
+               text_field: str = DEFAULT_TEXT_FIELD) -> FileInput:
+    """``path``'s kind: ``format`` if given, else from the extension; compression from the suffix."""
+    p = Path(path)
+    suffixes = [s.lower() for s in p.suffixes]
+    compression = COMPRESSIONS.get(suffixes[-1], "none") if suffixes else "none"
+    if compression != "none":
+        suffixes = suffixes[:-1]
+    if format is None:
+        format = _FORMAT_OF_SUFFIX.get(suffixes[-1], "text") if suffixes else "text"
+    if format not in FORMATS:
+        raise InputError(f"unknown input format {format!r}: use one of {', '.join(FORMATS)}")
+    if format == "parquet" and compression != "none":
+        raise InputError(f"{p}: a compressed parquet file cannot be read by row group; parquet "
+                         "compresses its pages itself: give the .parquet file")
+    if not text_field:
+        raise InputError("the text field name must not be empty")
+    return FileInput(p, format, compression, None if format == "text" else text_field)
+
+
+def _need(module: str, extra: str):
+    """Import an optional dependency, or say which extra installs it (exit 2)."""
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError:
+        raise InputError(f"reading {extra} input needs an optional dependency: {_PIP[extra]}") from None
+
+
+def open_decompressed(path: str | os.PathLike, compression: str) -> BinaryIO:
+    """A binary file object giving the decompressed bytes of ``path``, as a stream."""
+    if compression == "none":
+        return open(path, "rb")
+    if compression == "gz":
+        return gzip.open(path, "rb")
+    if compression == "bz2":
+        return bz2.open(path, "rb")
+    if compression == "xz":
+        return lzma.open(path, "rb")
+    if compression == "zst":
+        return _ZstdReader(open(path, "rb"), _need("zstandard", "zst"))
+    raise InputError(f"{path}: unknown compression {compression!r}")
+
+
+class _ZstdReader(io.RawIOBase):
+    """Zstandard frames (one or several, concatenated) as a stream. Why not
+    ``ZstdDecompressor.stream_reader``: it ends quietly at a truncated frame; this says so
+    (EOFError, as gzip does), so a cut-off file is an error, not a shorter corpus."""
+
+    def __init__(self, raw: BinaryIO, zstd):
+        self._raw = raw
+        self._zstd = zstd
+        self._dec = zstd.ZstdDecompressor().decompressobj()
+        self._fed = False   # bytes given to the current frame's decompressor
+        self._out = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        while not self._out:
+            data = self._raw.read(_READ)
+            if not data:
+                if self._fed and not self._dec.eof:
+                    raise EOFError("the file ends inside a zstd frame (truncated)")
+                return b""
+            while data:
+                self._fed = True
+                self._out += self._dec.decompress(data)
+                data = b""
+                if self._dec.eof:  # a frame ended: the rest starts the next one
+                    data = self._dec.unused_data
+                    self._dec = self._zstd.ZstdDecompressor().decompressobj()
+                    self._fed = False
+        k = len(self._out) if n is None or n < 0 else n
+        out, self._out = self._out[:k], self._out[k:]
+        return out
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def _decompress_error(exc: BaseException, compression: str) -> bool:
+    """Whether ``exc`` is a decompressor's complaint about its input (truncated or corrupt)."""
+    if isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError)):
+        return True
+    if compression == "zst":
+        zstd = sys.modules.get("zstandard")
+        return zstd is not None and isinstance(exc, zstd.ZstdError)
+    return compression == "bz2" and isinstance(exc, OSError) and "data stream" in str(exc)
+
+
+def _reader(f: BinaryIO, where: str, compression: str) -> Callable[[int], bytes]:
+    """``f.read`` that turns decompression and I/O failures into one-line InputErrors."""
+    done = [0]
+
+    def read(n: int) -> bytes:
+        try:
+            data = f.read(n)
+        except Exception as exc:  # noqa: BLE001 - classified below; anything else is a bug
+            if _decompress_error(exc, compression):
+                raise InputError(f"{where}: truncated or corrupt {compression} data after {done[0]} "
+                                 f"decompressed bytes ({exc})") from None
+            if isinstance(exc, OSError):
+                raise InputError(f"{where}: cannot read ({exc.strerror or exc})") from None
+            raise
+        done[0] += len(data)
+        return data
+
+    return read
+
+
+def scan_input(item: FileInput, invalid_utf8: str = "strict") -> Source:
+    """Check one input file and fingerprint it (``count.scan_source``), recording its kind.
+
+    Uncompressed text and jsonl are checked to be UTF-8 here (saying where they are not);
+    compressed text is checked as it is counted, parquet strings as each batch is read. A
+    parquet file must have ``text_field`` as a string column."""
+    from .count import scan_source
+
+    plain = item.compression == "none" and item.format != "parquet"
+    src = scan_source(item.path, invalid_utf8 if plain else "replace")
+    if item.format == "parquet":
+        _parquet_column_type(str(item.path), item.text_field)
+    return replace(src, format=item.format, compression=item.compression, text_field=item.text_field)
+
+
+def same_kind_diffs(old: Sequence[Source], new: Sequence[Source | Stream]) -> list[str]:
+    """How the inputs' kinds differ between a store and a command (paths already match)."""
+    diffs = []
+    for s, n in zip(old, new):
+        if s.format != n.format or s.text_field != n.text_field:
+            what = (lambda x: x.format + (f" (field {x.text_field!r})" if x.text_field else ""))
+            diffs.append(f"{s.path} read as {what(s)} -> {what(n)}")
+        elif s.compression != n.compression:
+            diffs.append(f"{s.path} compression {s.compression} -> {n.compression}")
+    return diffs
+
+
+# -- work units ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One work unit, described so that any thread or process can read it (``unit_blocks``):
+    ``kind`` range (bytes ``[start, end)``), row_group (``part``) or file (the whole file)."""
+
+    path: str
+    format: str
+    compression: str
+    text_field: str | None
+    kind: str
+    start: int
+    end: int
+    part: int | None = None
+
+    @property
+    def has_documents(self) -> bool:
+        """Whether its blocks hold several documents joined by ``DOC_SEP``."""
+        return self.format != "text"
+
+
+def unit_of(source: Source, kind: str, start: int, end: int, part: int | None) -> Unit:
+    return Unit(source.path, source.format, source.compression, source.text_field, kind, start, end, part)
+
+
+def plan_units(source: Source, special_tokens: Sequence[str], pattern: str,
+               chunk_size: int) -> list[tuple[int, int, str, int | None]]:
+    """``[(start, end, kind, part)]``: the work units of one input file (see the module doc)."""
+    from .count import plan_chunks
+
+    if source.compression != "none":
+        return [(0, source.size, "file", None)]
+    if source.format == "text":
+        return [(a, b, "range", None) for a, b in
+                plan_chunks(source.path, source.size, special_tokens, pattern, chunk_size)]
+    if source.format == "jsonl":
+        return [(a, b, "range", None) for a, b in _plan_lines(source.path, source.size, chunk_size)]
+    pf = _parquet_file(source.path)
+    units = []
+    at = 0
+    for g in range(pf.metadata.num_row_groups):
+        rg = pf.metadata.row_group(g)
+        size = sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
+        units.append((at, at + size, "row_group", g))  # start/end: progress in compressed bytes
+        at += size
+    return units
+
+
+def _plan_lines(path: str, size: int, chunk_size: int) -> list[tuple[int, int]]:
+    """Byte ranges of about ``chunk_size`` that end just after a newline (or at the end)."""
+    bounds = [0]
+    with open(path, "rb") as f:
+        target = chunk_size
+        while target < size:
+            f.seek(target)
+            nl = -1
+            pos = target
+            while nl < 0 and pos < size:
+                data = f.read(1 << 16)
+                nl = data.find(b"\n")
+                if nl < 0:
+                    pos += len(data)
+                    if not data:
+                        break
+            if nl < 0 or pos + nl + 1 >= size:
+                break
+            bounds.append(pos + nl + 1)
+            target = bounds[-1] + chunk_size
+    bounds.append(size)
+    return list(zip(bounds, bounds[1:]))
+
+
+def unit_blocks(unit: Unit, special_tokens: Sequence[str], pattern: str, invalid_utf8: str,
+                block_size: int) -> Iterator[bytes]:
+    """The text of ``unit`` as blocks of at most about ``block_size`` bytes of valid UTF-8
+    (documents joined by ``DOC_SEP`` when ``unit.has_documents``)."""
+    where = unit.path
+    if unit.format == "parquet":
+        yield from _parquet_blocks(unit, invalid_utf8, block_size)
+        return
+    if unit.kind == "range":
+        with open(unit.path, "rb") as f:
+            f.seek(unit.start)
+            data = f.read(unit.end - unit.start)
+        if len(data) != unit.end - unit.start:
+            raise InputError(f"{where}: changed while training (shorter than when the run started)")
+        if unit.format == "text":
+            yield from text_blocks(io.BytesIO(data).read, special_tokens, pattern, len(data) + 1, where,
+                                   invalid_utf8, offset=unit.start, first_line=None, path=unit.path)
+        else:
+            for block, _, _ in jsonl_blocks(io.BytesIO(data).read, unit.text_field, block_size, where,
+                                            invalid_utf8, first_line=None, path=unit.path, offset=unit.start):
+                yield block
+        return
+    with open_decompressed(unit.path, unit.compression) as f:
+        read = _reader(f, where, unit.compression)
+        if unit.format == "text":
+            yield from text_blocks(read, special_tokens, pattern, block_size, where, invalid_utf8,
+                                   decompressed=True)
+        else:
+            for block, _, _ in jsonl_blocks(read, unit.text_field, block_size, where, invalid_utf8):
+                yield block
+
+
+# -- text ----------------------------------------------------------------------------------------
+
+
+def _line_of(path: str | None, offset: int, first_line: int | None) -> int:
+    """The 1-based line number at byte ``offset`` of ``path`` (read only when an error needs it)."""
+    if first_line is not None or path is None:
+        return first_line or 1
+    n = 1
+    with open(path, "rb") as f:
+        left = offset
+        while left > 0:
+            data = f.read(min(left, 1 << 20))
+            if not data:
+                break
+            n += data.count(b"\n")
+            left -= len(data)
+    return n
+
+
+def _checked_utf8(piece: bytes, invalid_utf8: str, where: str, offset: int, line_at: Callable[[], int],
+                  decompressed: bool) -> bytes:
+    """``piece`` as valid UTF-8: refused (saying where) or decoded with U+FFFD, per the policy."""
+    from . import count
+
+    try:
+        if count._native_utf8_valid is None:  # a source tree without the native core
+            return piece.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict").encode("utf-8")
+        return count._valid_utf8(piece, invalid_utf8)
+    except UnicodeDecodeError as exc:
+        line = line_at() + piece[:exc.start].count(b"\n")
+        of = " of the decompressed text" if decompressed else ""
+        raise InputError(f"{where}: invalid UTF-8 at byte {offset + exc.start}{of} (line {line}): "
+                         f"{exc.reason}; fix the file or pass --invalid-utf8 replace") from None
+
+
+def text_blocks(read: Callable[[int], bytes], special_tokens: Sequence[str], pattern: str, block_size: int,
+                where: str, invalid_utf8: str, *, offset: int = 0, first_line: int | None = 1,
+                path: str | None = None, decompressed: bool = False,
+                ends: list[int] | None = None) -> Iterator[bytes]:
+    """Blocks of the text read by ``read``, cut where ``count.plan_chunks`` would cut a file (at a
+    special token, or for the GPT-2 pattern between a printable ASCII character and a space or
+    newline), so cutting never changes a count. Without such points (another pattern and no
+    special tokens) the text is one block. ``ends``, when given, receives each block's end
+    offset (for streams)."""
+    from .count import _boundary_in
+
+    specials = sorted({s.encode("utf-8") for s in special_tokens}, key=lambda s: (-len(s), s))
+    special_re = regex.compile(b"|".join(regex.escape(s) for s in specials)) if specials else None
+    safe_ws = pattern == GPT2_PATTERN
+    cuttable = special_re is not None or safe_ws
+    back = max((len(s) for s in specials), default=1) + 1
+    buf = bytearray()
+    base = offset          # offset of buf[0]
+    newlines = 0           # newlines between `offset` and buf[0] (for error messages)
+    search_from = block_size
+    eof = False
+
+    def emit(n: int) -> bytes:
+        nonlocal base, newlines
+        piece = bytes(buf[:n])
+        del buf[:n]
+        at = base
+        base += n
+        lines_before = newlines
+        out = _checked_utf8(piece, invalid_utf8, where, at,
+                            lambda: _line_of(path, offset, first_line) + lines_before, decompressed)
+        if invalid_utf8 == "strict":
+            newlines += piece.count(b"\n")
+        if ends is not None:
+            ends.append(base)
+        return out
+
+    while not eof:
+        data = read(_READ if cuttable else max(_READ, block_size))
+        eof = not data
+        buf += data
+        while buf and (eof or (cuttable and len(buf) > search_from + back)):
+            if eof and len(buf) <= block_size:
+                yield emit(len(buf))
+                break
+            cut = None
+            if cuttable:
+                lo = min(search_from, len(buf))
+                s0 = max(lo - back, 0)  # a special token may start a little before `lo`
+                cut = _boundary_in(bytes(buf[s0:]), s0, lo - s0, specials, special_re, safe_ws)
+                if cut is not None and not eof and cut > len(buf) - back:
+                    cut = None  # too near the end: what follows may still change the verdict
+            if cut is None:
+                if eof:
+                    yield emit(len(buf))
+                    break
+                search_from = max(len(buf) - back, block_size)  # next time, search only new data
+                break
+            search_from = block_size
+            yield emit(cut)
+
+
+# -- jsonl ---------------------------------------------------------------------------------------
+
+
+def _record_text(obj, field: str, where: str, line: int) -> str:
+    if not isinstance(obj, dict):
+        raise InputError(f"{where}: line {line}: not a JSON object but {_json_type(obj)}")
+    if field not in obj:
+        keys = ", ".join(list(obj)[:8]) or "none"
+        raise InputError(f"{where}: line {line}: no field {field!r} (fields: {keys}); see --text-field")
+    text = obj[field]
+    if not isinstance(text, str):
+        raise InputError(f"{where}: line {line}: field {field!r} is {_json_type(text)}, not a string")
+    return text
+
+
+def _json_type(v) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _encode_doc(text: str, invalid_utf8: str, where: str, line: int) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from a \ud800-style escape
+        if invalid_utf8 != "replace":
+            raise InputError(f"{where}: line {line}: the text holds a lone surrogate (an invalid \\u "
+                             "escape); fix the file or pass --invalid-utf8 replace") from None
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+
+
+def parse_lines(lines: list[bytes], field: str, where: str, first_line: int, invalid_utf8: str) -> list[bytes]:
+    """The documents (UTF-8) of jsonl ``lines`` (line ``first_line`` first); blank lines skipped.
+
+    Why one JSON array per batch: parsing ``[line,line,...]`` is one C call instead of one per
+    line; the batch parses line by line only to say which line is bad. Why the standard ``json``:
+    parsed that way it reads enwiki jsonl at ~250 MB/s of CPU, orjson at ~330 (bench/RESULTS-inputs.md):
+    not worth a dependency, nor two parsers that disagree on edge cases (lone surrogates)."""
+    body = [ln for ln in lines if ln and ln != b"\r"]
+    if invalid_utf8 != "replace":
+        try:
+            objs = json.loads(b"[" + b",".join(body) + b"]")
+            if len(objs) == len(body):
+                texts = [o[field] for o in objs]
+                if all(type(t) is str for t in texts):
+                    return [t.encode("utf-8") for t in texts]
+        except (ValueError, KeyError, TypeError):
+            pass
+    docs = []  # the slow path: one line at a time, naming the first bad one
+    for i, ln in enumerate(lines):
+        line = first_line + i
+        if not ln.strip():
+            continue
+        try:
+            raw = ln.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{where}: line {line}: invalid UTF-8 at column {exc.start + 1}: {exc.reason}; "
+                             "fix the file or pass --invalid-utf8 replace") from None
+        try:
+            obj = json.loads(raw)
+        except ValueError as exc:
+            raise InputError(f"{where}: line {line}: broken JSON ({exc})") from None
+        docs.append(_encode_doc(_record_text(obj, field, where, line), invalid_utf8, where, line))
+    return docs
+
+
+def jsonl_blocks(read: Callable[[int], bytes], field: str | None, block_size: int, where: str,
+                 invalid_utf8: str, *, first_line: int | None = 1, path: str | None = None,
+                 offset: int = 0) -> Iterator[tuple[bytes, int, int]]:
+    """``(block, end, documents)``: documents of the jsonl read by ``read`` joined by ``DOC_SEP``
+    into blocks of about ``block_size``, each with the byte offset after its last line and the
+    documents so far. ``first_line`` None: found from ``path`` and ``offset`` if an error needs it."""
+    assert field is not None
+    parts: list[bytes] = []   # the start of a line cut by the last read
+    line_no: int | None = first_line
+    lines_seen = 0
+    consumed = offset
+    docs: list[bytes] = []
+    n_docs = 0
+    size = 0
+    eof = False
+    while not eof:
+        data = read(_READ)
+        eof = not data
+        if eof:
+            lines = [b"".join(parts)] if parts else []
+            parts = []
+        else:
+            nl = data.rfind(b"\n")
+            if nl < 0:
+                parts.append(data)
+                continue
+            parts.append(data[:nl])
+            lines = b"".join(parts).split(b"\n")
+            parts = [data[nl + 1:]] if nl + 1 < len(data) else []
+        if not lines:
+            continue
+        if line_no is None:
+            try:
+                got = parse_lines(lines, field, where, 0, invalid_utf8)
+            except InputError:  # find the line number, then report with it
+                line_no = _line_of(path, offset, None) + lines_seen
+                got = parse_lines(lines, field, where, line_no, invalid_utf8)
+        else:
+            got = parse_lines(lines, field, where, line_no + lines_seen, invalid_utf8)
+        lines_seen += len(lines)
+        consumed += sum(len(ln) + 1 for ln in lines) - (1 if eof else 0)
+        docs.extend(got)
+        n_docs += len(got)
+        size += sum(len(d) + 1 for d in got)
+        if size >= block_size or (eof and docs):
+            yield DOC_SEP.join(docs), consumed, n_docs
+            docs, size = [], 0
+    if docs:
+        yield DOC_SEP.join(docs), consumed, n_docs
+
+
+# -- parquet -------------------------------------------------------------------------------------
+
+
+def _parquet_file(path: str):
+    pq = _need("pyarrow.parquet", "parquet")
+    try:
+        return pq.ParquetFile(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a file it cannot read
+        raise InputError(f"{path}: not a readable parquet file ({exc})") from None
+
+
+def _parquet_column_type(path: str, field: str | None):
+    pf = _parquet_file(path)
+    schema = pf.schema_arrow
+    if field not in schema.names:
+        names = ", ".join(schema.names[:8]) or "none"
+        raise InputError(f"{path}: no column {field!r} (columns: {names}); see --text-field")
+    pa = _need("pyarrow", "parquet")
+    t = schema.field(field).type
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or str(t) == "string_view"):
+        raise InputError(f"{path}: column {field!r} holds {t}, not strings")
+    return t
+
+
+def _parquet_blocks(unit: Unit, invalid_utf8: str, block_size: int) -> Iterator[bytes]:
+    """Row group ``unit.part``'s documents, in batches of about ``block_size`` bytes."""
+    import numpy as np
+
+    pa = _need("pyarrow", "parquet")
+    pf = _parquet_file(unit.path)
+    where = f"{unit.path}: row group {unit.part}"
+    rg = pf.metadata.row_group(unit.part)
+    col = pf.schema_arrow.get_field_index(unit.text_field)
+    if col < 0:
+        raise InputError(f"{unit.path}: no column {unit.text_field!r}; see --text-field")
+    leaf = [i for i in range(rg.num_columns) if rg.column(i).path_in_schema == unit.text_field]
+    bytes_est = rg.column(leaf[0]).total_uncompressed_size if leaf else rg.total_byte_size
+    rows = max(1, int(block_size * max(rg.num_rows, 1) / max(bytes_est, 1)))
+    row = 0
+    try:
+        batches = pf.iter_batches(batch_size=rows, row_groups=[unit.part], columns=[unit.text_field],
+                                  use_threads=False)
+        for batch in batches:
+            arr = batch.column(0)
+            if pa.types.is_dictionary(arr.type):
+                arr = arr.dictionary_decode()
+            if not pa.types.is_large_string(arr.type):
+                arr = arr.cast(pa.large_string())
+            if arr.null_count:
+                first = next(i for i, v in enumerate(arr.is_null().to_pylist()) if v)
+                raise InputError(f"{where}, row {row + first}: {unit.text_field!r} is null, not a string")
+            try:
+                arr.validate(full=True)  # the strings' UTF-8
+                valid = True
+            except pa.ArrowInvalid:
+                valid = False
+            if not valid:
+                texts = [b.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict")
+                         if invalid_utf8 == "replace" else _strict_cell(b, where, row + i)
+                         for i, b in enumerate(arr.cast(pa.large_binary()).to_pylist())]
+                arr = pa.array(texts, pa.large_string())
+            # Why numpy: the documents are one data buffer and an offsets array; inserting the
+            # separator at each inner offset is one C pass, no Python object per document.
+            offs = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset: arr.offset + len(arr) + 1]
+            data_buf = arr.buffers()[2]
+            data = (np.frombuffer(data_buf, dtype=np.uint8)[offs[0]:offs[-1]] if data_buf is not None
+                    else np.zeros(0, np.uint8))
+            row += len(arr)
+            if len(arr):
+                yield np.insert(data, offs[1:-1] - offs[0], DOC_SEP[0]).tobytes()
+    except InputError:
+        raise
+    except OSError as exc:
+        raise InputError(f"{where}: cannot read ({exc})") from None
+    except pa.ArrowException as exc:
+        raise InputError(f"{where}: cannot read ({exc})") from None
+
+
+def _strict_cell(b: bytes, where: str, row: int) -> str:
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{where}, row {row}: invalid UTF-8 at byte {exc.start}: {exc.reason}; "
+                         "fix the file or pass --invalid-utf8 replace") from None
+
+
+# -- streams -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamPosition:
+    """How much of a stream a block ends at: raw bytes (stdin) or documents, and the SHA-256 of
+    that prefix."""
+
+    bytes: int
+    documents: int
+    sha256: str
+
+
+class Stream:
+    """An input read once, in order: standard input (text or jsonl) or a Python iterable of
+    documents. Its counts are committed as it goes, with the position and the SHA-256 of what
+    was read. A killed stream run resumes when given the same stream again: the part already
+    counted is read, checked against the recorded SHA-256 (a different stream is refused,
+    exit 3) and skipped; counting goes on from there."""
+
+    def __init__(self, name: str, format: str, text_field: str | None,
+                 open_bytes: Callable[[], BinaryIO] | None = None,
+                 documents: Callable[[], Iterable] | None = None):
+        self.name = name
+        self.path = name
+        self.format = format
+        self.compression = "none"
+        self.text_field = text_field
+        self._open_bytes = open_bytes
+        self._documents = documents
+
+    @classmethod
+    def stdin(cls, format: str | None = None, text_field: str = DEFAULT_TEXT_FIELD) -> Stream:
+        format = format or "text"
+        if format == "parquet":
+            raise InputError("parquet cannot be read from standard input (it needs to seek); give the file")
+        if format not in FORMATS:
+            raise InputError(f"unknown input format {format!r}: use one of {', '.join(FORMATS)}")
+        return cls(STDIN, format, text_field if format == "jsonl" else None, open_bytes=lambda: sys.stdin.buffer)
+
+    @classmethod
+    def of_iterable(cls, items: Iterable, text_column: str = DEFAULT_TEXT_FIELD) -> Stream:
+        """Documents from ``items``: strings, mappings with ``text_column`` (rows), or an HF
+        ``datasets.Dataset`` / ``IterableDataset`` (read in batches of its column; duck-typed,
+        so ``datasets`` is not needed)."""
+        if isinstance(items, (str, bytes)):
+            raise InputError("train_from_iterator takes an iterable of documents, not one string")
+
+        def documents() -> Iterator:
+            batched = getattr(items, "iter", None)
+            if callable(batched) and hasattr(items, "column_names"):
+                names = items.column_names
+                if names is not None and text_column not in names:
+                    raise InputError(f"the dataset has no column {text_column!r} (columns: "
+                                     f"{', '.join(names[:8])})")
+                for batch in batched(batch_size=1000):
+                    yield from batch[text_column]
+                return
+            for item in items:
+                if isinstance(item, Mapping):
+                    if text_column not in item:
+                        raise InputError(f"a row of the iterable has no {text_column!r} "
+                                         f"(keys: {', '.join(map(str, list(item)[:8]))})")
+                    yield item[text_column]
+                else:
+                    yield item
+
+        return cls(ITERABLE, "iterable", text_column, documents=documents)
+
+    def source(self) -> Source:
+        """The ``sources`` row of a stream not read yet."""
+        return Source(self.name, 0, 0, hashlib.sha256().hexdigest(), self.format, "none", self.text_field, 0)
+
+    def blocks(self, resume: Source, special_tokens: Sequence[str], pattern: str, invalid_utf8: str,
+               block_size: int) -> Iterator[tuple[bytes, StreamPosition]]:
+        """``(block, position after it)`` for the part of the stream not counted yet; first
+        reads and checks the part that ``resume`` (the store's row) says was counted."""
+        if self._documents is not None:
+            yield from self._iterable_blocks(resume, invalid_utf8, block_size)
+            return
+        sha = hashlib.sha256()
+        f = self._open_bytes()
+        skip = resume.size
+        while skip > 0:  # the counted prefix: read, hash, compare
+            data = f.read(min(skip, _READ))
+            if not data:
+                break
+            sha.update(data)
+            skip -= len(data)
+        if skip > 0 or sha.hexdigest() != resume.sha256:
+            raise ResumeMismatch(
+                f"the stream given is not the one this store was counting: its first {resume.size} bytes "
+                f"differ from those counted ({resume.documents or 0} documents); give the same stream "
+                "again, or --restart to start over")
+        pending = bytearray()   # read, not yet hashed (hashed once a block is cut there)
+        hashed = resume.size
+
+        # read1: what the pipe has (up to n), not a wait until n bytes came
+        read1 = getattr(f, "read1", f.read)
+
+        def read(n: int) -> bytes:
+            data = read1(n)
+            pending.extend(data)
+            return data
+
+        def position(end: int, documents: int) -> StreamPosition:
+            nonlocal hashed
+            sha.update(pending[: end - hashed])
+            del pending[: end - hashed]
+            hashed = end
+            return StreamPosition(end, documents, sha.hexdigest())
+
+        where = "standard input"
+        if self.format == "text":
+            ends: list[int] = []
+            for block in text_blocks(read, special_tokens, pattern, block_size, where, invalid_utf8,
+                                     offset=resume.size, first_line=None, ends=ends):
+                yield block, position(ends.pop(0), 1)
+        else:
+            first = resume.documents or 0
+            for block, end, docs in jsonl_blocks(read, self.text_field, block_size, where, invalid_utf8,
+                                                 first_line=None, offset=resume.size):
+                yield block, position(end, first + docs)
+
+    def _iterable_blocks(self, resume: Source, invalid_utf8: str,
+                         block_size: int) -> Iterator[tuple[bytes, StreamPosition]]:
+        sha = hashlib.sha256()
+        skip = resume.documents or 0
+        n = 0
+        nbytes = 0
+        docs: list[bytes] = []
+        size = 0
+        mismatch = False
+        for doc in self._documents():
+            b = _document_bytes(doc, n + 1, invalid_utf8)
+            n += 1
+            sha.update(len(b).to_bytes(8, "little"))
+            sha.update(b)
+            nbytes += len(b)
+            if n <= skip:
+                if n == skip and sha.hexdigest() != resume.sha256:
+                    mismatch = True
+                    break
+                continue
+            docs.append(b)
+            size += len(b) + 1
+            if size >= block_size:
+                yield DOC_SEP.join(docs), StreamPosition(nbytes, n, sha.hexdigest())
+                docs, size = [], 0
+        if n < skip or mismatch:
+            raise ResumeMismatch(
+                f"the iterable given is not the one this store was counting: its first {skip} documents "
+                "differ from those counted; give the same documents again, or restart=True to start over")
+        if docs:
+            yield DOC_SEP.join(docs), StreamPosition(nbytes, n, sha.hexdigest())
+
+
+def _document_bytes(doc, number: int, invalid_utf8: str) -> bytes:
+    """One document of an iterable as UTF-8: a str, or bytes that must be UTF-8."""
+    if isinstance(doc, str):
+        try:
+            return doc.encode("utf-8")
+        except UnicodeEncodeError:
+            if invalid_utf8 != "replace":
+                raise InputError(f"the iterable: document {number} holds a lone surrogate; pass "
+                                 "invalid_utf8='replace' to decode it as U+FFFD") from None
+            return doc.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+    if isinstance(doc, (bytes, bytearray, memoryview)):
+        b = bytes(doc)
+        try:
+            b.decode("utf-8")
+            return b
+        except UnicodeDecodeError as exc:
+            if invalid_utf8 != "replace":
+                raise InputError(f"the iterable: document {number} is not valid UTF-8 (byte {exc.start}); "
+                                 "pass invalid_utf8='replace'") from None
+            return b.decode("utf-8", "replace").encode("utf-8")
+    raise InputError(f"the iterable: document {number} is {_json_type(doc)}, not a string")

@@ -390,84 +390,97 @@ def count_units_threaded(tasks: Sequence[tuple[int, object]], workers: int, spec
                          pattern: str, invalid_utf8: str,
                          block_size: int) -> Iterator[tuple[int, ChunkCounts | WordCounter, int]]:
     """The native map step over work units ``[(chunk id, Unit)]``, yielding ``(chunk id, counts,
-    pre-tokens)`` per unit in completion order.
+    pre-tokens)`` per unit as units complete.
 
-    Why two pools: reading a unit (decompressing, parsing JSON, reading parquet) is sequential
-    within the unit and partly holds the GIL, while counting a block releases it. Up to
-    ``workers`` units are read at once, each by one reader thread that hands its blocks to
-    ``workers`` counting threads, so one big compressed file still keeps every core counting.
-    A unit's counts are summed apart (a ``WordCounter``) until the unit is whole: only whole
-    units reach the caller, which makes them durable. At most ``2 * workers`` blocks are read
-    and not yet counted, so memory stays bounded. Stopping early (an exception, ``close()``)
-    stops the readers at their next block; no thread outlives the generator.
+    Why readers apart from counters: reading a unit (decompressing, parsing JSON, reading
+    parquet) is sequential within the unit and partly holds the GIL, while counting a block
+    releases it. ``workers`` reader threads each read one unit at a time and hand its blocks to
+    ``workers`` counting threads without waiting for them, so reading the next unit overlaps
+    counting this one, and one big compressed file still keeps every core counting. This thread
+    sums each unit's block counts (a ``WordCounter`` when it has several) and yields a unit only
+    once it is whole: only whole units reach the caller, which makes them durable. A block holds
+    one of ``2 * workers`` slots from being read until its counts are summed, so memory stays
+    bounded. Stopping early (an exception, ``close()``) stops the readers at their next block; no
+    thread outlives the generator.
     """
+    import queue
     import threading
-    from collections import deque
 
     from .inputs import unit_blocks
 
     slots = threading.Semaphore(2 * workers)
     stopping = threading.Event()
+    events: queue.SimpleQueue = queue.SimpleQueue()  # (chunk id, what, value)
 
     def count(block: bytes, specials: list[bytes]) -> ChunkCounts:
         return _native_count_chunk(block, specials)
 
-    def read_unit(task: tuple[int, object]) -> tuple[int, ChunkCounts | WordCounter, int]:
+    def read_unit(task: tuple[int, object]) -> None:
         cid, unit = task
         specials = _block_specials(special_tokens, unit.has_documents)
-        pending: deque[Future] = deque()
-        whole: list = []  # the unit's counts: one ChunkCounts, or a WordCounter summing several
         n = 0
-
-        def absorb(fut: Future) -> None:
-            nonlocal n
-            counts = fut.result()
-            n += counts.total
-            if not whole:
-                whole.append(counts)
-                return
-            if not isinstance(whole[0], WordCounter):
-                first = WordCounter()
-                first.add(whole[0])
-                whole[0] = first
-            whole[0].add(counts)
-
         try:
             for block in unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size):
                 while not slots.acquire(timeout=0.1):
                     if stopping.is_set():
-                        return cid, WordCounter(), 0
+                        return
                 if stopping.is_set():
                     slots.release()
-                    return cid, WordCounter(), 0
+                    return
                 fut = counters.submit(count, block, specials)
-                fut.add_done_callback(lambda _f: slots.release())
-                pending.append(fut)
+                fut.add_done_callback(lambda f, cid=cid: events.put((cid, "block", f)))
+                n += 1
                 del block
-                while pending and pending[0].done():
-                    absorb(pending.popleft())
-            while pending:
-                absorb(pending.popleft())
-        finally:
-            for fut in pending:
-                fut.cancel()
-        return cid, (whole[0] if whole else WordCounter()), n
+            events.put((cid, "read", n))
+        except BaseException as exc:  # noqa: BLE001 - raised by the consumer
+            events.put((cid, "error", exc))
 
-    queue = iter(tasks)
+    class _UnitState:
+        __slots__ = ("counts", "n", "blocks", "read")
+
+        def __init__(self) -> None:
+            self.counts = None
+            self.n = 0
+            self.blocks = 0
+            self.read: int | None = None
+
+    state: dict[int, _UnitState] = {cid: _UnitState() for cid, _ in tasks}
+    left = len(state)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-count") as counters, \
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-read") as readers:
-        running: set[Future] = {readers.submit(read_unit, t) for t in islice(queue, workers + 1)}
+        futures = [readers.submit(read_unit, t) for t in tasks]
         try:
-            while running:
-                finished, running = wait(running, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    nxt = next(queue, None)
-                    if nxt is not None:
-                        running.add(readers.submit(read_unit, nxt))
-                    yield fut.result()
+            while left:
+                cid, what, value = events.get()
+                u = state[cid]
+                if what == "error":
+                    raise value
+                if what == "read":
+                    u.read = value
+                else:
+                    try:
+                        counts = value.result()
+                    finally:
+                        slots.release()
+                    u.n += counts.total
+                    u.blocks += 1
+                    if u.counts is None:
+                        u.counts = counts
+                    else:
+                        if not isinstance(u.counts, WordCounter):
+                            first = WordCounter()
+                            first.add(u.counts)
+                            u.counts = first
+                        u.counts.add(counts)
+                    del counts
+                if u.read is not None and u.blocks == u.read:
+                    left -= 1
+                    result = (cid, u.counts if u.counts is not None else WordCounter(), u.n)
+                    del state[cid]
+                    yield result
         finally:
             stopping.set()
-            for fut in running:
+            for fut in futures:
                 fut.cancel()
 
 

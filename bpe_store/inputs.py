@@ -677,6 +677,9 @@ class Stream:
                     raise InputError(f"the dataset has no column {text_column!r} (columns: "
                                      f"{', '.join(names[:8])})")
                 for batch in batched(batch_size=1000):
+                    if text_column not in batch:  # an IterableDataset may not know its columns
+                        raise InputError(f"the dataset has no column {text_column!r} (columns: "
+                                         f"{', '.join(map(str, list(batch)[:8]))})")
                     yield from batch[text_column]
                 return
             for item in items:
@@ -737,7 +740,8 @@ class Stream:
         if self.format == "text":
             ends: list[int] = []
             for block in text_blocks(read, special_tokens, pattern, block_size, where, invalid_utf8,
-                                     offset=resume.size, first_line=None, ends=ends):
+                                     offset=resume.size, first_line=1 if resume.size == 0 else None,
+                                     ends=ends):
                 yield block, position(ends.pop(0), 1)
         else:
             first = resume.documents or 0

@@ -148,6 +148,13 @@ def test_iterator_rows_and_dataset_equal_the_file_run(tmp_path, reference):
                 yield {"body": docs[i:i + batch_size], "id": list(range(i, i + batch_size))}
 
     same(train_from_iterator(FakeDataset(), tmp_path / "c.db", text_column="body", **PARAMS), expected)
+
+    class FakeIterableDataset(FakeDataset):  # column_names may be None for an IterableDataset
+        column_names = None
+
+    same(train_from_iterator(FakeIterableDataset(), tmp_path / "c2.db", text_column="body", **PARAMS), expected)
+    with pytest.raises(InputError, match="no column 'text'"):
+        train_from_iterator(FakeIterableDataset(), tmp_path / "c3.db", **PARAMS)
     with pytest.raises(InputError, match="no column 'text'"):
         train_from_iterator(FakeDataset(), tmp_path / "d.db", **PARAMS)
     with pytest.raises(InputError, match="document 2 is a number"):

@@ -109,7 +109,7 @@ def test_input_swapped_for_a_fifo_before_counting_is_refused(tmp_path, corpus, d
         os.mkfifo(path)
         return chunks
 
-    monkeypatch.setattr(sys.modules["bpe_store.train"], "plan_chunks", swap)
+    monkeypatch.setattr(count, "plan_chunks", swap)  # inputs.plan_units calls it from count
     _raises(InputError, "FIFO", [corpus], db_path, 300, SPECIAL)
 
 

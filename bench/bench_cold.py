@@ -10,6 +10,8 @@ Times, over ``--repeat`` fresh processes each (best and median, wall and CPU = u
 * ``python -c pass`` (the interpreter alone, for reference)
 
 ``--python`` runs another interpreter command (e.g. a script that puts an older checkout first).
+With ``PYTHONDONTWRITEBYTECODE`` set, every start also compiles the package's sources: run with
+``env -u PYTHONDONTWRITEBYTECODE`` to measure what an installed package (with .pyc files) costs.
 """
 
 from __future__ import annotations

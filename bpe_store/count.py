@@ -375,13 +375,26 @@ def count_block(block: bytes, special_tokens: Sequence[str], pattern: str,
 
 
 def count_unit_task(args: tuple) -> tuple[int, dict[bytes, int], int]:
-    """A whole work unit through ``regex``, for a process pool: ``(chunk id, Unit, specials,
-    pattern, policy, block size)`` -> ``(chunk id, {word: count}, pre-tokens)``."""
+    """A whole work unit counted in this process, for a process pool or another machine (the
+    ``Unit`` is a small picklable description; the worker reads the file itself):
+    ``(chunk id, Unit, specials, pattern, policy, block size)`` -> ``(chunk id, {word: count},
+    pre-tokens)``. Natively for the GPT-2 pattern (blocks summed in a ``WordCounter``), through
+    ``regex`` otherwise; the same counts either way."""
     from .inputs import unit_blocks
 
     cid, unit, special_tokens, pattern, invalid_utf8, block_size = args
+    blocks = unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size)
+    if native_counts(pattern):
+        specials = _block_specials(special_tokens, unit.has_documents)
+        words = WordCounter()
+        n = 0
+        for block in blocks:
+            counts = _native_count_chunk(block, specials)
+            n += counts.total
+            words.add(counts)
+        return cid, dict(words.items()), n
     total: Counter[bytes] = Counter()
-    for block in unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size):
+    for block in blocks:
         total.update(count_block(block, special_tokens, pattern, unit.has_documents))
     return cid, dict(total), sum(total.values())
 

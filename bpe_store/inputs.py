@@ -477,7 +477,10 @@ def parse_lines(lines: list[bytes], field: str, where: str, first_line: int, inv
         try:
             obj = json.loads(raw)
         except ValueError as exc:
-            raise InputError(f"{where}: line {line}: broken JSON ({exc})") from None
+            hint = ("; jsonl holds one JSON object per line, not a JSON array or a pretty-printed "
+                    "document" if line == 1 and raw.lstrip()[:1] in ("[", "{") and raw.strip() in ("[", "{")
+                    else "")
+            raise InputError(f"{where}: line {line}: broken JSON ({exc}){hint}") from None
         docs.append(_encode_doc(_record_text(obj, field, where, line), invalid_utf8, where, line))
     return docs
 

@@ -394,3 +394,45 @@ def test_doc_separator_is_never_in_utf8():
     assert DOC_SEP == b"\xff"
     with pytest.raises(UnicodeDecodeError):
         DOC_SEP.decode("utf-8")
+
+
+def test_a_unit_is_counted_by_any_process_from_its_description(tmp_path, reference, monkeypatch):
+    """What a distributed engine does: pickle a unit, count it elsewhere; the counts equal the
+    threaded native path's, and the regex path's for the same pattern spelled differently."""
+    import pickle
+    from collections import Counter
+
+    from bpe_store.count import count_unit_task, count_units_threaded
+    from bpe_store.inputs import plan_units, scan_input, unit_of
+    from bpe_store.pretokenize import GPT2_PATTERN
+
+    docs, _ = reference
+    path = tmp_path / "in.jsonl.gz"
+    path.write_bytes(gzip.compress(jsonl_bytes(docs)))
+    src = scan_input(file_input(path))
+    units = [(i, unit_of(src, k, a, b, p)) for i, (a, b, k, p) in
+             enumerate(plan_units(src, [EOT], GPT2_PATTERN, 10_000))]
+    threaded = Counter()
+    for _, counts, _ in count_units_threaded(units, 2, [EOT], GPT2_PATTERN, "strict", 10_000):
+        threaded.update(dict(counts.items()) if hasattr(counts, "items") else counts.to_dict())
+    from bpe_store import count
+
+    regex_block = count.count_block
+    for pattern in (GPT2_PATTERN, "(?:" + GPT2_PATTERN + ")"):  # native, then regex
+        if pattern == GPT2_PATTERN:  # the GPT-2 pattern is counted natively, never by `regex`
+            monkeypatch.setattr(count, "count_block", None)
+        else:
+            monkeypatch.setattr(count, "count_block", regex_block)
+        got = Counter()
+        for cid, unit in units:
+            task = pickle.loads(pickle.dumps((cid, unit, [EOT], pattern, "strict", 10_000)))
+            got.update(count_unit_task(task)[1])
+        assert got == threaded
+
+
+def test_a_json_array_file_says_jsonl_is_one_object_per_line(tmp_path):
+    path = tmp_path / "data.json"
+    path.write_text('[\n  {"text": "a"}\n]\n')
+    result = run("train", path, "--db", tmp_path / "run.db", "--vocab-size", 300, "--progress", "none")
+    assert result.exit_code == 2 and "line 1: broken JSON" in result.stderr
+    assert "one JSON object per line" in result.stderr

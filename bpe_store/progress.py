@@ -2,7 +2,8 @@
 
 ``train()`` calls its ``progress`` callable with events such as
 ``{"stage": "merging", "done": 1200, "total": 31744, "merge": ["t", "he", 5121]}``; the stages
-are plan, counting, pairs, merging and checkpoint (see ``bpe_store.train``). A reporter adds
+are plan, counting, pairs, loading (a resume reading the store back), merging, writing (a
+checkpoint is being written: ``words``, ``final``) and checkpoint (see ``bpe_store.train``). A reporter adds
 what a person wants to know (speed, ETA) and shows it:
 
 * ``JsonLines``: one JSON object per event on a stream, always with the keys ``stage``, ``done``,
@@ -147,8 +148,10 @@ def format_bytes(n: float) -> str:
 
 
 def visible(text: str, limit: int = 24) -> str:
-    """A token as a quoted, escaped string, so spaces and newlines can be seen."""
-    r = repr(text)
+    """A token quoted and escaped as every table shows it (``bpe_store.display``), cut to ``limit``."""
+    from .display import quote
+
+    r = quote(text)
     return r if len(r) <= limit else r[: limit - 4] + "...'"
 
 
@@ -168,8 +171,19 @@ def describe(event: Event) -> tuple[str, str, str]:
     return amount, speed, note
 
 
+#: Below this many columns the current merge moves from the bar's line to a line of its own.
+WIDE_COLUMNS = 120
+
+
 class Bars(Reporter):
-    """Rich progress bars on a terminal: one per stage, and a line for the last checkpoint."""
+    """Rich progress bars on a terminal: one line per stage, then a line for what happens now
+    (reading, counting pairs, loading, writing a checkpoint, the last checkpoint).
+
+    Fits the terminal: the bar takes what the text leaves, and below ``WIDE_COLUMNS`` the current
+    merge gets its own line, so every line fits 80 columns. The bottom line belongs to a stage:
+    a stage's bar moving on clears a line left by an earlier stage (no stale "counting pairs"
+    under the merging bar).
+    """
 
     def __init__(self, console: Any = None, clock: Callable[[], float] = time.monotonic):
         super().__init__(clock)
@@ -180,18 +194,31 @@ class Bars(Reporter):
         self._text, self._group = Text, Group
         self.console = console if console is not None else Console(stderr=True)
         self.footer = ""
-        self.progress = Progress(
-            TextColumn("{task.description:<9}"), BarColumn(bar_width=30),
-            TextColumn("{task.fields[amount]}"), TextColumn("{task.fields[speed]}"),
-            TextColumn("ETA {task.fields[eta]}"), TextColumn("{task.fields[note]}"),
-            console=self.console, refresh_per_second=5, get_time=clock)
+        self.footer_phase: str | None = None  # the stage the bottom line is about
+        self.current = ""  # the current merge, on its own line when the terminal is narrow
+        width = self.console.width
+        self.wide = width >= WIDE_COLUMNS
+        # name 9 + amount ~20 + speed ~13 + ETA 11 + separators: the bar gets the rest (10..30)
+        bar = max(10, min(30, width - 62 - (40 if self.wide else 0)))
+        columns = [TextColumn("{task.description:<9}"), BarColumn(bar_width=bar),
+                   TextColumn("{task.fields[amount]}"), TextColumn("{task.fields[speed]}"),
+                   TextColumn("ETA {task.fields[eta]}")]
+        if self.wide:
+            columns.append(TextColumn("{task.fields[note]}"))
+        self.progress = Progress(*columns, console=self.console, refresh_per_second=5, get_time=clock)
         self.progress.get_renderables = self._renderables  # type: ignore[method-assign]
         self.tasks: dict[str, Any] = {}
         self.progress.start()
 
     def _renderables(self):
-        yield self._group(self.progress.make_tasks_table(self.progress.tasks),
-                          self._text(self.footer, style="dim"))
+        lines = [self.progress.make_tasks_table(self.progress.tasks)]
+        if self.current and not self.wide:
+            lines.append(self._text(self.current, no_wrap=True, overflow="ellipsis"))
+        lines.append(self._text(self.footer, style="dim", no_wrap=True, overflow="ellipsis"))
+        yield self._group(*lines)
+
+    def _say(self, text: str, phase: str | None) -> None:
+        self.footer, self.footer_phase = text, phase
 
     def _task(self, stage: str, total: float | None) -> Any:
         if stage not in self.tasks:
@@ -201,21 +228,31 @@ class Bars(Reporter):
 
     def show(self, event: Event) -> None:
         stage = event["stage"]
+        phase = event.get("phase")
         if stage == "plan":
-            self.footer = f"reading {event.get('file', '')}"
+            self._say(f"reading {event.get('file', '')}", "plan")
         elif stage == "pairs":
-            self.footer = "counting pairs of the counted words"
+            self._say("counting pairs of the counted words", "pairs")
+        elif stage == "loading":
+            self._say(f"resuming: loading {event.get('words', 0):,} words and {event.get('done', 0):,} merges "
+                      "from the store, checking its pair counts", "loading")
+        elif stage == "writing":
+            what = "final checkpoint" if event.get("final") else "checkpoint"
+            self._say(f"writing {what} ({event.get('words', 0):,} words)", phase)
         elif stage == "checkpoint":
             at = time.strftime("%H:%M:%S")
-            what = (f"{event.get('done')} merges" if event.get("phase") == "merging"
+            what = (f"{event.get('done')} merges" if phase == "merging"
                     else f"{format_bytes(event.get('done') or 0)} counted")
             write = f", written in {event['write_s']:.2f} s" if event.get("write_s") is not None else ""
-            self.footer = f"checkpoint at {at}: {what}{write}"
+            self._say(f"checkpoint at {at}: {what}{write}", phase)
             if event.get("wal_blocked"):  # see Store._truncate_wal
                 self.footer += (f"; WAL {format_bytes(event.get('wal_bytes') or 0)}: a reader holds an old "
                                 "snapshot, so it cannot be emptied")
         elif stage in UNITS:
+            if self.footer_phase != stage:
+                self._say("", stage)  # a line about an earlier stage is stale now
             amount, speed, note = describe(event)
+            self.current = f"  last merge {note}" if note else ""
             self.progress.update(self._task(stage, event.get("total")), completed=event.get("done") or 0,
                                  total=event.get("total"), amount=amount, speed=speed,
                                  eta=format_duration(event.get("eta_s")), note=note)

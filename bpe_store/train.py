@@ -346,7 +346,7 @@ def train(
         try:
             store.check_plan()
             grow = _same_inputs(store, paths, params)
-            merger = _preflight(store, params, grow, engine)
+            merger = _preflight(store, params, grow, engine, progress)
             if grow:
                 store.set_vocab_size(params.vocab_size)  # continue to a larger vocabulary
         except BaseException:
@@ -405,7 +405,8 @@ def _open_for_training(db: Path, paths: Sequence[FileInput | Stream], invalid_ut
     return None
 
 
-def _preflight(store: Store, params: RunParams, grow: bool, engine: str) -> Engine | None:
+def _preflight(store: Store, params: RunParams, grow: bool, engine: str,
+               progress: Progress | None = None) -> Engine | None:
     """Check a store about to be resumed, writing nothing; the merge engine when merging will
     need it (built now, since building it is what checks words and pair counts)."""
     run = store.run_row()
@@ -416,6 +417,10 @@ def _preflight(store: Store, params: RunParams, grow: bool, engine: str) -> Engi
                              "start over with --restart")
         return None
     if run["phase"] == "merging" or grow:
+        # a resume reads the words back and checks them: say so, it can take seconds
+        _emit(progress, stage="loading", phase="merging", total=params.num_merges,
+              done=store.sql("SELECT count(*) FROM merges").scalar(),
+              words=store.sql("SELECT count(*) FROM words").scalar())
         return _load_engine(store, params, engine)
     return None
 
@@ -490,12 +495,15 @@ def _count_units(store: Store, params: RunParams, sources: Sequence[Source], tod
             done += size_of[cid]
             _emit(progress, stage="counting", done=done, total=total)
             if time.monotonic() - last_flush >= flush_seconds or (stop is not None and stop.is_set()):
+                _emit(progress, stage="writing", phase="counting", done=done, total=total, words=len(delta),
+                      final=False)
                 store.add_word_counts(delta, marks, elapsed())
                 delta, marks, last_flush = new_word_counts(native), [], time.monotonic()
                 _emit(progress, stage="checkpoint", phase="counting", done=done, total=total)
                 if stop is not None and stop.is_set():
                     raise Interrupted(f"stopped while counting; {store.path} keeps the counted chunks")
         if marks:
+            _emit(progress, stage="writing", phase="counting", done=done, total=total, words=len(delta), final=True)
             store.add_word_counts(delta, marks, elapsed())
             _emit(progress, stage="checkpoint", phase="counting", done=done, total=total)
     finally:
@@ -696,6 +704,8 @@ def _merge(store: Store, params: RunParams, batch: int | None, seconds: float, e
             reason = None
         word_rows, deletes, inserts, updates = merger.take_checkpoint_rows()
         first = merger.first_merge_id
+        _emit(progress, stage="writing", phase="merging", done=merger.next_rank, total=target,
+              words=len(word_rows), final=reason is not None)
         write_s = store.write_merge_rows(
             [(m.rank, m.left, m.right, m.token, m.count) for m in merges],
             [(first + m.rank, tb[m.left] + tb[m.right]) for m in merges],

@@ -1,8 +1,9 @@
 """The ``bpe-store`` command line: a Typer app (also ``python -m bpe_store`` and ``python cli.py``).
 
 Commands: ``train`` (resumable; progress bars or JSON lines; Ctrl-C saves a checkpoint),
-``status``, ``sql``, ``show``, ``why`` (read-only inspection, safe while a run trains), and
-``db upgrade`` (schema migrations); ``encode``/``export`` come from ``cli_tokenize``.
+``status``, ``sql`` (rows streamed), ``show``, ``why`` (read-only inspection, safe while a run
+trains), ``report`` (an HTML page, ``bpe_store.report``) and ``db upgrade`` (schema migrations);
+``encode``/``export`` come from ``cli_tokenize``. Help reads like other Unix tools' (``_Command``).
 
 Errors a user can make are one line on stderr and a documented exit code (see
 ``bpe_store.errors``); ``--verbose`` adds the traceback.

@@ -455,7 +455,7 @@ def resume_command(ctx: typer.Context) -> str:
 
 def _saved_summary(db: Path) -> str:
     """What a stopped run's store holds, in one line."""
-    from .inspect import status
+    from .inspection import status
     from .progress import format_bytes
 
     try:
@@ -639,7 +639,7 @@ def status(
     \b
     Example: bpe-store status run.db --json
     """
-    from .inspect import status as read_status
+    from .inspection import status as read_status
 
     _set_verbose(ctx, verbose)
     st = read_status(db)
@@ -673,7 +673,7 @@ def sql(
     \b
     Example: bpe-store sql run.db "SELECT * FROM merge_log LIMIT 10" --format csv
     """
-    from .inspect import query as run_query
+    from .inspection import query as run_query
 
     _set_verbose(ctx, verbose)
     if limit is not None and limit < 0:
@@ -717,7 +717,7 @@ def show(
     \b
     Example: bpe-store show run.db merges --limit 10
     """
-    from .inspect import show as read_show
+    from .inspection import show as read_show
 
     _set_verbose(ctx, verbose)
     columns, rows = read_show(db, what.value, limit, offset)
@@ -753,7 +753,7 @@ def why(
     \b
     Example: bpe-store why run.db ' the'
     """
-    from .inspect import why as explain
+    from .inspection import why as explain
 
     _set_verbose(ctx, verbose)
     if by_id:

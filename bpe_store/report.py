@@ -169,7 +169,7 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
     """Everything the page shows, as plain data (also the ``--json`` output)."""
     import numpy as np
 
-    from .inspect import reading, status
+    from .inspection import reading, status
     from .store import unpack_tokens
     from .tokenizer import Tokenizer
 

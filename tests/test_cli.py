@@ -113,7 +113,7 @@ def test_verbose_shows_the_traceback(tmp_path):
 
 
 def test_an_unexpected_error_is_one_line_and_exit_1(tmp_path, monkeypatch):
-    import bpe_store.inspect as inspect_mod
+    import bpe_store.inspection as inspect_mod
 
     def boom(*_a, **_k):
         raise RuntimeError("something broke")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bpe_store import inspect, migrate
+from bpe_store import inspection, migrate
 from bpe_store.errors import StoreError
 from bpe_store.store import Store
 from bpe_store.train import Interrupted, read_result, train
@@ -314,8 +314,8 @@ def test_readers_see_consistent_snapshots_while_a_run_writes(tmp_path):
                 time.sleep(0.01)
                 continue
             try:
-                _, rows = inspect.sql(db, CONSISTENCY)
-                st = inspect.status(db) if rows[0][4] is not None else None
+                _, rows = inspection.sql(db, CONSISTENCY)
+                st = inspection.status(db) if rows[0][4] is not None else None
             except StoreError:
                 if seen_any:
                     raise

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from bpe_store import Store, StoreError, Tokenizer, inspect, train
+from bpe_store import Store, StoreError, Tokenizer, inspection, train
 from bpe_store.train import Interrupted
 from cli_helpers import SPECIAL, cli_cmd, env, run
 from conftest import ROOT, shared_file
@@ -57,10 +57,10 @@ def test_any_file_name_opens_that_file(tmp_path, trained, name):
     shutil.copy(trained, db)
     # a decoy where the unescaped URI of the old code pointed (`run#1.db` read `run`)
     before = sorted(os.listdir(tmp_path))
-    st = inspect.status(db)
+    st = inspection.status(db)
     assert st["merges_done"] == VOCAB - 257 and st["path"] == str(db)
-    assert inspect.sql(db, "SELECT count(*) FROM merges")[1] == [(VOCAB - 257,)]
-    assert inspect.show(db, "merges", 1)[1]
+    assert inspection.sql(db, "SELECT count(*) FROM merges")[1] == [(VOCAB - 257,)]
+    assert inspection.show(db, "merges", 1)[1]
     assert len(Tokenizer.from_store(db).encode("hello world")) > 0
     for args in (["status", db], ["show", db, "vocab", "-n", "1"], ["sql", db, "SELECT 1"]):
         r = run(*args)
@@ -278,7 +278,7 @@ def test_a_reader_keeps_the_wal_and_releasing_it_lets_it_shrink(tmp_path):
     assert events and all(e["wal_blocked"] for e in events)
     blocked_size = events[-1]["wal_bytes"]
     assert blocked_size > 0
-    st = inspect.status(db)
+    st = inspection.status(db)
     assert st["wal_blocked"] and st["wal_bytes"] >= blocked_size and st["wal_note"]
     assert "reader holds an old snapshot" in run("status", db).stdout
     assert reader.execute("SELECT count(*) FROM merges").fetchone()[0] == held
@@ -291,7 +291,7 @@ def test_a_reader_keeps_the_wal_and_releasing_it_lets_it_shrink(tmp_path):
     assert not events[-1]["wal_blocked"] and events[-1]["wal_bytes"] == 0
     wal = Path(f"{db}-wal")
     assert not wal.exists() or wal.stat().st_size < blocked_size
-    assert not inspect.status(db)["wal_blocked"]
+    assert not inspection.status(db)["wal_blocked"]
 
 
 def test_the_wal_is_bounded(tmp_path, trained):

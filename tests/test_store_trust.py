@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bpe_store import ResumeMismatch, Store, StoreError, Tokenizer, inspect, train
+from bpe_store import ResumeMismatch, Store, StoreError, Tokenizer, inspection, train
 from cli_helpers import SPECIAL, cli_cmd, env, run
 from conftest import shared_file
 
@@ -96,7 +96,7 @@ def test_schema_code_is_never_trusted(pristine):
 
 def test_analyze_statistics_are_allowed(tmp_path, pristine):
     db = tampered(tmp_path, pristine, "ANALYZE")
-    assert inspect.status(db)["merges_done"] == VOCAB - 257
+    assert inspection.status(db)["merges_done"] == VOCAB - 257
 
 
 # -- the run row and other contents ----------------------------------------------------------------
@@ -231,7 +231,7 @@ def test_a_long_query_stops_at_its_time_limit(pristine):
     forever = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
     t0 = time.monotonic()
     with pytest.raises(StoreError, match="longer than 0.5 s"):
-        with inspect.query(pristine, forever, timeout=0.5) as (_, rows):
+        with inspection.query(pristine, forever, timeout=0.5) as (_, rows):
             list(rows)
     with pytest.raises(StoreError, match="longer than 0.2 s"):
         inspect.sql(pristine, forever, timeout=0.2)

@@ -234,9 +234,9 @@ def test_a_long_query_stops_at_its_time_limit(pristine):
         with inspection.query(pristine, forever, timeout=0.5) as (_, rows):
             list(rows)
     with pytest.raises(StoreError, match="longer than 0.2 s"):
-        inspect.sql(pristine, forever, timeout=0.2)
+        inspection.sql(pristine, forever, timeout=0.2)
     assert time.monotonic() - t0 < 10
-    assert inspect.sql(pristine, "SELECT 1", timeout=5) == (["1"], [(1,)])  # the limit ends with the call
+    assert inspection.sql(pristine, "SELECT 1", timeout=5) == (["1"], [(1,)])  # the limit ends with the call
 
 
 def test_ctrl_c_stops_a_long_query(pristine):

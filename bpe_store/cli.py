@@ -509,6 +509,11 @@ def train(
     restart: bool = typer.Option(False, "--restart", help="Discard the store's progress and start over."),
     engine: EngineName = typer.Option(EngineName.auto, "--engine",
                                       help="Merge engine: native (C++), python, or auto (native when built)."),
+    min_frequency: int = typer.Option(
+        1, "--min-frequency", metavar="N", help="Words counted fewer times take part in no merge (1: every word counts)."),
+    max_token_length: Optional[int] = typer.Option(
+        None, "--max-token-length", metavar="N",
+        help="No merge makes a token longer than N bytes (default: no limit)."),
     progress: ProgressMode = typer.Option(ProgressMode.auto, "--progress",
                                           help="auto: bars on a terminal, else JSON lines on stderr."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
@@ -545,7 +550,8 @@ def train(
                                chunk_size=chunk_size, checkpoint_merges=checkpoint_merges,
                                checkpoint_seconds=checkpoint_seconds, invalid_utf8=invalid_utf8.value,
                                restart=restart, progress=stopper.watch(reporter), stop=stopper.event,
-                               engine=engine.value, format=fmt, text_field=text_field)
+                               engine=engine.value, format=fmt, text_field=text_field,
+                               min_frequency=min_frequency, max_token_length=max_token_length)
     except (Interrupted, KeyboardInterrupt) as exc:
         stopper.note_stopping()
         reporter.close()
@@ -600,8 +606,11 @@ def _status_lines(st: dict) -> Iterator[str]:
     yield f"inputs       {len(st['inputs'])} file(s), {format_bytes(sum(i['size'] for i in st['inputs']))}"
     for i in st["inputs"]:
         yield f"  {i['path']}  {format_bytes(i['size'])}  sha256 {i['sha256'][:12]}  {i['state']}"
-    pattern = "GPT-2's" if st["pattern_is_gpt2"] else repr(st["pattern"])
-    yield f"parameters   specials {st['special_tokens']}, invalid UTF-8 {st['invalid_utf8']}, pattern {pattern}"
+    options = "".join(f", {name} {st[key]}" for name, key in (("min frequency", "min_frequency"),
+                                                                 ("max token length", "max_token_length"))
+                      if st[key] not in (None, 1))
+    yield (f"parameters   specials {st['special_tokens']}, invalid UTF-8 {st['invalid_utf8']}, "
+           f"pattern {st['pattern_name']}{options}")
     if st["sessions"]:
         yield f"sessions     {len(st['sessions'])} most recent:"
         for s in st["sessions"]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from . import migrate
 from .errors import InputError, StoreError
-from .pretokenize import GPT2_PATTERN
+from .pretokenize import GPT2_PATTERN, describe_pattern
 from .store import Store, unpack_tokens, wal_state
 
 #: ``show`` tables: what each lists, in which order (ties broken as the trainer breaks them).
@@ -192,6 +192,9 @@ def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
             "phase": run["phase"], "stop_reason": run["stop_reason"],
             "vocab_size": run["vocab_size"], "special_tokens": specials, "pattern": run["pattern"],
             "pattern_is_gpt2": run["pattern"] == GPT2_PATTERN,
+            "pattern_name": describe_pattern(run["pattern"]),
+            # run.get: a store older than v0_3_0_trainer_options has neither column (the defaults)
+            "min_frequency": run.get("min_frequency", 1), "max_token_length": run.get("max_token_length"),
             "invalid_utf8": run["invalid_utf8"], "inputs": _inputs(store), "counting": counting,
             "merges_done": merges_done, "merges_target": target,
             "words": store.sql("SELECT count(*) FROM words").scalar(),

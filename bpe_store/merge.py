@@ -12,6 +12,15 @@ State, rebuilt from the store on resume:
 
 Tokens are identified by bytes: a merge whose bytes already have a token reuses that id.
 
+Two trainer options (``reference.train_from_counts`` is their spec):
+
+* ``min_frequency``: words counted fewer times are left out of the engine (the store keeps them
+  and their counts; their tokens stay single bytes); every pair count is then at least that;
+* ``max_token_length``: a pair whose two tokens together spell more bytes is never counted: it
+  has no entry in ``pairs``, ``where``, the heap or the store's ``pair_counts``, so it can never
+  be chosen and never blocks the heap. Token bytes never change, so a pair is always too long or
+  never.
+
 Two engines share one interface (``Engine``): ``MergeEngine`` here, pure Python, the portable
 fallback and the readable spec; and ``NativeMergeEngine``, a thin wrapper over the C++
 ``_core.MergeEngine`` (native/merge_engine.cpp), which must give identical merges. ``new_engine``
@@ -24,7 +33,7 @@ import array
 import gc
 import heapq
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -138,12 +147,19 @@ class MergeEngine:
 
     @classmethod
     def from_rows(cls, rows: Sequence[WordRow], token_bytes: Sequence[bytes | None], n_specials: int,
-                  first_merge_id: int, next_rank: int) -> MergeEngine:
-        """Build from the store's word rows and ``token_bytes[id]`` (None for special tokens)."""
+                  first_merge_id: int, next_rank: int, min_frequency: int = 1,
+                  max_token_length: int | None = None) -> MergeEngine:
+        """Build from the store's word rows and ``token_bytes[id]`` (None for special tokens).
+        Rows counted fewer than ``min_frequency`` times are left out (``bad_word`` still indexes
+        ``rows``)."""
         tb = {i: b for i, b in enumerate(token_bytes) if b is not None}
         words: list[list[int]] = []
+        kept: list[WordRow] = []
         bad = -1
         for i, row in enumerate(rows):
+            if row[2] < min_frequency:
+                continue
+            kept.append(row)
             wbytes = row[1]
             blob = row[3] if len(row) > 3 else None  # (id, bytes, count): still single bytes
             try:
@@ -156,13 +172,13 @@ class MergeEngine:
                 if bad < 0:
                     bad = i
             words.append(toks)
-        engine = cls(words, [r[2] for r in rows], tb, first_merge_id, next_rank)
-        engine.word_ids = [r[0] for r in rows]
+        engine = cls(words, [r[2] for r in kept], tb, first_merge_id, next_rank, max_token_length)
+        engine.word_ids = [r[0] for r in kept]
         engine.bad_word = bad
         return engine
 
     def __init__(self, words: list[list[int]], counts: list[int], token_bytes: dict[int, bytes],
-                 first_merge_id: int, next_rank: int = 0):
+                 first_merge_id: int, next_rank: int = 0, max_token_length: int | None = None):
         #: store id of each word (for checkpoint rows); the word index unless built from rows
         self.word_ids: list[int] = list(range(len(words)))
         self.bad_word = -1
@@ -174,11 +190,13 @@ class MergeEngine:
             self.id_of.setdefault(token_bytes[i], i)
         self.first_merge_id = first_merge_id
         self.next_rank = next_rank
+        #: the longest token a merge may make, in bytes; None: no limit
+        self.max_token_length = max_token_length
         self.pairs: dict[Pair, int] = {}
         self.where: dict[Pair, set[int]] = {}
         for w, toks in enumerate(words):
             c = counts[w]
-            for p in zip(toks, toks[1:]):
+            for p in self._pairs_of(toks):
                 self.pairs[p] = self.pairs.get(p, 0) + c
                 s = self.where.get(p)
                 if s is None:
@@ -194,6 +212,15 @@ class MergeEngine:
         self._stored: dict[Pair, int] = dict(self.pairs)
         #: True once no pair is left to merge
         self.exhausted = False
+
+    def _pairs_of(self, toks: list[int]) -> Iterator[Pair]:
+        """The adjacent pairs of ``toks`` that may be merged (all of them without a length limit)."""
+        pairs = zip(toks, toks[1:])
+        limit = self.max_token_length
+        if limit is None:
+            return pairs
+        tb = self.token_bytes
+        return (p for p in pairs if len(tb[p[0]]) + len(tb[p[1]]) <= limit)
 
     def _pop_best(self) -> tuple[Pair, int] | None:
         heap, pairs = self.heap, self.pairs
@@ -231,8 +258,8 @@ class MergeEngine:
             toks = self.words[w]
             new = merge_pair(toks, a, b, t)
             c = self.counts[w]
-            old_pairs = Counter(zip(toks, toks[1:]))
-            new_pairs = Counter(zip(new, new[1:]))
+            old_pairs = Counter(self._pairs_of(toks))
+            new_pairs = Counter(self._pairs_of(new))
             for p, k in old_pairs.items():
                 nk = new_pairs.get(p, 0)
                 if nk < k:
@@ -315,7 +342,8 @@ class NativeMergeEngine:
     """
 
     def __init__(self, rows: list[WordRow], token_bytes: Sequence[bytes | None], n_specials: int,
-                 first_merge_id: int, next_rank: int):
+                 first_merge_id: int, next_rank: int, min_frequency: int = 1,
+                 max_token_length: int | None = None):
         from . import _core
 
         if not isinstance(rows, list):
@@ -323,7 +351,8 @@ class NativeMergeEngine:
         # sqlite3 returns tuples; other row types (SQLAlchemy Row) are converted once here
         if rows and type(rows[0]) is not tuple:
             rows = [tuple(r) for r in rows]
-        self._e = _core.MergeEngine(rows, list(token_bytes), n_specials, first_merge_id, next_rank)
+        self._e = _core.MergeEngine(rows, list(token_bytes), n_specials, first_merge_id, next_rank,
+                                    min_frequency, max_token_length or 0)
         self.token_bytes: dict[int, bytes] = {i: b for i, b in enumerate(token_bytes) if b is not None}
         self.bad_word: int = self._e.bad_word
 
@@ -377,13 +406,17 @@ def native_available() -> bool:
 
 
 def new_engine(rows: list[WordRow], token_bytes: Sequence[bytes | None], n_specials: int,
-               first_merge_id: int, next_rank: int, engine: str = "auto") -> Engine:
+               first_merge_id: int, next_rank: int, engine: str = "auto", *, min_frequency: int = 1,
+               max_token_length: int | None = None) -> Engine:
     """A merge engine over the store's word rows (in id order); ``engine`` is one of ``ENGINES``:
-    "native" requires the C++ core, "python" forces the fallback, "auto" prefers native."""
+    "native" requires the C++ core, "python" forces the fallback, "auto" prefers native.
+    ``min_frequency`` and ``max_token_length``: see the module doc."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if engine == "native" or (engine == "auto" and native_available()):
         if not native_available():
             raise RuntimeError("the native merge engine is not built here (use engine='python')")
-        return NativeMergeEngine(rows, token_bytes, n_specials, first_merge_id, next_rank)
-    return MergeEngine.from_rows(rows, token_bytes, n_specials, first_merge_id, next_rank)
+        return NativeMergeEngine(rows, token_bytes, n_specials, first_merge_id, next_rank, min_frequency,
+                                 max_token_length)
+    return MergeEngine.from_rows(rows, token_bytes, n_specials, first_merge_id, next_rank, min_frequency,
+                                 max_token_length)

@@ -11,6 +11,14 @@ DESIGN.md (section Semantics):
    ``(bytes_left, bytes_right)``; merge it left to right, without overlap, in every word;
 4. stop at the vocabulary size or when no pair is left.
 
+Two options, off by default (then the above is exactly CS336's):
+
+* ``min_frequency`` N: a word counted fewer than N times is left out of step 3 altogether (it
+  takes part in no pair), so every pair counted, and every merge, has a count of at least N;
+* ``max_token_length`` N: a pair whose two tokens together spell more than N bytes is not
+  counted in step 3, so no merge ever makes a token longer than N bytes (specials and the 256
+  bytes are not merges and are not limited).
+
 Tokens are identified by their bytes, so two merges that spell the same bytes make one token.
 """
 
@@ -43,18 +51,21 @@ def merge_word(word: tuple[bytes, ...], pair: Pair) -> tuple[bytes, ...]:
 
 
 def train_from_counts(
-    word_counts: dict[bytes, int], num_merges: int
+    word_counts: dict[bytes, int], num_merges: int, min_frequency: int = 1,
+    max_token_length: int | None = None,
 ) -> list[tuple[bytes, bytes, int]]:
     """The merges learned from ``{word bytes: count}``: ``[(left, right, count at merge)]``."""
     words: dict[tuple[bytes, ...], int] = Counter()
     for w, c in word_counts.items():
-        words[tuple(bytes([b]) for b in w)] += c
+        if c >= min_frequency:  # rarer words take part in no pair
+            words[tuple(bytes([b]) for b in w)] += c
     merges: list[tuple[bytes, bytes, int]] = []
     while len(merges) < num_merges:
         pairs: Counter[Pair] = Counter()
         for w, c in words.items():
             for i in range(len(w) - 1):
-                pairs[(w[i], w[i + 1])] += c
+                if max_token_length is None or len(w[i]) + len(w[i + 1]) <= max_token_length:
+                    pairs[(w[i], w[i + 1])] += c
         if not pairs:
             break
         best = max(pairs, key=lambda p: (pairs[p], p))
@@ -71,6 +82,8 @@ def reference_train_bpe(
     vocab_size: int,
     special_tokens: Sequence[str] = (),
     pattern: str = GPT2_PATTERN,
+    min_frequency: int = 1,
+    max_token_length: int | None = None,
 ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """CS336 ``train_bpe`` on a string: ``(vocab {id: bytes}, merges [(left, right)])``.
 
@@ -80,7 +93,8 @@ def reference_train_bpe(
     pattern = resolve_pattern(pattern)
     specials = list(dict.fromkeys(special_tokens))
     num_merges = vocab_size - 256 - len(specials)
-    merges = train_from_counts(count_words(text, specials, pattern), max(num_merges, 0))
+    merges = train_from_counts(count_words(text, specials, pattern), max(num_merges, 0), min_frequency,
+                               max_token_length)
     vocab: dict[int, bytes] = {}
     for s in specials:
         vocab[len(vocab)] = s.encode("utf-8")

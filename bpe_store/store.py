@@ -85,6 +85,10 @@ class RunParams:
     special_tokens: tuple[str, ...]
     vocab_size: int
     invalid_utf8: str = "strict"
+    #: words counted fewer times take part in no pair (1: every word, CS336's semantics)
+    min_frequency: int = 1
+    #: no merge makes a token longer than this many bytes (None: no limit)
+    max_token_length: int | None = None
 
     @property
     def num_merges(self) -> int:
@@ -613,10 +617,11 @@ class Store:
         t = now()
         with self.transaction():
             self.sql("INSERT INTO run (id, pattern, special_tokens, vocab_size, invalid_utf8, phase,"
-                     " chunk_size, created_at, updated_at, bpe_store_version)"
-                     " VALUES (1, ?, ?, ?, ?, 'counting', ?, ?, ?, ?)",
+                     " chunk_size, created_at, updated_at, bpe_store_version, min_frequency, max_token_length)"
+                     " VALUES (1, ?, ?, ?, ?, 'counting', ?, ?, ?, ?, ?, ?)",
                      (params.pattern, json.dumps(list(params.special_tokens)), params.vocab_size,
-                      params.invalid_utf8, chunk_size, t, t, version))
+                      params.invalid_utf8, chunk_size, t, t, version, params.min_frequency,
+                      params.max_token_length))
             self.executemany("INSERT INTO sources (id, path, size, mtime_ns, sha256, format, compression,"
                              " text_field, documents) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                              [(i, s.path, s.size, s.mtime_ns, s.sha256, s.format, s.compression, s.text_field,
@@ -644,7 +649,7 @@ class Store:
     def params(self) -> RunParams:
         r = self.run_row()
         return RunParams(r["pattern"], tuple(json.loads(r["special_tokens"])), r["vocab_size"],
-                         r["invalid_utf8"])
+                         r["invalid_utf8"], r["min_frequency"], r["max_token_length"])
 
     def sources(self) -> list[Source]:
         return [Source(*r) for r in self.sql("SELECT path, size, mtime_ns, sha256, format, compression,"
@@ -1092,6 +1097,12 @@ def check_run(p: Path, row: dict[str, Any]) -> None:
         raise StoreError(f"{where} (stop_reason {row['stop_reason']!r})")
     if row["invalid_utf8"] not in ("strict", "replace"):
         raise StoreError(f"{where} (invalid_utf8 {row['invalid_utf8']!r})")
+    # the trainer options (absent before v0_3_0_trainer_options, which status still reads)
+    if "min_frequency" in row and not (_is_int(row["min_frequency"]) and 1 <= row["min_frequency"] < 1 << 63):
+        raise StoreError(f"{where} (min_frequency {row['min_frequency']!r})")
+    if row.get("max_token_length") is not None and not (
+            _is_int(row["max_token_length"]) and 2 <= row["max_token_length"] <= 1 << 32):
+        raise StoreError(f"{where} (max_token_length {row['max_token_length']!r})")
     if not isinstance(row["pattern"], str):
         raise StoreError(f"{where} (pattern is not text)")
     check_pattern(row["pattern"], str(p))

@@ -15,6 +15,7 @@ Running the same command again resumes from the last transaction. The stage name
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import json
@@ -156,6 +157,16 @@ def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, i
     return RunParams(pattern, tuple(specials), vocab_size, invalid_utf8)
 
 
+def check_trainer_options(min_frequency: int, max_token_length: int | None) -> dict:
+    """Validate ``min_frequency`` and ``max_token_length`` (see ``train``); raise InputError
+    naming the bad one. Returns them as ``RunParams`` fields."""
+    _positive_int("min_frequency", min_frequency, (1 << 63) - 1)  # word counts are 64-bit
+    if max_token_length is not None and _positive_int("max_token_length", max_token_length, 1 << 32) < 2:
+        raise InputError("max_token_length must be at least 2 (a merge joins two tokens of at least one "
+                         "byte each), or None for no limit, not 1")
+    return {"min_frequency": min_frequency, "max_token_length": max_token_length}
+
+
 def _emit(progress: Progress | None, **event) -> None:
     if progress is not None:
         progress(event)
@@ -173,6 +184,9 @@ def _same_inputs(store: Store, paths: Sequence[FileInput | Stream], params: RunP
         diffs.append(f"special tokens {list(old.special_tokens)} -> {list(params.special_tokens)}")
     if old.invalid_utf8 != params.invalid_utf8:
         diffs.append(f"invalid UTF-8 policy {old.invalid_utf8} -> {params.invalid_utf8}")
+    for option in ("min_frequency", "max_token_length"):
+        if getattr(old, option) != getattr(params, option):
+            diffs.append(f"{option} {getattr(old, option)} -> {getattr(params, option)}")
     sources = store.sources()
     given = [p.name if isinstance(p, Stream) else str(p.path.resolve()) for p in paths]
     if [s.path for s in sources] != given:
@@ -260,6 +274,8 @@ def train(
     durable: bool = True,
     format: str | None = None,
     text_field: str = DEFAULT_TEXT_FIELD,
+    min_frequency: int = 1,
+    max_token_length: int | None = None,
 ) -> TrainResult:
     """Train (or resume training) a byte-level BPE into the store ``db``; see the module doc.
 
@@ -292,6 +308,10 @@ def train(
             temporary one), where they cost more than the training on a busy disk.
         format: how to read the input files: "text", "jsonl" or "parquet" (default: by extension).
         text_field: the jsonl field / parquet column holding each document's text.
+        min_frequency: words counted fewer times take part in no pair (they stay in the store's
+            ``words`` with their counts); 1, the default, is CS336's semantics.
+        max_token_length: no merge makes a token longer than this many bytes (None: no limit);
+            a pair too long is never counted, so it is never chosen.
 
     Returns:
         A ``TrainResult``: ``vocab`` (id -> bytes), ``merges`` (pairs of bytes in merge order),
@@ -314,6 +334,7 @@ def train(
     if len(paths) > 1 and any(isinstance(p, Stream) for p in paths):
         raise InputError("a stream (standard input '-' or an iterable) must be the only input")
     params = check_params(vocab_size, special_tokens, pattern, invalid_utf8)
+    params = dataclasses.replace(params, **check_trainer_options(min_frequency, max_token_length))
     workers = check_run_options(workers, chunk_size, checkpoint_merges, checkpoint_seconds, count_flush_seconds)
     if engine not in ENGINES:
         raise InputError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
@@ -599,7 +620,8 @@ def _start_merging(store: Store, params: RunParams, elapsed: Callable[[], float]
     if rows is None:
         rows = store.load_word_rows()
     try:
-        merger = new_engine(rows, _byte_vocab(n), n, n + 256, 0, engine)
+        merger = new_engine(rows, _byte_vocab(n), n, n + 256, 0, engine, min_frequency=params.min_frequency,
+                            max_token_length=params.max_token_length)
     except (TypeError, ValueError, OverflowError) as exc:  # a count or blob of the wrong type or sign
         raise StoreError(f"{store.path}: the store's words are damaged ({exc}); start over with --restart") from None
     del rows  # the engine holds its own copy; free ~1M tuples before the pair rows are made
@@ -645,7 +667,8 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
     token_bytes = [b if kind != "special" else None for _, b, kind in vocab]
     rows = store.load_word_rows()
     try:
-        merger = new_engine(rows, token_bytes, n_special, first, len(merges), engine)
+        merger = new_engine(rows, token_bytes, n_special, first, len(merges), engine,
+                            min_frequency=params.min_frequency, max_token_length=params.max_token_length)
     except (TypeError, ValueError, OverflowError) as exc:  # a count or blob of the wrong type or sign
         raise StoreError(f"{store.path}: the store's words are damaged ({exc}); start over with --restart") from None
     if merger.bad_word >= 0:

@@ -6,6 +6,9 @@
 // the pair with the highest count wins, ties to the lexicographically greater
 // (bytes_left, bytes_right) compared as a pair of byte strings; tokens are identified by their
 // bytes (a merge spelling bytes that already have an id reuses the lowest such id).
+// Two trainer options (bpe_store/reference.py is their spec): words counted fewer than
+// `min_count` times are left out (not loaded: they take part in no pair), and with
+// `max_token_length` a pair whose two tokens together spell more bytes is never counted at all.
 //
 // Performance notes (why the code looks the way it does):
 // * Words live in ONE flat uint32 array (offset + current length per word). Merging only ever
@@ -26,6 +29,10 @@
 //   visit reads together), hash cells holding key and value side by side, and the records and
 //   tokens of upcoming words prefetched while the current one is merged. This took the merge
 //   loop on enwiki-100M -> 32K from 1.4 to 1.0 CPU s (bench/RESULTS-merge.md).
+// * max_token_length filters pairs where they would enter the table (build_pairs, and the new
+//   pairs of a merge), so a pair too long has no slot, no heap entry and no store row: it can
+//   never surface at the top of the heap and cost a pop. Without a limit the check is one
+//   predictable branch.
 // * step() runs with the GIL released; only building the returned Python objects holds it.
 // * Checkpoint rows are produced here directly as the tuples sqlite3's executemany binds, sorted
 //   by key for B-tree locality, and pairs whose count is back to what the store holds are
@@ -206,9 +213,13 @@ class MergeEngine {
   public:
     // rows: [(word id, word bytes, count, token blob or None)] as the store returns them;
     // token_bytes[id]: the bytes of vocab id `id`, None for special tokens (never in words).
-    MergeEngine(nb::list rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank)
-        : first_merge_id_(first_merge_id), next_rank_(next_rank) {
+    // min_count: rows whose count is below it are skipped; max_token_length: 0 = no limit.
+    MergeEngine(nb::list rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,
+                i64 min_count, u64 max_token_length)
+        : first_merge_id_(first_merge_id), next_rank_(next_rank), min_count_(min_count),
+          max_len_(max_token_length) {
         if (next_rank < 0) throw nb::value_error("next_rank must be >= 0");
+        if (min_count < 1) throw nb::value_error("min_count must be >= 1");
         load_vocab(token_bytes);
         load_words(rows, n_specials);
         build_pairs();
@@ -241,10 +252,12 @@ class MergeEngine {
                 if (token >= tb_.size()) {
                     tb_.resize(size_t(token) + 1);
                     tb_ok_.resize(size_t(token) + 1, 0);
+                    tlen_.resize(size_t(token) + 1, 0);
                 }
                 if (!tb_ok_[token]) {
                     tb_[token] = std::move(bytes);
                     tb_ok_[token] = 1;
+                    tlen_[token] = u32(tb_[token].size());
                 }
                 apply(slot, a, b, token);
                 out.push_back({next_rank_, a, b, token, count});
@@ -383,22 +396,26 @@ class MergeEngine {
         if (n >= kNone) throw nb::value_error("too many tokens");
         tb_.resize(n);
         tb_ok_.assign(n, 0);
+        tlen_.assign(n, 0);
         for (size_t i = 0; i < n; ++i) {
             PyObject *o = PyList_GET_ITEM(token_bytes.ptr(), Py_ssize_t(i));
             if (o == Py_None) continue;
             if (!PyBytes_Check(o)) throw nb::type_error("token_bytes must hold bytes or None");
             tb_[i].assign(PyBytes_AS_STRING(o), size_t(PyBytes_GET_SIZE(o)));
+            tlen_[i] = u32(std::min<size_t>(tb_[i].size(), kNone));
             tb_ok_[i] = 1;
             id_of_.emplace(tb_[i], u32(i));  // ascending ids: the lowest id of some bytes wins
         }
     }
 
+    // Words whose count is below min_count_ are skipped: words_[w] is the w-th row kept, and
+    // bad_word_ is an index into `rows`.
     void load_words(nb::list rows, u32 n_specials) {
         size_t n = nb::len(rows);
         if (n >= kNone) throw nb::value_error("too many words");
         PyObject *const *items = PySequence_Fast_ITEMS(rows.ptr());
-        // First pass sizes the flat array exactly, so it is allocated once.
-        size_t total = 0;
+        // First pass checks the rows and sizes the flat array exactly, so it is allocated once.
+        size_t total = 0, kept = 0;
         for (size_t i = 0; i < n; ++i) {
             PyObject *row = items[i];
             // (id, bytes, count) is a word still in single bytes: a counting flush's own rows
@@ -407,6 +424,11 @@ class MergeEngine {
             PyObject *blob = PyTuple_GET_SIZE(row) == 4 ? PyTuple_GET_ITEM(row, 3) : Py_None;
             PyObject *wb = PyTuple_GET_ITEM(row, 1);
             if (!PyBytes_Check(wb) && !PyByteArray_Check(wb)) bad_row(i, "word bytes must be bytes");
+            long long count = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 2));
+            if (count == -1 && PyErr_Occurred()) throw nb::python_error();
+            if (count < 1) bad_row(i, "word counts must be positive");
+            if (count < min_count_) continue;
+            ++kept;
             if (blob == Py_None) {
                 total += blob_size(wb);
             } else {
@@ -415,27 +437,26 @@ class MergeEngine {
             }
         }
         tok_.resize(total);
-        words_.resize(n);
-        ids_.resize(n);
-        size_t pos = 0;
+        words_.resize(kept);
+        ids_.resize(kept);
+        size_t pos = 0, w = 0;
         for (size_t i = 0; i < n; ++i) {
             PyObject *row = items[i];
+            long long count = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 2));  // checked above
+            if (count < min_count_) continue;
             long long id = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 0));
             if (id == -1 && PyErr_Occurred()) throw nb::python_error();
-            long long count = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 2));
-            if (count == -1 && PyErr_Occurred()) throw nb::python_error();
-            if (count < 1) bad_row(i, "word counts must be positive");
             PyObject *wb = PyTuple_GET_ITEM(row, 1);
             PyObject *blob = PyTuple_GET_SIZE(row) == 4 ? PyTuple_GET_ITEM(row, 3) : Py_None;
             const u8 *bytes = blob_data(wb);
             size_t nbytes = blob_size(wb);
-            words_[i].off = pos;
-            ids_[i] = id;
-            words_[i].count = count;
+            words_[w].off = pos;
+            ids_[w] = id;
+            words_[w].count = count;
             if (blob == Py_None) {
                 if (n_specials + 256 > tb_.size()) bad_row(i, "the vocabulary lacks the 256 bytes");
                 for (size_t k = 0; k < nbytes; ++k) tok_[pos + k] = n_specials + bytes[k];
-                words_[i].len = u32(nbytes);
+                words_[w].len = u32(nbytes);
             } else {
                 size_t nb_ = blob_size(blob);
                 size_t ntok = nb_ / 4;
@@ -460,12 +481,18 @@ class MergeEngine {
                     if (bad_word_ < 0) bad_word_ = i64(i);
                     ntok = 0;  // the caller refuses the store; keep the engine memory-safe
                 }
-                words_[i].len = u32(ntok);
-                pos += ntok;
-                continue;
+                words_[w].len = u32(ntok);
             }
-            pos += words_[i].len;
+            pos += words_[w].len;
+            ++w;
         }
+    }
+
+    // Whether merging (a, b) would make a token longer than max_token_length: such a pair is
+    // never counted. Token bytes never change, so a pair is too long always or never.
+    // Why tlen_: 4 bytes per token (a 32K vocabulary fits in L2) instead of a std::string's 32.
+    bool too_long(u32 a, u32 b) const {
+        return max_len_ != 0 && u64(tlen_[a]) + tlen_[b] > max_len_;
     }
 
     void build_pairs() {
@@ -473,6 +500,7 @@ class MergeEngine {
             const u32 *p = &tok_[words_[w].off];
             i64 c = words_[w].count;
             for (u32 i = 0; i + 1 < words_[w].len; ++i) {
+                if (too_long(p[i], p[i + 1])) continue;
                 u32 s = slot_of(p[i], p[i + 1]);
                 slots_[s].count += c;
                 add_where(s, w);
@@ -611,9 +639,10 @@ class MergeEngine {
         // Old pairs touching a consumed token are gone; new pairs touching a fresh token appear.
         // Every other pair maps one to one between old and new words and keeps its count.
         for (u32 j = first == 0 ? 0 : first - 1; j + 1 < n; ++j)
-            if (consumed_[j] | consumed_[j + 1]) add_count(index_.find(pair_key(old_[j], old_[j + 1])), -c);
+            if ((consumed_[j] | consumed_[j + 1]) && !too_long(old_[j], old_[j + 1]))
+                add_count(index_.find(pair_key(old_[j], old_[j + 1])), -c);
         for (u32 k = first == 0 ? 0 : first - 1; k + 1 < m; ++k) {
-            if (fresh_[k] | fresh_[k + 1]) {
+            if ((fresh_[k] | fresh_[k + 1]) && !too_long(p[k], p[k + 1])) {
                 u32 s = slot_of(p[k], p[k + 1]);
                 add_count(s, c);
                 add_where(s, w);
@@ -656,9 +685,12 @@ class MergeEngine {
     // vocabulary: bytes per id (tb_ok_ = 0 for specials and unused ids), and bytes -> lowest id
     std::vector<std::string> tb_;
     std::vector<u8> tb_ok_;
+    std::vector<u32> tlen_;  // tb_[id].size(), for the max_token_length check
     std::unordered_map<std::string, u32> id_of_;
     u32 first_merge_id_;
     i64 next_rank_;
+    i64 min_count_;  // words counted fewer times are not loaded
+    u64 max_len_;    // the longest token a merge may make, in bytes; 0 = no limit
     bool exhausted_ = false;
     i64 bad_word_ = -1;
 
@@ -707,9 +739,12 @@ void register_merge_engine(nb::module_ &m) {
         .def("__next__", &RowStream::next);
     nb::class_<MergeEngine>(m, "MergeEngine",
                             "The incremental BPE merge loop (see bpe_store.merge for the contract).")
-        .def(nb::init<nb::list, nb::list, u32, u32, i64>(), nb::arg("rows"), nb::arg("token_bytes"),
-             nb::arg("n_specials"), nb::arg("first_merge_id"), nb::arg("next_rank"),
-             "rows: [(word id, bytes, count, packed tokens or None)]; token_bytes[id]: bytes or None.")
+        .def(nb::init<nb::list, nb::list, u32, u32, i64, i64, u64>(), nb::arg("rows"), nb::arg("token_bytes"),
+             nb::arg("n_specials"), nb::arg("first_merge_id"), nb::arg("next_rank"), nb::arg("min_count") = 1,
+             nb::arg("max_token_length") = 0,
+             "rows: [(word id, bytes, count, packed tokens or None)]; token_bytes[id]: bytes or None; "
+             "rows counted fewer than min_count times are left out; no merge makes a token longer than "
+             "max_token_length bytes (0: no limit).")
         .def("step", &MergeEngine::step, nb::arg("max_merges"),
              "Learn up to max_merges merges: [(rank, left, right, token, count)]; fewer only when exhausted.")
         .def("take_checkpoint_rows", &MergeEngine::take_checkpoint_rows,

@@ -111,6 +111,8 @@ DAMAGE = {
     "vocab_size as a float": ("UPDATE run SET vocab_size = 300.5", "vocab_size is 300.5"),
     "pathological pattern": ("UPDATE run SET pattern = '(a|aa)+$'", "catastrophic backtracking"),
     "pattern that does not compile": ("UPDATE run SET pattern = '(('", "pattern does not compile"),
+    "min_frequency 0": ("UPDATE run SET min_frequency = 0", "min_frequency 0"),
+    "max_token_length as text": ("UPDATE run SET max_token_length = 'long'", "max_token_length 'long'"),
 }
 
 

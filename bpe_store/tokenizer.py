@@ -38,7 +38,7 @@ import regex
 
 from .errors import InputError, StoreError
 from .merge import merge_pair
-from .pretokenize import GPT2_PATTERN
+from .pretokenize import GPT2_PATTERN, O200K_PATTERN, resolve_pattern
 
 if TYPE_CHECKING:
     import numpy as np
@@ -70,7 +70,8 @@ class Tokenizer:
 
     ``vocab``: ``{id: bytes}``; ``merges``: ``[(left bytes, right bytes)]`` in rank order;
     ``special_tokens``: strings, each added to the vocabulary (at the next free id) if its bytes
-    are not there yet. ``pattern`` is the pre-tokenization regex.
+    are not there yet. ``pattern`` is the pre-tokenization regex, or a name in
+    ``pretokenize.PATTERNS`` ("gpt2", "gpt4", "o200k").
     """
 
     def __init__(
@@ -84,8 +85,9 @@ class Tokenizer:
     ) -> None:
         self.vocab: dict[int, bytes] = dict(vocab)
         self.merges: list[tuple[bytes, bytes]] = [(bytes(a), bytes(b)) for a, b in merges]
-        self.pattern = pattern
-        self._pat = regex.compile(pattern)
+        self.pattern = resolve_pattern(pattern)
+        self._pat = regex.compile(self.pattern)
+        self._cut = _CUT_O200K if self.pattern == O200K_PATTERN else _CUT
         self.special_tokens: list[str] = list(dict.fromkeys(special_tokens or ()))
 
         # first id of each byte string: {bytes: id}
@@ -251,9 +253,10 @@ class Tokenizer:
 
         A cut at ``i`` is safe when no special token spans it and ``text[i-1]`` is not
         whitespace while ``text[i]`` is a space, or ``text[i-1]`` is a newline after a
-        non-whitespace character and ``text[i]`` is not whitespace. No pre-token of GPT-2's
-        pattern (nor GPT-4's) crosses such a point, and matching before it looks at most one
-        character ahead, which is the same on both sides of the cut.
+        non-whitespace character and ``text[i]`` is not whitespace (for o200k's pattern, nor a
+        "/"). No pre-token of GPT-2's pattern (nor GPT-4's, nor o200k's) crosses such a point,
+        and matching before it looks at most one character ahead, which is the same on both
+        sides of the cut.
         """
         limit = len(text) - max(self._max_special, 1)
         if limit <= 0:
@@ -265,7 +268,7 @@ class Tokenizer:
         for lo in (max(limit - 4096, 0), 0):
             best = 0
             near = [(a, b) for a, b in blocked if b > lo]
-            for m in _CUT.finditer(text, lo, limit + 1):
+            for m in self._cut.finditer(text, lo, limit + 1):
                 i = m.start()
                 if 0 < i <= limit and not any(a < i < b for a, b in near):
                     best = i
@@ -300,6 +303,9 @@ class Tokenizer:
 # safe cut points (empty matches): before a space that follows a non-whitespace character, or
 # between a newline that follows a non-whitespace character and a non-whitespace character
 _CUT = regex.compile(r"(?<=\S)(?= )|(?<=\S\n)(?=\S)")
+# o200k's punctuation pre-token takes the newlines AND slashes after it (" ?[^\s\p{L}\p{N}]+[\r\n/]*"):
+# ".\n/" is one pre-token, so a newline followed by "/" is no cut point there
+_CUT_O200K = regex.compile(r"(?<=\S)(?= )|(?<=\S\n)(?=[^\s/])")
 
 
 def load_store(db_path: str | os.PathLike, vocab_size: int | None = None

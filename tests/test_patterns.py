@@ -14,7 +14,7 @@ from unittest import mock
 
 import pytest
 import regex
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bpe_store import InputError, ResumeMismatch, train
@@ -22,9 +22,10 @@ from bpe_store.count import plan_chunks
 from bpe_store.pretokenize import (CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, PATTERNS, count_words,
                                    pretokenize, resolve_pattern)
 from bpe_store.reference import reference_train_bpe
+from bpe_store.tokenizer import Tokenizer
 
 from cli_helpers import run
-from conftest import corpus_slice
+from conftest import EN, corpus_slice, fixture_text
 
 EOT = "<|endoftext|>"
 NAMED = ["gpt2", "gpt4", "o200k"]
@@ -228,3 +229,40 @@ def test_empty_matches_are_not_words(tmp_path):
     p.write_text("ab ab, cd!")
     assert (train([p], tmp_path / "a.db", 300, [], pattern=r"\w*").merges
             == train([p], tmp_path / "b.db", 300, [], pattern=r"\w+").merges)
+
+
+# -- the tokenizer of a store trained with a named pattern ----------------------------------------
+
+@pytest.fixture(scope="module")
+def o200k_tokenizer(tmp_path_factory) -> Tokenizer:
+    d = tmp_path_factory.mktemp("o200k")
+    src = d / "train.txt"
+    src.write_bytes(((".\n/a CamelCase don'T 12345 foo/bar!\n/x\n\n" * 40 + EOT) * 4
+                     + fixture_text(EN, 30_000)).encode())
+    train([src], d / "o.db", 700, [EOT], pattern="o200k", workers=1)
+    return Tokenizer.from_store(d / "o.db")
+
+
+def test_the_tokenizer_takes_pattern_names(o200k_tokenizer):
+    tok = o200k_tokenizer
+    assert tok.pattern == O200K_PATTERN
+    by_name = Tokenizer(tok.vocab, tok.merges, [EOT], pattern="o200k")
+    assert by_name.pattern == O200K_PATTERN
+    text = "Hello WORLD's a.\n/b"
+    assert by_name.encode(text) == tok.encode(text)
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(_pieces | st.sampled_from([".\n/", "!\n/x", "\n/", EOT]), max_size=30),
+       block=st.integers(1, 24))
+def test_o200k_streaming_equals_whole(o200k_tokenizer, parts, block):
+    # o200k joins "/" to a punctuation run and its newlines (".\n/" is one pre-token): a stream
+    # may not be cut between that newline and the slash
+    import bpe_store.tokenizer as mod
+
+    old = mod._STREAM_BLOCK
+    mod._STREAM_BLOCK = block
+    try:
+        assert list(o200k_tokenizer.encode_iterable(parts)) == o200k_tokenizer.encode("".join(parts))
+    finally:
+        mod._STREAM_BLOCK = old

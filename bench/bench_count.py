@@ -112,9 +112,10 @@ def run_one(engine: str, pool_kind: str, workers: int, path: str, limit: int, ch
     }
 
 
-def run_train_counting(pattern: str, workers: int, path: str, limit: int, chunk_size: int) -> dict:
+def run_train_counting(pattern: str, workers: int, path: str, limit: int, chunk_size: int, **train_kwargs) -> dict:
     """Time `train`'s counting phase (first "counting" event to the "pairs" event) on
-    ``path[:limit]``, then abandon the run: the flushes into the store are part of the time."""
+    ``path[:limit]``, then abandon the run: the flushes into the store are part of the time.
+    ``train_kwargs`` go to ``train`` (bench_ray.py: ``count_engine="ray"``)."""
     import tempfile
 
     from bpe_store.train import train
@@ -143,7 +144,7 @@ def run_train_counting(pattern: str, workers: int, path: str, limit: int, chunk_
             limit = corpus.stat().st_size
         try:
             train([corpus], Path(tmp) / "run.db", 100_000, SPECIALS, pattern=pattern, workers=workers,
-                  chunk_size=chunk_size, progress=progress)
+                  chunk_size=chunk_size, progress=progress, **train_kwargs)
         except CountingDone:
             pass
     return {

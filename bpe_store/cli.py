@@ -478,7 +478,36 @@ def _reporter(progress: ProgressMode, quiet: bool) -> Reporter:
     return Silent() if quiet else make_reporter(progress.value)
 
 
-@app.command()
+class _OptionalRayAddress(_Command):
+    """The train command, where ``--ray`` may stand alone: ``--ray`` (start a local cluster) or
+    ``--ray ADDRESS``. Typer has no options with an optional value, so a bare ``--ray`` (followed
+    by an option, the end, or a word that is not a Ray address such as an input file) is read as
+    ``--ray local`` before parsing."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _ray_flag_args(args))
+
+
+def _ray_flag_args(args: list[str]) -> list[str]:
+    out = list(args)
+    for i, a in enumerate(out):
+        if a == "--":
+            break
+        if a == "--ray":
+            nxt = out[i + 1] if i + 1 < len(out) else None
+            if nxt is None or not _looks_like_ray_address(nxt):
+                out.insert(i + 1, "local")
+    return out
+
+
+def _looks_like_ray_address(word: str) -> bool:
+    """``auto``, ``local``, ``host:port`` or ``ray://host:port`` (and not an existing file)."""
+    if word in ("auto", "local") or word.startswith("ray://"):
+        return True
+    return ":" in word and not word.startswith("-") and not Path(word).exists()
+
+
+@app.command(cls=_OptionalRayAddress)
 def train(
     ctx: typer.Context,
     inputs: list[str] = typer.Argument(..., help="Corpus files (text, jsonl, parquet; .gz/.zst/.bz2/.xz), "
@@ -514,6 +543,11 @@ def train(
     max_token_length: Optional[int] = typer.Option(
         None, "--max-token-length", metavar="N",
         help="No merge makes a token longer than N bytes (default: no limit)."),
+    ray: Optional[str] = typer.Option(
+        None, "--ray", metavar="ADDRESS",
+        help="Count on a Ray cluster. ADDRESS may be left out: --ray alone starts a local one of "
+             "--workers CPUs; with ADDRESS (host:port, ray://host:port or auto), that cluster. Needs "
+             "pip install 'bpe-store[ray]'; inputs must be readable at the same path on every node."),
     progress: ProgressMode = typer.Option(ProgressMode.auto, "--progress",
                                           help="auto: bars on a terminal, else JSON lines on stderr."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
@@ -551,7 +585,9 @@ def train(
                                checkpoint_seconds=checkpoint_seconds, invalid_utf8=invalid_utf8.value,
                                restart=restart, progress=stopper.watch(reporter), stop=stopper.event,
                                engine=engine.value, format=fmt, text_field=text_field,
-                               min_frequency=min_frequency, max_token_length=max_token_length)
+                               min_frequency=min_frequency, max_token_length=max_token_length,
+                               count_engine="local" if ray is None else "ray",
+                               ray_address=None if ray in (None, "local") else ray)
     except (Interrupted, KeyboardInterrupt) as exc:
         stopper.note_stopping()
         reporter.close()

@@ -41,10 +41,12 @@ try:  # the native core is optional: without it every pattern goes through `rege
     from ._core import add_counts as _native_add_counts
     from ._core import count_chunk as _native_count_chunk
     from ._core import count_words as _native_count_words
+    from ._core import pack_counts as _native_pack_counts
     from ._core import utf8_valid as _native_utf8_valid
 except ImportError:  # pragma: no cover - a source tree without the built extension
     ChunkCounts = WordCounter = None  # type: ignore[assignment,misc]
     _native_add_counts = _native_count_chunk = _native_count_words = _native_utf8_valid = None
+    _native_pack_counts = None
 
 #: Default chunk size: large enough that per-chunk overhead vanishes, small enough that a kill
 #: loses little counting and every core gets work.
@@ -299,6 +301,39 @@ def count_chunk_native_task(args: tuple) -> tuple[int, ChunkCounts, int]:
     return cid, counts, counts.total
 
 
+def count_unit_packed(task: tuple) -> tuple[int, bytes, int]:
+    """The map step for another process or machine: a unit -> ``(unit id, packed counts, pre-tokens)``.
+
+    ``task`` is the small, picklable unit description a local pool takes: that of
+    ``count_chunk_task`` (chunk id, path, start, end, specials, pattern, UTF-8 policy) for a byte
+    range of a text file, or that of ``count_unit_task`` (chunk id, ``inputs.Unit``, specials,
+    pattern, policy, block size) for any input kind. The unit is read here, where it runs, so
+    the input must be readable at the same path. The counts come back as one bytes object
+    (``ChunkCounts.pack``: ~8 bytes per distinct word) for ``WordCounter.add_packed``, never as
+    a dict per word. Needs the native core; any pattern (non-GPT-2 ones count through ``regex``).
+    """
+    if len(task) == 6:  # a unit of any input kind, read block by block (bpe_store.inputs)
+        cid, unit, special_tokens, pattern, invalid_utf8, block_size = task
+        if not native_counts(pattern):
+            cid, words, n = count_unit_task(task)
+            return cid, _native_pack_counts(words), n
+        from .inputs import unit_blocks
+
+        total, n = WordCounter(), 0
+        specials = _block_specials(special_tokens, unit.has_documents)  # as count_units_threaded
+        for block in unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size):
+            counts = _native_count_chunk(block, specials)
+            total.add(counts)
+            n += counts.total
+        return cid, total.pack(), n
+    cid, path, start, end, special_tokens, pattern, invalid_utf8 = task
+    if native_counts(pattern):
+        counts = count_chunk_native(path, start, end, special_tokens, invalid_utf8)
+        return cid, counts.pack(), counts.total
+    words, n = count_chunk(path, start, end, special_tokens, pattern, invalid_utf8)
+    return cid, _native_pack_counts(words), n
+
+
 def new_word_counts(native: bool) -> Counter[bytes] | WordCounter:
     """An empty in-memory reduce buffer: native (``WordCounter``) for native chunk counts."""
     return WordCounter() if native else Counter()
@@ -343,10 +378,13 @@ def count_chunks_threaded(tasks: Sequence[tuple], workers: int,
                 fut.cancel()
 
 
-def add_counts(total: Counter[bytes] | WordCounter, counts: dict[bytes, int] | ChunkCounts) -> None:
+def add_counts(total: Counter[bytes] | WordCounter, counts: dict[bytes, int] | ChunkCounts | bytes) -> None:
     """The reduce step in memory: ``total += counts`` (native code when the core is built)."""
     if WordCounter is not None and isinstance(total, WordCounter):
-        total.add(counts)  # GIL released: counting threads keep running
+        if isinstance(counts, bytes):  # packed by ``count_unit_packed`` in another process
+            total.add_packed(counts)
+        else:
+            total.add(counts)  # GIL released: counting threads keep running
     elif _native_add_counts is not None:
         _native_add_counts(total, counts)
     else:

@@ -168,6 +168,8 @@ def describe(event: Event) -> tuple[str, str, str]:
     merge = event.get("merge")
     if merge:
         note = f"{visible(merge[0])} + {visible(merge[1])}  ({merge[2]})"
+    if event.get("in_flight") is not None:  # counting on Ray (bpe_store.ray_count)
+        note = f"Ray: {event['in_flight']} units in flight, {event.get('workers')} CPUs on {event.get('nodes')} nodes"
     return amount, speed, note
 
 

@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ from typing import ParamSpec, TypeVar
 import regex
 
 from . import __version__, sessions
-from .count import (DEFAULT_CHUNK_SIZE, add_counts, count_blocks_ordered, count_chunk_native_task, count_chunk_task,
+from .count import (DEFAULT_CHUNK_SIZE, WordCounter, add_counts, count_blocks_ordered, count_chunk_native_task, count_chunk_task,
                     count_chunks_threaded, count_unit_task, count_units_threaded, ticking,
                     native_counts, new_word_counts, scan_source)
 from .errors import BpeStoreError, InputError, ResumeMismatch, StoreError
@@ -276,6 +277,8 @@ def train(
     text_field: str = DEFAULT_TEXT_FIELD,
     min_frequency: int = 1,
     max_token_length: int | None = None,
+    count_engine: str = "local",
+    ray_address: str | None = None,
 ) -> TrainResult:
     """Train (or resume training) a byte-level BPE into the store ``db``; see the module doc.
 
@@ -312,6 +315,11 @@ def train(
             ``words`` with their counts); 1, the default, is CS336's semantics.
         max_token_length: no merge makes a token longer than this many bytes (None: no limit);
             a pair too long is never counted, so it is never chosen.
+        count_engine: where counting runs: "local" (this machine's threads) or "ray" (Ray tasks,
+            ``bpe_store.ray_count``); never changes the result, so a run may resume with the other.
+        ray_address: with ``count_engine="ray"``, the cluster to count on (``host:port``,
+            ``ray://host:port`` or ``auto``); None starts a local cluster of ``workers`` CPUs for
+            the counting (or uses this process's connection if ``ray.init`` was called).
 
     Returns:
         A ``TrainResult``: ``vocab`` (id -> bytes), ``merges`` (pairs of bytes in merge order),
@@ -340,6 +348,14 @@ def train(
         raise InputError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if engine == "native" and not native_available():
         raise InputError("the native merge engine is not built in this installation; use engine='python'")
+    if count_engine not in ("local", "ray"):
+        raise InputError(f"count_engine must be 'local' or 'ray', not {count_engine!r}")
+    if ray_address is not None and count_engine != "ray":
+        raise InputError("ray_address needs count_engine='ray'")
+    if count_engine == "ray":
+        from .ray_count import import_ray
+
+        import_ray()  # missing Ray: say how to install it before anything is written
     db = Path(db)
     session_start = time.monotonic()
 
@@ -385,7 +401,7 @@ def train(
         phase = store.run_row()["phase"]
         if phase == "counting":
             _count(store, params, workers, count_flush_seconds, elapsed, progress, stop, chunk_size,
-                   next((p for p in paths if isinstance(p, Stream)), None))
+                   next((p for p in paths if isinstance(p, Stream)), None), count_engine, ray_address)
             _check_something_counted(store, params)
             merger = _start_merging(store, params, elapsed, progress, engine)
         _merge(store, params, checkpoint_merges, checkpoint_seconds, elapsed, progress, stop,
@@ -448,7 +464,8 @@ def _preflight(store: Store, params: RunParams, grow: bool, engine: str,
 
 def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
            elapsed: Callable[[], float], progress: Progress | None, stop: threading.Event | None,
-           block_size: int = DEFAULT_CHUNK_SIZE, stream: Stream | None = None) -> None:
+           block_size: int = DEFAULT_CHUNK_SIZE, stream: Stream | None = None, count_engine: str = "local",
+           ray_address: str | None = None) -> None:
     """3. count: every work unit not yet counted; flush counts + unit marks in one transaction.
     A stream (stdin, an iterable) is counted last, committing its position with each flush."""
     sources = store.sources()
@@ -460,7 +477,7 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
     _emit(progress, stage="counting", done=done, total=total)
     if todo:
         _count_units(store, params, sources, todo, workers, flush_seconds, elapsed, progress, stop, block_size,
-                     done, total)
+                     done, total, count_engine, ray_address)
     for chunk in streams:
         if stream is None:  # pragma: no cover - _same_inputs refuses a store whose stream is not given
             raise InputError(f"{store.path} was counting a stream; give it again to resume")
@@ -469,8 +486,10 @@ def _count(store: Store, params: RunParams, workers: int, flush_seconds: float,
 
 def _count_units(store: Store, params: RunParams, sources: Sequence[Source], todo: Sequence, workers: int,
                  flush_seconds: float, elapsed: Callable[[], float], progress: Progress | None,
-                 stop: threading.Event | None, block_size: int, done: int, total: int) -> None:
-    """Count the work units ``todo`` of input files (see ``_count``)."""
+                 stop: threading.Event | None, block_size: int, done: int, total: int,
+                 count_engine: str = "local", ray_address: str | None = None) -> None:
+    """Count the work units ``todo`` of input files (see ``_count``); ``count_engine="ray"``
+    counts them as Ray tasks (``bpe_store.ray_count``)."""
     size_of = {c.id: c.end - c.start for c in todo}
     # plain text cut into byte ranges: the map step reads its range itself (count_chunk*_task);
     # other kinds go through bpe_store.inputs' readers (count_units_threaded, count_unit_task)
@@ -489,7 +508,15 @@ def _count_units(store: Store, params: RunParams, sources: Sequence[Source], tod
     # are made only at a flush and the GIL is free while threads count
     native = native_counts(params.pattern)
     task = (count_chunk_native_task if native else count_chunk_task) if plain else count_unit_task
-    if native and not plain:
+    status: Callable[[], dict] = dict  # extra fields of counting events (Ray: units in flight, workers)
+    if count_engine == "ray":
+        from .ray_count import RayCounter
+
+        # every unit is a Ray task (count.count_unit_packed reads it where it runs); packed
+        # results are summed by a WordCounter, whatever the pattern or input kind
+        results = RayCounter(tasks, ray_address, workers)
+        native, status = True, results.status
+    elif native and not plain:
         results = count_units_threaded(units, workers, params.special_tokens, params.pattern,
                                        params.invalid_utf8, block_size)
     elif workers > 1 and len(tasks) > 1 and native:
@@ -506,6 +533,24 @@ def _count_units(store: Store, params: RunParams, sources: Sequence[Source], tod
         results = pool.imap_unordered(task, tasks)
     else:
         results = map(task, tasks)
+    # Ray: a flush is written by a second thread while this one keeps adding results into a fresh
+    # counter, because the driver is the one reducer of a whole cluster: a synchronous flush
+    # (seconds for ~1 M words) left every worker idle once its 2 units in flight were done
+    # (bench/RESULTS-ray.md). At most one flush is in flight (two counters in memory); each is
+    # still one transaction, and its checkpoint event comes once it has committed.
+    flusher = ThreadPoolExecutor(1, thread_name_prefix="bpe-flush") if count_engine == "ray" else None
+    flushing: Future | None = None
+
+    def write(delta: Counter[bytes] | WordCounter, marks: list[tuple[int, int]], at: int) -> int:
+        store.add_word_counts(delta, marks, elapsed())
+        return at
+
+    def committed() -> None:
+        nonlocal flushing
+        if flushing is not None:
+            at, flushing = flushing.result(), None  # a failed flush raises here
+            _emit(progress, stage="checkpoint", phase="counting", done=at, total=total, **store.wal)
+
     try:
         delta = new_word_counts(native)
         marks: list[tuple[int, int]] = []
@@ -514,20 +559,30 @@ def _count_units(store: Store, params: RunParams, sources: Sequence[Source], tod
             add_counts(delta, counts)
             marks.append((cid, n))
             done += size_of[cid]
-            _emit(progress, stage="counting", done=done, total=total)
-            if time.monotonic() - last_flush >= flush_seconds or (stop is not None and stop.is_set()):
+            _emit(progress, stage="counting", done=done, total=total, **status())
+            if flushing is not None and flushing.done():
+                committed()
+            stopping = stop is not None and stop.is_set()
+            if time.monotonic() - last_flush >= flush_seconds or stopping:
+                committed()
                 _emit(progress, stage="writing", phase="counting", done=done, total=total, words=len(delta),
                       final=False)
-                store.add_word_counts(delta, marks, elapsed())
+                if flusher is not None and not stopping:
+                    flushing = flusher.submit(write, delta, marks, done)
+                else:
+                    store.add_word_counts(delta, marks, elapsed())
+                    _emit(progress, stage="checkpoint", phase="counting", done=done, total=total, **store.wal)
                 delta, marks, last_flush = new_word_counts(native), [], time.monotonic()
-                _emit(progress, stage="checkpoint", phase="counting", done=done, total=total)
-                if stop is not None and stop.is_set():
+                if stopping:
                     raise Interrupted(f"stopped while counting; {store.path} keeps the counted chunks")
+        committed()
         if marks:
             _emit(progress, stage="writing", phase="counting", done=done, total=total, words=len(delta), final=True)
             store.add_word_counts(delta, marks, elapsed())
-            _emit(progress, stage="checkpoint", phase="counting", done=done, total=total)
+            _emit(progress, stage="checkpoint", phase="counting", done=done, total=total, **store.wal)
     finally:
+        if flusher is not None:  # never leave a flush writing while the store closes
+            flusher.shutdown(wait=True)
         if pool is not None:
             pool.terminate()
             pool.join()

@@ -14,6 +14,8 @@
 #include "scanner.h"
 
 #include <cstdint>
+#include <cstring>
+#include <stdexcept>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -119,6 +121,80 @@ nb::dict to_dict(const bpe::detail::WordTable &table) {
     return nb::borrow<nb::dict>(counts);
 }
 
+// ---- packed counts: how counts cross a process or a machine (Ray tasks, combiners) ----------
+// One bytes object instead of a dict per word: pickling ~95 k-word dicts per 8 MB chunk costs
+// more than counting them (bench/RESULTS-count.md), a packed buffer is one memcpy to send.
+// Layout (versioned, little-endian LEB128 varints, ~8 bytes per word on English text):
+//     "BPC1" varint(n) then n times: varint(len) word-bytes varint(count)
+constexpr char kPackMagic[4] = {'B', 'P', 'C', '1'};
+
+void put_varint(std::string &out, uint64_t v) {
+    while (v >= 0x80) {
+        out.push_back(char(uint8_t(v) | 0x80));
+        v >>= 7;
+    }
+    out.push_back(char(v));
+}
+
+std::string pack_entries(const std::vector<bpe::detail::WordTable::Entry> &entries) {
+    size_t bytes = 4 + 10;
+    for (const auto &e : entries) bytes += e.len + 20;  // upper bound: never reallocates
+    std::string out;
+    out.reserve(bytes);
+    out.append(kPackMagic, 4);
+    put_varint(out, entries.size());
+    for (const auto &e : entries) {
+        put_varint(out, e.len);
+        out.append(reinterpret_cast<const char *>(e.ptr), e.len);
+        put_varint(out, e.count);
+    }
+    return out;
+}
+
+nb::bytes to_bytes(const std::string &s) { return nb::bytes(s.data(), s.size()); }
+
+// Reads packed counts, calling f(ptr, len, count) per word; throws on anything malformed (a
+// truncated or foreign buffer must never add wrong counts silently).
+template <class F>
+void unpack(const uint8_t *p, size_t n, F &&f) {
+    const uint8_t *end = p + n;
+    auto varint = [&]() -> uint64_t {
+        uint64_t v = 0;
+        for (int shift = 0; shift < 64; shift += 7) {
+            if (p == end) throw std::invalid_argument("packed counts: truncated");
+            const uint8_t b = *p++;
+            v |= uint64_t(b & 0x7F) << shift;
+            if (!(b & 0x80)) return v;
+        }
+        throw std::invalid_argument("packed counts: bad varint");
+    };
+    if (n < 4 || std::memcmp(p, kPackMagic, 4) != 0) throw std::invalid_argument("packed counts: bad header");
+    p += 4;
+    const uint64_t count = varint();
+    for (uint64_t i = 0; i < count; ++i) {
+        const uint64_t len = varint();
+        if (uint64_t(end - p) < len) throw std::invalid_argument("packed counts: truncated");
+        const uint8_t *word = p;
+        p += len;
+        f(word, size_t(len), varint());
+    }
+    if (p != end) throw std::invalid_argument("packed counts: trailing bytes");
+}
+
+// pack_counts({word: count}): the regex path's dict, packed (GIL held: it reads the dict).
+nb::bytes py_pack_counts(nb::dict counts) {
+    bpe::detail::WordTable table(PyDict_Size(counts.ptr()));
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(counts.ptr(), &pos, &key, &value)) {
+        if (!PyBytes_Check(key)) throw nb::type_error("pack_counts: keys must be bytes");
+        const unsigned long long c = PyLong_AsUnsignedLongLong(value);
+        if (c == (unsigned long long)-1 && PyErr_Occurred()) throw nb::python_error();
+        table.add(reinterpret_cast<const uint8_t *>(PyBytes_AS_STRING(key)), size_t(PyBytes_GET_SIZE(key)), c);
+    }
+    return to_bytes(pack_entries(table.entries()));
+}
+
 nb::tuple py_count_words(nb::bytes data, const std::vector<nb::bytes> &specials) {
     ChunkCounts chunk = count_chunk(data, specials);
     return nb::make_tuple(to_dict(chunk.table), nb::steal(PyLong_FromUnsignedLongLong(chunk.total)));
@@ -143,6 +219,27 @@ class WordCounter {
         nb::gil_scoped_release release;
         std::scoped_lock lock(mutex_, other.mutex_);
         for (const auto &e : other.table_.entries()) table_.add(e.ptr, e.len, e.count, &arena_);
+    }
+
+    // Adds packed counts (``ChunkCounts.pack``, ``pack_counts``, ``WordCounter.pack``); the
+    // words are copied, so the buffer may be freed after. A malformed buffer adds nothing.
+    void add_packed(nb::bytes packed) {
+        const auto *p = static_cast<const uint8_t *>(packed.data());
+        const size_t n = packed.size();
+        nb::gil_scoped_release release;
+        std::lock_guard<std::mutex> lock(mutex_);
+        unpack(p, n, [](const uint8_t *, size_t, uint64_t) {});  // validate first: all or nothing
+        unpack(p, n, [&](const uint8_t *w, size_t len, uint64_t c) { table_.add(w, len, c, &arena_); });
+    }
+
+    nb::bytes pack() const {
+        std::string out;
+        {
+            nb::gil_scoped_release release;
+            std::lock_guard<std::mutex> lock(mutex_);
+            out = pack_entries(table_.entries());
+        }
+        return to_bytes(out);
     }
 
     // [(word, count)] in first-seen order, for one executemany.
@@ -242,7 +339,16 @@ void register_scanner(nb::module_ &m) {
                             "Word counts of one chunk, kept native (see ``count_chunk``); add it to a WordCounter.")
         .def_ro("total", &ChunkCounts::total, "Number of pre-tokens.")
         .def("__len__", [](const ChunkCounts &c) { return c.table.entries().size(); })
-        .def("to_dict", [](const ChunkCounts &c) { return to_dict(c.table); }, "``{word bytes: count}``.");
+        .def("to_dict", [](const ChunkCounts &c) { return to_dict(c.table); }, "``{word bytes: count}``.")
+        .def("pack", [](const ChunkCounts &c) {
+                 std::string out;
+                 {
+                     nb::gil_scoped_release release;
+                     out = pack_entries(c.table.entries());
+                 }
+                 return to_bytes(out);
+             },
+             "The counts as one compact bytes object (see ``WordCounter.add_packed``). Releases the GIL.");
     m.def("count_chunk", &count_chunk, nb::arg("data"), nb::arg("specials"),
           "``count_words`` without building the dict: a ChunkCounts. Releases the GIL.");
     nb::class_<WordCounter>(m, "WordCounter", "Sum of ChunkCounts, native; Python sees words at ``items()``.")
@@ -253,7 +359,12 @@ void register_scanner(nb::module_ &m) {
         .def("items", &WordCounter::items, "``[(word bytes, count)]`` in first-seen order.")
         .def("rows", &WordCounter::rows, nb::arg("first_id"),
              "``[(id, word bytearray, count)]`` in first-seen order, ids counting from ``first_id``.")
+        .def("add_packed", &WordCounter::add_packed, nb::arg("packed"),
+             "Add packed counts (``ChunkCounts.pack``, ``pack_counts``, ``pack``); ValueError if malformed.")
+        .def("pack", &WordCounter::pack, "All counts as one compact bytes object, first-seen order.")
         .def("__len__", &WordCounter::size);
+    m.def("pack_counts", &py_pack_counts, nb::arg("counts"),
+          "A ``{word bytes: count}`` dict as packed counts (for ``WordCounter.add_packed``).");
     m.def("utf8_valid", &py_utf8_valid, nb::arg("data"),
           "Whether ``data`` is well-formed UTF-8 (as ``bytes.decode('utf-8')`` accepts). Releases the GIL.");
     m.def("add_counts", &py_add_counts, nb::arg("total"), nb::arg("counts"),

@@ -235,3 +235,18 @@ def test_ray_flush_does_not_stop_the_workers(cluster, local_result, tmp_path, mo
     assert _result(r) == local_result
     assert len(slow_flushes) >= 2
     assert any(during), "no result was added while a flush was written"
+
+
+def test_ray_counts_every_input_kind_like_local(cluster, tmp_path):
+    # jsonl (line-aligned ranges) and gzip-compressed jsonl (one whole-file unit): each Ray task
+    # reads its unit through bpe_store.inputs, as the local readers do
+    import gzip
+
+    docs = FIXTURE.read_text(encoding="utf-8").split(SPECIAL)[:400]
+    lines = "".join(json.dumps({"text": d}) + "\n" for d in docs).encode("utf-8")
+    (tmp_path / "a.jsonl").write_bytes(lines)
+    (tmp_path / "b.jsonl.gz").write_bytes(gzip.compress(lines))
+    inputs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl.gz"]
+    local = train(inputs, tmp_path / "local.db", 400, [SPECIAL], workers=1, chunk_size=CHUNK)
+    r = train(inputs, tmp_path / "ray.db", 400, [SPECIAL], chunk_size=CHUNK, count_engine="ray")
+    assert _result(r) == _result(local)

@@ -5,8 +5,9 @@ counts into the store). Nothing here touches the store; ``train`` drives both an
 reduce durable, so a killed run never counts a chunk twice.
 
 For the GPT-2 pattern the map step is native (``bpe_store._core.count_words``, identical to the
-``regex`` path, see tests/test_scanner.py) and releases the GIL, so ``train`` runs it on threads
-(``count_chunks_threaded``); any other pattern goes through ``regex`` in worker processes.
+``regex`` path, see tests/test_scanner.py); any other pattern goes through ``regex`` with
+``concurrent=True``. Both release the GIL while scanning, so ``train`` runs either on threads
+(``count_chunks_threaded``); no worker processes.
 
 Chunk boundaries never change the result. A chunk starts either
 
@@ -321,8 +322,8 @@ def count_chunks_threaded(tasks: Sequence[tuple], workers: int,
     """``task`` (``count_chunk_task`` or ``count_chunk_native_task``) over ``tasks`` on ``workers``
     threads, yielded in completion order.
 
-    For the native counter, which releases the GIL: threads share the process, so nothing is
-    pickled and no interpreter is spawned. At most ``2 * workers`` chunks are in flight, so memory
+    Both counters release the GIL while they scan (native code; `regex` with concurrent=True):
+    threads share the process, so nothing is pickled and no interpreter is spawned. At most ``2 * workers`` chunks are in flight, so memory
     stays bounded however slowly the consumer writes. When the consumer stops early (an
     exception, or ``close()``), chunks not yet started are cancelled and running ones finish
     (a chunk takes well under a second); no thread outlives the generator.

@@ -20,10 +20,8 @@ import functools
 import gc
 import json
 import math
-import multiprocessing
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -55,8 +53,6 @@ DEFAULT_CHECKPOINT_MERGES: int | None = None
 DEFAULT_CHECKPOINT_SECONDS = 30.0
 #: Counting flushes its counts to the store at most this often (and at the end).
 DEFAULT_COUNT_FLUSH_SECONDS = 10.0
-#: Below this many input bytes, counting runs in this process (starting workers costs more).
-_IN_PROCESS_BYTES = 4 << 20
 #: Merges per engine call inside a batch (see ``_merge``).
 _SUB_STEP = 64
 
@@ -482,8 +478,6 @@ def _count_units(store: Store, params: RunParams, sources: Sequence[Source], tod
         units = [(c.id, unit_of(sources[c.source_id], c.kind, c.start, c.end, c.part)) for c in todo]
         tasks = [(cid, u, params.special_tokens, params.pattern, params.invalid_utf8, block_size)
                  for cid, u in units]
-    pool = None
-    todo_bytes = sum(size_of.values())
     results: Iterable
     # native: chunk counts stay in C++ (ChunkCounts summed into a WordCounter), so Python objects
     # are made only at a flush and the GIL is free while threads count
@@ -492,18 +486,14 @@ def _count_units(store: Store, params: RunParams, sources: Sequence[Source], tod
     if native and not plain:
         results = count_units_threaded(units, workers, params.special_tokens, params.pattern,
                                        params.invalid_utf8, block_size)
-    elif workers > 1 and len(tasks) > 1 and native:
-        # native counting releases the GIL: threads give the parallelism of processes without
-        # pickling counts back or spawning interpreters (bench/RESULTS-count.md); Ctrl-C reaches
-        # only this thread, which decides how to stop
+    elif workers > 1 and len(tasks) > 1:
+        # Both map steps release the GIL while they scan: the native counter, and `regex` with
+        # concurrent=True (pretokenize.count_words). So threads give the parallelism of processes
+        # without pickling counts back or spawning interpreters, which hung when run from
+        # `python -` (spawned workers re-ran __main__, crashed, were respawned; issue 9) and cost
+        # ~1 s of imports each (bench/RESULTS-count.md). Ctrl-C reaches only this thread, which
+        # decides how to stop.
         results = count_chunks_threaded(tasks, min(workers, len(tasks)), task)
-    elif workers > 1 and len(tasks) > 1 and todo_bytes >= _IN_PROCESS_BYTES:
-        # the regex path holds the GIL, so it needs processes.
-        # spawn, not fork: the parent holds a SQLite connection and maybe threads
-        ctx = multiprocessing.get_context("spawn")
-        # workers ignore Ctrl-C: the parent decides how to stop (finish a flush, or abort)
-        pool = ctx.Pool(min(workers, len(tasks)), initializer=_ignore_sigint)
-        results = pool.imap_unordered(task, tasks)
     else:
         results = map(task, tasks)
     try:
@@ -528,9 +518,6 @@ def _count_units(store: Store, params: RunParams, sources: Sequence[Source], tod
             store.add_word_counts(delta, marks, elapsed())
             _emit(progress, stage="checkpoint", phase="counting", done=done, total=total)
     finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
         close = getattr(results, "close", None)
         if close is not None:  # threads: cancel queued chunks, wait for the running ones
             close()
@@ -594,10 +581,6 @@ def _count_stream(store: Store, params: RunParams, stream: Stream, chunk, worker
         flush(True)
     finally:
         results.close()
-
-
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _byte_vocab(n_specials: int) -> list[bytes | None]:

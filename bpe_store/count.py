@@ -17,6 +17,15 @@ Chunk boundaries never change the result. A chunk starts either
   newline, outside any special token. No GPT-2 pre-token spans such a point: a pre-token holding a
   non-whitespace character holds whitespace only as its leading space, and matching before the
   point looks at most one character ahead, which is whitespace either way.
+* for the GPT-2 pattern only, where no such point is near (a line without whitespace, one
+  pre-token of hundreds of megabytes): between two pre-tokens of which the first ends in a
+  non-whitespace character, or inside a pre-token longer than the run's maximum pre-token length,
+  at one of the points where it is split anyway (``_cut_in_scan``; the proof is beside
+  ``plan_cut`` in native/scanner_impl.h).
+
+A pre-token longer than ``max_pretoken_bytes`` is counted as pieces of at most that many bytes
+(``pretokenize.split_long_pretoken``): cut from its own start, so the pieces do not depend on
+the chunking either, and no word (nor a chunk, by the rule above) grows with the input.
 """
 
 from __future__ import annotations
@@ -42,10 +51,12 @@ try:  # the native core is optional: without it every pattern goes through `rege
     from ._core import add_counts as _native_add_counts
     from ._core import count_chunk as _native_count_chunk
     from ._core import count_words as _native_count_words
+    from ._core import plan_cut as _native_plan_cut
     from ._core import utf8_valid as _native_utf8_valid
 except ImportError:  # pragma: no cover - a source tree without the built extension
     ChunkCounts = WordCounter = None  # type: ignore[assignment,misc]
     _native_add_counts = _native_count_chunk = _native_count_words = _native_utf8_valid = None
+    _native_plan_cut = None
 
 #: Default chunk size: large enough that per-chunk overhead vanishes, small enough that a kill
 #: loses little counting and every core gets work.
@@ -225,12 +236,48 @@ def _boundary_in(data: bytes, base: int, lo: int, specials: Sequence[bytes],
     return base + min(candidates) if candidates else None
 
 
+def _cut_in_scan(f, start: int, target: int, size: int, specials: Sequence[bytes],
+                 max_pretoken_bytes: int | None) -> int | None:
+    """A chunk start at or after ``target`` found by scanning from the previous chunk start
+    ``start`` with the native GPT-2 scanner (``_core.plan_cut``); None if there is none nearby.
+
+    The fallback when no cheap boundary (a special token, a printable character before a space or
+    newline) lies within a window after ``target``: a line without whitespace, or one pre-token
+    of hundreds of megabytes. It cuts between two pre-tokens where the first ends in a
+    non-whitespace character, or inside a pre-token longer than ``max_pretoken_bytes`` at one of
+    its split points (see scanner_impl.h, plan_cut), so such input is still chunked, and memory
+    stays bounded by chunk size + window + the maximum pre-token length. Reads at most that much.
+    """
+    back = max((len(s) for s in specials), default=0)
+    end = min(size, target + _SEARCH_WINDOW + (max_pretoken_bytes or 0) + back + 64)
+    f.seek(start)
+    data = f.read(end - start)
+    if len(data) != end - start:
+        return None
+    if end < size:
+        data = data[: len(data) - _utf8_tail(data)]  # a character cut off by the read
+    # Why valid UTF-8 only: with --invalid-utf8 replace, counting sees U+FFFD where the file
+    # has invalid bytes, so offsets inside such stretches would not mean the same thing.
+    if not _native_utf8_valid(data):
+        return None
+    margin = 0 if end == size else back + 16  # what the read may have cut off at its end
+    q = _native_plan_cut(data, list(specials), target - start, max_pretoken_bytes or 0, margin)
+    if q < 0 or _left_overlapped(data, q, specials):
+        return None
+    return start + q
+
+
 def plan_chunks(path: str | os.PathLike, size: int, special_tokens: Sequence[str],
-                pattern: str = GPT2_PATTERN, chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[tuple[int, int]]:
-    """Split a file of ``size`` bytes into ``[(start, end)]`` chunks of about ``chunk_size``."""
+                pattern: str = GPT2_PATTERN, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                max_pretoken_bytes: int | None = None) -> list[tuple[int, int]]:
+    """Split a file of ``size`` bytes into ``[(start, end)]`` chunks of about ``chunk_size``.
+
+    For the GPT-2 pattern (native core built) a chunk is at most about ``chunk_size`` + the search
+    window + ``max_pretoken_bytes`` long whatever the text, by the fallback ``_cut_in_scan``."""
     specials = sorted({s.encode("utf-8") for s in special_tokens}, key=lambda s: (-len(s), s))
     special_re = regex.compile(b"|".join(regex.escape(s) for s in specials)) if specials else None
     safe_ws = pattern == GPT2_PATTERN
+    cut_in_scan = safe_ws and _native_plan_cut is not None
     if special_re is None and not safe_ws:
         return [(0, size)]
     back = max((len(s) for s in specials), default=1)
@@ -247,6 +294,8 @@ def plan_chunks(path: str | os.PathLike, size: int, special_tokens: Sequence[str
                 found = _boundary_in(data, base, pos - base, specials, special_re, safe_ws)
                 if found is not None and found >= min(pos + _SEARCH_WINDOW, size):
                     found = None  # beyond this window's own range: the next window decides
+                if found is None and cut_in_scan and pos == target:
+                    found = _cut_in_scan(f, bounds[-1], target, size, specials, max_pretoken_bytes)
                 pos += _SEARCH_WINDOW
             if found is None or found >= size:
                 break
@@ -257,13 +306,15 @@ def plan_chunks(path: str | os.PathLike, size: int, special_tokens: Sequence[str
 
 
 def count_chunk(path: str, start: int, end: int, special_tokens: Sequence[str], pattern: str,
-                invalid_utf8: str = "strict") -> tuple[dict[bytes, int], int]:
-    """The map step: ``({word bytes: count}, number of pre-tokens)`` of ``path[start:end]``."""
+                invalid_utf8: str = "strict", max_pretoken_bytes: int | None = None) -> tuple[dict[bytes, int], int]:
+    """The map step: ``({word bytes: count}, number of pre-tokens)`` of ``path[start:end]``; a
+    pre-token longer than ``max_pretoken_bytes`` counts as pieces (``split_long_pretoken``)."""
     data = _read_chunk(path, start, end)
     if native_counts(pattern):
-        return _native_count_words(_valid_utf8(data, invalid_utf8), [s.encode("utf-8") for s in special_tokens])
+        return _native_count_words(_valid_utf8(data, invalid_utf8), [s.encode("utf-8") for s in special_tokens],
+                                   max_pretoken_bytes or 0)
     text = data.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict")
-    counts = count_words(text, special_tokens, pattern)
+    counts = count_words(text, special_tokens, pattern, max_pretoken_bytes)
     return dict(counts), sum(counts.values())
 
 
@@ -287,16 +338,16 @@ def _valid_utf8(data: bytes, invalid_utf8: str) -> bytes:
 
 
 def count_chunk_native(path: str, start: int, end: int, special_tokens: Sequence[str],
-                       invalid_utf8: str = "strict") -> ChunkCounts:
+                       invalid_utf8: str = "strict", max_pretoken_bytes: int | None = None) -> ChunkCounts:
     """``count_chunk`` for the GPT-2 pattern, keeping the counts native for a ``WordCounter``."""
     data = _valid_utf8(_read_chunk(path, start, end), invalid_utf8)
-    return _native_count_chunk(data, [s.encode("utf-8") for s in special_tokens])
+    return _native_count_chunk(data, [s.encode("utf-8") for s in special_tokens], max_pretoken_bytes or 0)
 
 
 def count_chunk_native_task(args: tuple) -> tuple[int, ChunkCounts, int]:
     """``count_chunk_native`` for a pool, same tuples as ``count_chunk_task`` (pattern ignored)."""
-    cid, path, start, end, special_tokens, _pattern, invalid_utf8 = args
-    counts = count_chunk_native(path, start, end, special_tokens, invalid_utf8)
+    cid, path, start, end, special_tokens, _pattern, invalid_utf8, *max_bytes = args
+    counts = count_chunk_native(path, start, end, special_tokens, invalid_utf8, *max_bytes)
     return cid, counts, counts.total
 
 
@@ -311,7 +362,8 @@ def native_counts(pattern: str) -> bool:
 
 
 def count_chunk_task(args: tuple) -> tuple[int, dict[bytes, int], int]:
-    """``count_chunk`` for a pool: ``(chunk id, path, start, end, specials, pattern, policy)``."""
+    """``count_chunk`` for a pool: ``(chunk id, path, start, end, specials, pattern, policy[,
+    max pre-token bytes])``."""
     cid, *rest = args
     counts, n = count_chunk(*rest)
     return cid, counts, n

@@ -514,6 +514,10 @@ def train(
     max_token_length: Optional[int] = typer.Option(
         None, "--max-token-length", metavar="N",
         help="No merge makes a token longer than N bytes (default: no limit)."),
+    max_pretoken_bytes: Optional[int] = typer.Option(
+        None, "--max-pretoken-bytes", metavar="BYTES",
+        help="Count a longer pre-token as pieces of at most this many bytes (4..64 MiB; default 1 MiB "
+             "for a new store, the store's own on a resume)."),
     progress: ProgressMode = typer.Option(ProgressMode.auto, "--progress",
                                           help="auto: bars on a terminal, else JSON lines on stderr."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
@@ -551,7 +555,8 @@ def train(
                                checkpoint_seconds=checkpoint_seconds, invalid_utf8=invalid_utf8.value,
                                restart=restart, progress=stopper.watch(reporter), stop=stopper.event,
                                engine=engine.value, format=fmt, text_field=text_field,
-                               min_frequency=min_frequency, max_token_length=max_token_length)
+                               min_frequency=min_frequency, max_token_length=max_token_length,
+                               max_pretoken_bytes=max_pretoken_bytes)
     except (Interrupted, KeyboardInterrupt) as exc:
         stopper.note_stopping()
         reporter.close()

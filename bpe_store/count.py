@@ -417,44 +417,45 @@ def _block_specials(special_tokens: Sequence[str], documents: bool) -> list[byte
 
 
 def count_block(block: bytes, special_tokens: Sequence[str], pattern: str,
-                documents: bool) -> Counter[bytes]:
+                documents: bool, max_pretoken_bytes: int | None = None) -> Counter[bytes]:
     """The ``regex`` map step on one block (valid UTF-8; documents joined by ``DOC_SEP``)."""
     from .inputs import DOC_SEP
 
     counts: Counter[bytes] = Counter()
     for doc in block.split(DOC_SEP) if documents else [block]:
-        counts.update(count_words(doc.decode("utf-8"), special_tokens, pattern))
+        counts.update(count_words(doc.decode("utf-8"), special_tokens, pattern, max_pretoken_bytes))
     return counts
 
 
 def count_unit_task(args: tuple) -> tuple[int, dict[bytes, int], int]:
     """A whole work unit counted in this process, for a process pool or another machine (the
     ``Unit`` is a small picklable description; the worker reads the file itself):
-    ``(chunk id, Unit, specials, pattern, policy, block size)`` -> ``(chunk id, {word: count},
+    ``(chunk id, Unit, specials, pattern, policy, block size[, max pre-token bytes])`` -> ``(chunk id, {word: count},
     pre-tokens)``. Natively for the GPT-2 pattern (blocks summed in a ``WordCounter``), through
     ``regex`` otherwise; the same counts either way."""
     from .inputs import unit_blocks
 
-    cid, unit, special_tokens, pattern, invalid_utf8, block_size = args
+    cid, unit, special_tokens, pattern, invalid_utf8, block_size, *rest = args
+    max_bytes = rest[0] if rest else None
     blocks = unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size)
     if native_counts(pattern):
         specials = _block_specials(special_tokens, unit.has_documents)
         words = WordCounter()
         n = 0
         for block in blocks:
-            counts = _native_count_chunk(block, specials)
+            counts = _native_count_chunk(block, specials, max_bytes or 0)
             n += counts.total
             words.add(counts)
         return cid, dict(words.items()), n
     total: Counter[bytes] = Counter()
     for block in blocks:
-        total.update(count_block(block, special_tokens, pattern, unit.has_documents))
+        total.update(count_block(block, special_tokens, pattern, unit.has_documents, max_bytes))
     return cid, dict(total), sum(total.values())
 
 
 def count_units_threaded(tasks: Sequence[tuple[int, object]], workers: int, special_tokens: Sequence[str],
-                         pattern: str, invalid_utf8: str,
-                         block_size: int) -> Iterator[tuple[int, ChunkCounts | WordCounter, int]]:
+                         pattern: str, invalid_utf8: str, block_size: int,
+                         max_pretoken_bytes: int | None = None) -> Iterator[tuple[int, ChunkCounts | WordCounter, int]]:
     """The native map step over work units ``[(chunk id, Unit)]``, yielding ``(chunk id, counts,
     pre-tokens)`` per unit as units complete.
 
@@ -479,7 +480,7 @@ def count_units_threaded(tasks: Sequence[tuple[int, object]], workers: int, spec
     events: queue.SimpleQueue = queue.SimpleQueue()  # (chunk id, what, value)
 
     def count(block: bytes, specials: list[bytes]) -> ChunkCounts:
-        return _native_count_chunk(block, specials)
+        return _native_count_chunk(block, specials, max_pretoken_bytes or 0)
 
     def read_unit(task: tuple[int, object]) -> None:
         cid, unit = task
@@ -551,7 +552,8 @@ def count_units_threaded(tasks: Sequence[tuple[int, object]], workers: int, spec
 
 
 def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, special_tokens: Sequence[str],
-                         pattern: str, documents: bool) -> Iterator[tuple[object, ChunkCounts | Counter[bytes], int]]:
+                         pattern: str, documents: bool,
+                         max_pretoken_bytes: int | None = None) -> Iterator[tuple[object, ChunkCounts | Counter[bytes], int]]:
     """``(mark, counts, pre-tokens)`` per ``(block, mark)`` of a stream, in the stream's order.
 
     Natively, blocks are counted on ``workers`` threads (GIL released) with at most
@@ -565,7 +567,7 @@ def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, s
             if block is None:
                 yield None, None, 0
                 continue
-            counts = count_block(block, special_tokens, pattern, documents)
+            counts = count_block(block, special_tokens, pattern, documents, max_pretoken_bytes)
             yield mark, counts, sum(counts.values())
         return
     specials = _block_specials(special_tokens, documents)
@@ -580,7 +582,7 @@ def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, s
                         yield m, counts, counts.total
                     yield None, None, 0
                     continue
-                pending.append((pool.submit(_native_count_chunk, block, specials), mark))
+                pending.append((pool.submit(_native_count_chunk, block, specials, max_pretoken_bytes or 0), mark))
                 del block
                 while pending and (len(pending) > 2 * workers or pending[0][0].done()):
                     fut, m = pending.popleft()

@@ -89,6 +89,9 @@ class RunParams:
     min_frequency: int = 1
     #: no merge makes a token longer than this many bytes (None: no limit)
     max_token_length: int | None = None
+    #: pre-tokens longer than this count as pieces (pretokenize.split_long_pretoken); None: no
+    #: limit (stores from before the limit existed)
+    max_pretoken_bytes: int | None = None
 
     @property
     def num_merges(self) -> int:
@@ -617,11 +620,12 @@ class Store:
         t = now()
         with self.transaction():
             self.sql("INSERT INTO run (id, pattern, special_tokens, vocab_size, invalid_utf8, phase,"
-                     " chunk_size, created_at, updated_at, bpe_store_version, min_frequency, max_token_length)"
-                     " VALUES (1, ?, ?, ?, ?, 'counting', ?, ?, ?, ?, ?, ?)",
+                     " chunk_size, created_at, updated_at, bpe_store_version, min_frequency, max_token_length,"
+                     " max_pretoken_bytes)"
+                     " VALUES (1, ?, ?, ?, ?, 'counting', ?, ?, ?, ?, ?, ?, ?)",
                      (params.pattern, json.dumps(list(params.special_tokens)), params.vocab_size,
                       params.invalid_utf8, chunk_size, t, t, version, params.min_frequency,
-                      params.max_token_length))
+                      params.max_token_length, params.max_pretoken_bytes))
             self.executemany("INSERT INTO sources (id, path, size, mtime_ns, sha256, format, compression,"
                              " text_field, documents) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                              [(i, s.path, s.size, s.mtime_ns, s.sha256, s.format, s.compression, s.text_field,
@@ -649,7 +653,8 @@ class Store:
     def params(self) -> RunParams:
         r = self.run_row()
         return RunParams(r["pattern"], tuple(json.loads(r["special_tokens"])), r["vocab_size"],
-                         r["invalid_utf8"], r["min_frequency"], r["max_token_length"])
+                         r["invalid_utf8"], r["min_frequency"], r["max_token_length"],
+                         max_pretoken_bytes=r.get("max_pretoken_bytes"))
 
     def sources(self) -> list[Source]:
         return [Source(*r) for r in self.sql("SELECT path, size, mtime_ns, sha256, format, compression,"

@@ -83,6 +83,15 @@ MAX_VOCAB_SIZE = (1 << 32) - 1
 MAX_WORKERS = 1024
 #: A chunk is read into memory whole; 4 GiB is far above any useful size (the default is 8 MiB).
 MAX_CHUNK_SIZE = 1 << 32
+#: A pre-token longer than this (a line of letters without whitespace) counts as pieces of at
+#: most this many bytes (pretokenize.split_long_pretoken). Why 1 MiB: no word of any natural
+#: language comes near it, so on real text nothing changes (the CS336 reference semantics hold),
+#: while one pathological line can no longer make a word of hundreds of MB (its tokens blob hit
+#: SQLite's 1 GB limit, and the merge engine needs ~25 bytes of memory per byte of a word).
+DEFAULT_MAX_PRETOKEN_BYTES = 1 << 20
+#: One character (4 bytes) must fit a piece; above 64 MiB a word's token blob (4 bytes per
+#: byte) nears SQLite's 1 GB default limit on a value.
+MIN_MAX_PRETOKEN_BYTES, MAX_MAX_PRETOKEN_BYTES = 4, 1 << 26
 
 
 def _positive_int(name: str, value: object, most: int | None = None) -> int:
@@ -120,8 +129,10 @@ def check_run_options(workers: int | None, chunk_size: int, checkpoint_merges: i
     return min(workers or os.cpu_count() or 1, MAX_WORKERS)
 
 
-def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, invalid_utf8: str) -> RunParams:
-    """Validate the parameters that define a run; raise InputError naming the bad one."""
+def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, invalid_utf8: str,
+                 max_pretoken_bytes: int | None = None) -> RunParams:
+    """Validate the parameters that define a run; raise InputError naming the bad one.
+    ``max_pretoken_bytes`` None means "not given" (the store's value, or the default)."""
     if isinstance(special_tokens, (str, bytes)) or not isinstance(special_tokens, Iterable):
         raise InputError(f"special tokens must be a list of strings, not {special_tokens!r}")
     specials = list(special_tokens)
@@ -150,7 +161,12 @@ def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, i
         raise InputError(f"the pre-tokenization pattern does not compile: {exc}") from None
     if invalid_utf8 not in ("strict", "replace"):
         raise InputError(f"invalid_utf8 must be 'strict' or 'replace', not {invalid_utf8!r}")
-    return RunParams(pattern, tuple(specials), vocab_size, invalid_utf8)
+    if max_pretoken_bytes is not None:
+        _positive_int("max pre-token bytes", max_pretoken_bytes, MAX_MAX_PRETOKEN_BYTES)
+        if max_pretoken_bytes < MIN_MAX_PRETOKEN_BYTES:
+            raise InputError(f"max pre-token bytes must be between {MIN_MAX_PRETOKEN_BYTES} and "
+                             f"{MAX_MAX_PRETOKEN_BYTES} (one character is up to 4 bytes), not {max_pretoken_bytes}")
+    return RunParams(pattern, tuple(specials), vocab_size, invalid_utf8, max_pretoken_bytes=max_pretoken_bytes)
 
 
 def check_trainer_options(min_frequency: int, max_token_length: int | None) -> dict:
@@ -183,6 +199,8 @@ def _same_inputs(store: Store, paths: Sequence[FileInput | Stream], params: RunP
     for option in ("min_frequency", "max_token_length"):
         if getattr(old, option) != getattr(params, option):
             diffs.append(f"{option} {getattr(old, option)} -> {getattr(params, option)}")
+    if params.max_pretoken_bytes is not None and old.max_pretoken_bytes != params.max_pretoken_bytes:
+        diffs.append(f"max pre-token bytes {old.max_pretoken_bytes or 'no limit'} -> {params.max_pretoken_bytes}")
     sources = store.sources()
     given = [p.name if isinstance(p, Stream) else str(p.path.resolve()) for p in paths]
     if [s.path for s in sources] != given:
@@ -272,6 +290,7 @@ def train(
     text_field: str = DEFAULT_TEXT_FIELD,
     min_frequency: int = 1,
     max_token_length: int | None = None,
+    max_pretoken_bytes: int | None = None,
 ) -> TrainResult:
     """Train (or resume training) a byte-level BPE into the store ``db``; see the module doc.
 
@@ -308,6 +327,9 @@ def train(
             ``words`` with their counts); 1, the default, is CS336's semantics.
         max_token_length: no merge makes a token longer than this many bytes (None: no limit);
             a pair too long is never counted, so it is never chosen.
+        max_pretoken_bytes: a pre-token longer than this counts as pieces of at most this many
+            bytes, cut at UTF-8 character starts (``pretokenize.split_long_pretoken``); 4 to 64 MiB,
+            stored with the run. None: the store's value on a resume, else 1 MiB.
 
     Returns:
         A ``TrainResult``: ``vocab`` (id -> bytes), ``merges`` (pairs of bytes in merge order),
@@ -329,7 +351,7 @@ def train(
         pattern = resolve_pattern(pattern)
     if len(paths) > 1 and any(isinstance(p, Stream) for p in paths):
         raise InputError("a stream (standard input '-' or an iterable) must be the only input")
-    params = check_params(vocab_size, special_tokens, pattern, invalid_utf8)
+    params = check_params(vocab_size, special_tokens, pattern, invalid_utf8, max_pretoken_bytes)
     params = dataclasses.replace(params, **check_trainer_options(min_frequency, max_token_length))
     workers = check_run_options(workers, chunk_size, checkpoint_merges, checkpoint_seconds, count_flush_seconds)
     if engine not in ENGINES:
@@ -347,12 +369,15 @@ def train(
         for p in paths:
             _emit(progress, stage="plan", file=str(p.name if isinstance(p, Stream) else p.path))
             sources.append(p.source() if isinstance(p, Stream) else scan_input(p, invalid_utf8))
+        if params.max_pretoken_bytes is None:
+            params = dataclasses.replace(params, max_pretoken_bytes=DEFAULT_MAX_PRETOKEN_BYTES)
         chunks: list[tuple[int, int, int, str, int | None]] = []
         for i, s in enumerate(sources):
             if isinstance(paths[i], Stream):
                 chunks.append((i, 0, 0, "stream", None))
                 continue
-            for start, end, kind, part in plan_units(s, params.special_tokens, params.pattern, chunk_size):
+            for start, end, kind, part in plan_units(s, params.special_tokens, params.pattern, chunk_size,
+                                                     params.max_pretoken_bytes):
                 chunks.append((i, start, end, kind, part))
         # the store appears complete (schema, run, plan, vocabulary) or not at all
         store = Store.create(db, init=lambda new: new.init_run(params, sources, chunks, chunk_size, __version__),
@@ -378,6 +403,8 @@ def train(
         def elapsed() -> float:
             return elapsed0 + time.monotonic() - session_start
 
+        # the store's own value (a resume that did not give one; NULL = no limit in older stores)
+        params = dataclasses.replace(params, max_pretoken_bytes=store.params().max_pretoken_bytes)
         phase = store.run_row()["phase"]
         if phase == "counting":
             _count(store, params, workers, count_flush_seconds, elapsed, progress, stop, chunk_size,
@@ -473,11 +500,11 @@ def _count_units(store: Store, params: RunParams, sources: Sequence[Source], tod
     plain = all(c.kind == "range" and sources[c.source_id].format == "text" for c in todo)
     if plain:
         tasks = [(c.id, sources[c.source_id].path, c.start, c.end, params.special_tokens, params.pattern,
-                  params.invalid_utf8) for c in todo]
+                  params.invalid_utf8, params.max_pretoken_bytes) for c in todo]
     else:
         units = [(c.id, unit_of(sources[c.source_id], c.kind, c.start, c.end, c.part)) for c in todo]
-        tasks = [(cid, u, params.special_tokens, params.pattern, params.invalid_utf8, block_size)
-                 for cid, u in units]
+        tasks = [(cid, u, params.special_tokens, params.pattern, params.invalid_utf8, block_size,
+                  params.max_pretoken_bytes) for cid, u in units]
     results: Iterable
     # native: chunk counts stay in C++ (ChunkCounts summed into a WordCounter), so Python objects
     # are made only at a flush and the GIL is free while threads count
@@ -485,7 +512,7 @@ def _count_units(store: Store, params: RunParams, sources: Sequence[Source], tod
     task = (count_chunk_native_task if native else count_chunk_task) if plain else count_unit_task
     if native and not plain:
         results = count_units_threaded(units, workers, params.special_tokens, params.pattern,
-                                       params.invalid_utf8, block_size)
+                                       params.invalid_utf8, block_size, params.max_pretoken_bytes)
     elif workers > 1 and len(tasks) > 1:
         # Both map steps release the GIL while they scan: the native counter, and `regex` with
         # concurrent=True (pretokenize.count_words). So threads give the parallelism of processes
@@ -551,7 +578,8 @@ def _count_stream(store: Store, params: RunParams, stream: Stream, chunk, worker
     # read in a thread, with ticks while the stream pauses: the counts so far are still committed
     # every `flush_seconds`, and a stop request is heard while a pipe is silent
     results = count_blocks_ordered(ticking(blocks, min(flush_seconds, 1.0) or 0.05), workers,
-                                   params.special_tokens, params.pattern, documents=stream.format != "text")
+                                   params.special_tokens, params.pattern, documents=stream.format != "text",
+                                   max_pretoken_bytes=params.max_pretoken_bytes)
     at = (source.size, source.documents or 0, source.sha256)
     delta = new_word_counts(native)
     pretokens = 0

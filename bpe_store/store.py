@@ -1108,6 +1108,9 @@ def check_run(p: Path, row: dict[str, Any]) -> None:
     if row.get("max_token_length") is not None and not (
             _is_int(row["max_token_length"]) and 2 <= row["max_token_length"] <= 1 << 32):
         raise StoreError(f"{where} (max_token_length {row['max_token_length']!r})")
+    limit = row.get("max_pretoken_bytes")  # NULL: no limit (stores from before v0_3_0)
+    if limit is not None and (not _is_int(limit) or not 4 <= limit <= 1 << 26):
+        raise StoreError(f"{where} (max_pretoken_bytes {limit!r} is not an integer in 4..{1 << 26})")
     if not isinstance(row["pattern"], str):
         raise StoreError(f"{where} (pattern is not text)")
     check_pattern(row["pattern"], str(p))

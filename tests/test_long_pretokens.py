@@ -212,3 +212,17 @@ def test_a_300_mb_line_of_letters_trains_in_bounded_memory(tmp_path):
     longest = con.execute("SELECT max(length(bytes)) FROM words").fetchone()[0]
     con.close()
     assert longest == 1 << 20
+
+
+@pytest.mark.parametrize("value", ["'big'", "-1", "1e9", "99999999999"])
+def test_a_tampered_limit_is_a_store_error(small, tmp_path, value):
+    from bpe_store import StoreError
+
+    db = tmp_path / "r.db"
+    train([small], db, 270, [EOT], max_pretoken_bytes=64)
+    con = sqlite3.connect(db)
+    con.execute(f"UPDATE run SET max_pretoken_bytes = {value}")
+    con.commit()
+    con.close()
+    with pytest.raises(StoreError, match="max_pretoken_bytes"):
+        train([small], db, 280, [EOT])

@@ -125,7 +125,7 @@ def split_long_pretoken(word: bytes, max_bytes: int | None) -> list[bytes]:
 
     >>> split_long_pretoken(b"abcdefg", 3)
     [b'abc', b'def', b'g']
-    >>> split_long_pretoken("aébc".encode(), 4)
+    >>> split_long_pretoken("aébc".encode(), 3)  # é is 2 bytes: "aé" fits, "aéb" does not
     [b'a\\xc3\\xa9', b'bc']
     """
     if not max_bytes or len(word) <= max_bytes:

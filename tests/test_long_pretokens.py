@@ -226,3 +226,15 @@ def test_a_tampered_limit_is_a_store_error(small, tmp_path, value):
     con.close()
     with pytest.raises(StoreError, match="max_pretoken_bytes"):
         train([small], db, 280, [EOT])
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", "gpt4"])
+def test_the_limit_applies_to_jsonl_inputs_too(tmp_path, pattern):
+    from bpe_store.pretokenize import resolve_pattern
+
+    docs = ["x " + "é" * 30 + "ab" * 20, "hello " + "z" * 50 + " end", "'s" + "7" * 40]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    got = train([path], tmp_path / "r.db", 290, [EOT], max_pretoken_bytes=8, pattern=pattern, workers=2)
+    _, want = reference_train_bpe(EOT.join(docs), 290, [EOT], resolve_pattern(pattern), max_pretoken_bytes=8)
+    assert got.merges == want

@@ -182,7 +182,7 @@ def _set_verbose(ctx: typer.Context, verbose: bool) -> None:
 
 def _show_version(value: bool) -> None:
     if value:
-        from . import __version__
+        from ._version import __version__
 
         typer.echo(f"bpe-store {__version__}")
         raise typer.Exit()
@@ -532,7 +532,7 @@ def train(
     Example: bpe-store train corpus.txt --db run.db --vocab-size 32000 --special '<|endoftext|>'
     Example: bpe-store train 'shards/*.jsonl.gz' --db run.db --vocab-size 32000 --text-field content
     """
-    from .train import Interrupted
+    from .errors import Interrupted
     from .train import train as run_train
 
     _set_verbose(ctx, verbose)

@@ -44,7 +44,7 @@ import regex
 
 from .errors import InputError
 from .pretokenize import GPT2_PATTERN, count_words
-from .store import Source
+from .sources import Source
 
 try:  # the native core is optional: without it every pattern goes through `regex`
     from ._core import ChunkCounts, WordCounter

@@ -44,7 +44,7 @@ import regex
 
 from .errors import InputError, ResumeMismatch
 from .pretokenize import GPT2_PATTERN
-from .store import Source
+from .sources import Source
 
 #: Separates documents inside a block: never part of valid UTF-8, so no text can contain it.
 DOC_SEP = b"\xff"

@@ -13,12 +13,13 @@ import os
 import socket
 import sys
 
+from .errors import Interrupted
 from .store import Store, now
 
 
 def begin(store: Store) -> int | None:
     """Record that this process starts training in ``store``; returns the session id."""
-    from . import __version__
+    from ._version import __version__
 
     merges = store.sql("SELECT count(*) FROM merges").scalar()
     with store.transaction():
@@ -31,8 +32,6 @@ def begin(store: Store) -> int | None:
 
 def outcome_of(exc: BaseException | None) -> str:
     """The outcome recorded for a session that ended with ``exc`` (None: it returned)."""
-    from .train import Interrupted
-
     if exc is None:
         return "done"
     if isinstance(exc, Interrupted):

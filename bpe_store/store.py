@@ -42,6 +42,7 @@ from urllib.parse import quote
 
 from . import migrate
 from .errors import StoreError
+from .sources import Source
 
 if TYPE_CHECKING:  # pragma: no cover
     from sqlalchemy.engine import Connection
@@ -96,23 +97,6 @@ class RunParams:
     @property
     def num_merges(self) -> int:
         return self.vocab_size - 256 - len(self.special_tokens)
-
-
-@dataclass(frozen=True)
-class Source:
-    """One input as it was when the run started, and how it is read (``bpe_store.inputs``).
-
-    For a stream (stdin, a Python iterable) ``size``, ``sha256`` and ``documents`` describe what
-    has been counted so far: a resume skips that much of the stream given again."""
-
-    path: str
-    size: int
-    mtime_ns: int
-    sha256: str
-    format: str = "text"
-    compression: str = "none"
-    text_field: str | None = None
-    documents: int | None = None
 
 
 @dataclass(frozen=True)

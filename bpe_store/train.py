@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
-import json
 import math
 import os
 import shutil
@@ -28,21 +27,23 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 import regex
 
-from . import __version__, sessions
+from . import sessions
+from ._version import __version__
 from .count import (DEFAULT_CHUNK_SIZE, add_counts, count_blocks_ordered, count_chunk_native_task, count_chunk_task,
                     count_chunks_threaded, count_unit_task, count_units_threaded, ticking,
                     native_counts, new_word_counts, scan_source)
-from .errors import BpeStoreError, InputError, ResumeMismatch, StoreError
+from .errors import BpeStoreError, InputError, Interrupted, ResumeMismatch, StoreError
 from .inputs import DEFAULT_TEXT_FIELD, STDIN, FileInput, Stream, file_input, plan_units, same_kind_diffs, scan_input, unit_of
 from .merge import ENGINES, Engine, native_available, new_engine
 from .pretokenize import GPT2_PATTERN, describe_pattern, resolve_pattern
-from .store import MAX_SPECIAL_TOKENS, RunParams, Source, Store, StreamMark, _remove_files, _sqlite_error, is_db_error
+from .result import TrainResult, read_result, result_check
+from .sources import Source
+from .store import MAX_SPECIAL_TOKENS, RunParams, Store, StreamMark, _remove_files, _sqlite_error, is_db_error
 
 #: A checkpoint is written after this many seconds of merging (and when merging ends): the most
 #: a kill can lose. ``checkpoint_merges`` also caps a batch when given; by default it is None,
@@ -59,21 +60,6 @@ _SUB_STEP = 64
 Progress = Callable[[dict], None]
 
 
-class Interrupted(BpeStoreError):
-    """Training stopped on request after writing a checkpoint."""
-
-    exit_code = 130
-
-
-@dataclass
-class TrainResult:
-    """What a finished (or stopped) run holds: CS336 ``vocab`` and ``merges``, plus the counts."""
-
-    vocab: dict[int, bytes]
-    merges: list[tuple[bytes, bytes]]
-    merge_counts: list[int]
-    phase: str
-    stop_reason: str | None
 
 
 #: Token ids are uint32 (the merge engine and ``words.tokens`` hold them so) and 0xFFFFFFFF marks
@@ -640,34 +626,6 @@ def _start_merging(store: Store, params: RunParams, elapsed: Callable[[], float]
     return merger
 
 
-def result_check(store: Store, n_special: int,
-                 vocab: list[tuple[int, bytes, str]] | None = None,
-                 merges: list[tuple[int, int, int, int, int]] | None = None) -> None:
-    """Refuse (StoreError) a merge log and vocabulary that bpe_store could not have written:
-    ranks and ids not 0..n-1, a merge of ids it does not yet have, kinds out of place, a count
-    that is not a positive integer."""
-    vocab = store.load_vocab() if vocab is None else vocab
-    merges = store.load_merges() if merges is None else merges
-    first = n_special + 256
-
-    def bad(what: str) -> StoreError:
-        return StoreError(f"{store.path}: the store is inconsistent ({what}); start over with --restart")
-
-    if [r[0] for r in vocab] != list(range(len(vocab))) or len(vocab) != first + len(merges):
-        raise bad("merges and vocab disagree")
-    if [r[0] for r in merges] != list(range(len(merges))):
-        raise bad("merge ranks are not 0, 1, 2, ...")
-    for i, b, kind in vocab:
-        want = "special" if i < n_special else "byte" if i < first else "merge"
-        if kind != want or not isinstance(b, bytes):
-            raise bad(f"vocab id {i} is not a {want} token")
-    for rank, left, right, token, count in merges:
-        limit = first + rank
-        if not all(isinstance(v, int) and 0 <= v < limit for v in (left, right)) or not (
-                isinstance(token, int) and 0 <= token <= limit) or not isinstance(count, int) or count < 0:
-            raise bad(f"merge {rank} is ({left!r}, {right!r}) -> {token!r} with count {count!r}")
-
-
 def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engine:
     """Rebuild the merge engine from the store and check the store is consistent."""
     n_special = len(params.special_tokens)
@@ -753,27 +711,6 @@ def _merge(store: Store, params: RunParams, batch: int | None, seconds: float, e
             return
         if stopping:
             raise Interrupted(f"stopped after {merger.next_rank} merges; {store.path} holds them")
-
-
-def read_result(store: Store, vocab_size: int | None = None) -> TrainResult:
-    """The CS336 ``(vocab, merges)`` in a store, optionally for a smaller ``vocab_size`` (a prefix)."""
-    run = store.run_row()
-    n_special = len(json.loads(run["special_tokens"]))
-    vocab_rows = store.load_vocab()
-    merges = store.load_merges()
-    result_check(store, n_special, vocab_rows, merges)
-    if vocab_size is not None:
-        keep = max(vocab_size - 256 - n_special, 0)
-        merges = merges[:keep]
-        vocab_rows = vocab_rows[: n_special + 256 + len(merges)]
-    by_id = {i: b for i, b, _ in vocab_rows}
-    return TrainResult(
-        vocab=by_id,
-        merges=[(by_id[l], by_id[r]) for _, l, r, _, _ in merges],
-        merge_counts=[c for *_, c in merges],
-        phase=run["phase"],
-        stop_reason=run["stop_reason"],
-    )
 
 
 def train_bpe(

@@ -42,9 +42,9 @@ def outcome_of(exc: BaseException | None) -> str:
 def end(store: Store, session_id: int | None, exc: BaseException | None = None) -> None:
     """Close the session row; never raises (it must not hide why training stopped)."""
     if session_id is None or isinstance(exc, (KeyboardInterrupt, SystemExit)):
-        # stopping at once: SQLAlchemy drops a connection interrupted mid-statement, and the lost
-        # one may still hold the write lock; writing now would wait busy_timeout for nothing.
-        # The row stays open, which status reports as "ended without a trace".
+        # stopping at once (a second Ctrl-C, an exit): write nothing more. The interrupt may have
+        # landed anywhere in a statement of this connection, and a write could wait busy_timeout
+        # on a lock for nothing. The row stays open, which status reports as "ended without a trace".
         return
     try:
         with store.transaction():

@@ -4,8 +4,9 @@ A ``Store`` wraps one ``sqlite3`` connection to the file. It checks on open that
 bpe_store store whose schema is exactly its revision's (``bpe_store.schemas``), takes an
 exclusive lock for writers (released by the OS if the process dies), and offers the few bulk
 reads and writes training needs. Every write that moves the run forward is one explicit
-transaction (``transaction()``), so after a crash the file is at its last checkpoint; reads
-outside one take no lock beyond the statement's. Bulk writes are ``executemany`` on plain tuples.
+transaction (``transaction()``; the driver opens none by itself: ``isolation_level=None``), so
+after a crash the file is at its last checkpoint; reads outside one take no lock beyond the
+statement's. Bulk writes are ``executemany`` on plain tuples.
 
 Why ``sqlite3`` and not SQLAlchemy here: the store is SQLite only, its statements are fixed
 SQL, and importing SQLAlchemy (~0.15-0.3 s) was most of a cold CS336 ``train_bpe`` call (issue

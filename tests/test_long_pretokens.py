@@ -116,7 +116,7 @@ def test_a_long_run_is_cut_into_bounded_chunks(tmp_path, monkeypatch):
 @given(runs, st.integers(4, 16), st.sampled_from([1, 7, 64, 1 << 20]))
 def test_training_equals_the_reference(tmp_path_factory, parts, m, chunk_size):
     text = text_of(parts)
-    assume(text.encode())
+    assume(text.replace(EOT, ""))  # only special tokens: nothing to train on (an error, tested elsewhere)
     d = tmp_path_factory.mktemp("t")
     (d / "c.txt").write_bytes(text.encode())
     got = train([d / "c.txt"], d / "r.db", 300, [EOT], chunk_size=chunk_size, max_pretoken_bytes=m, workers=2)

@@ -18,8 +18,9 @@ from __future__ import annotations
 import sys
 from importlib import import_module
 
+from ._version import __version__
+
 TYPE_CHECKING = False  # not typing's: importing typing alone costs more than the rest of this file
-__version__ = "0.1.0"
 
 #: ``{public name: module that defines it}``
 _EXPORTS: dict[str, str] = {
@@ -28,19 +29,20 @@ _EXPORTS: dict[str, str] = {
     "GPT2_PATTERN": "pretokenize",
     "Store": "store",
     "Tokenizer": "tokenizer",
-    "Interrupted": "train", "TrainResult": "train", "read_result": "train", "train": "train",
+    "Interrupted": "errors", "TrainResult": "result", "read_result": "result", "train": "train",
     "train_bpe": "train", "train_from_iterator": "train",
 }
 
 __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from .errors import BpeStoreError, InputError, ResumeMismatch, StoreError
+    from .errors import BpeStoreError, InputError, Interrupted, ResumeMismatch, StoreError
     from .export import export_store
     from .pretokenize import GPT2_PATTERN
     from .store import Store
     from .tokenizer import Tokenizer
-    from .train import Interrupted, TrainResult, read_result, train, train_bpe, train_from_iterator
+    from .result import TrainResult, read_result
+    from .train import train, train_bpe, train_from_iterator
 
 
 class _Package(type(sys)):  # types.ModuleType, without importing types

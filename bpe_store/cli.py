@@ -182,7 +182,7 @@ def _set_verbose(ctx: typer.Context, verbose: bool) -> None:
 
 def _show_version(value: bool) -> None:
     if value:
-        from . import __version__
+        from ._version import __version__
 
         typer.echo(f"bpe-store {__version__}")
         raise typer.Exit()
@@ -548,6 +548,10 @@ def train(
         help="Count on a Ray cluster. ADDRESS may be left out: --ray alone starts a local one of "
              "--workers CPUs; with ADDRESS (host:port, ray://host:port or auto), that cluster. Needs "
              "pip install 'bpe-store[ray]'; inputs must be readable at the same path on every node."),
+    max_pretoken_bytes: Optional[int] = typer.Option(
+        None, "--max-pretoken-bytes", metavar="BYTES",
+        help="Count a longer pre-token as pieces of at most this many bytes (4..64 MiB; default 1 MiB "
+             "for a new store, the store's own on a resume)."),
     progress: ProgressMode = typer.Option(ProgressMode.auto, "--progress",
                                           help="auto: bars on a terminal, else JSON lines on stderr."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
@@ -562,7 +566,7 @@ def train(
     Example: bpe-store train corpus.txt --db run.db --vocab-size 32000 --special '<|endoftext|>'
     Example: bpe-store train 'shards/*.jsonl.gz' --db run.db --vocab-size 32000 --text-field content
     """
-    from .train import Interrupted
+    from .errors import Interrupted
     from .train import train as run_train
 
     _set_verbose(ctx, verbose)
@@ -587,7 +591,8 @@ def train(
                                engine=engine.value, format=fmt, text_field=text_field,
                                min_frequency=min_frequency, max_token_length=max_token_length,
                                count_engine="local" if ray is None else "ray",
-                               ray_address=None if ray in (None, "local") else ray)
+                               ray_address=None if ray in (None, "local") else ray,
+                               max_pretoken_bytes=max_pretoken_bytes)
     except (Interrupted, KeyboardInterrupt) as exc:
         stopper.note_stopping()
         reporter.close()

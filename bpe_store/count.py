@@ -5,8 +5,9 @@ counts into the store). Nothing here touches the store; ``train`` drives both an
 reduce durable, so a killed run never counts a chunk twice.
 
 For the GPT-2 pattern the map step is native (``bpe_store._core.count_words``, identical to the
-``regex`` path, see tests/test_scanner.py) and releases the GIL, so ``train`` runs it on threads
-(``count_chunks_threaded``); any other pattern goes through ``regex`` in worker processes.
+``regex`` path, see tests/test_scanner.py); any other pattern goes through ``regex`` with
+``concurrent=True``. Both release the GIL while scanning, so ``train`` runs either on threads
+(``count_chunks_threaded``); no worker processes.
 
 Chunk boundaries never change the result. A chunk starts either
 
@@ -16,6 +17,15 @@ Chunk boundaries never change the result. A chunk starts either
   newline, outside any special token. No GPT-2 pre-token spans such a point: a pre-token holding a
   non-whitespace character holds whitespace only as its leading space, and matching before the
   point looks at most one character ahead, which is whitespace either way.
+* for the GPT-2 pattern only, where no such point is near (a line without whitespace, one
+  pre-token of hundreds of megabytes): between two pre-tokens of which the first ends in a
+  non-whitespace character, or inside a pre-token longer than the run's maximum pre-token length,
+  at one of the points where it is split anyway (``_cut_in_scan``; the proof is beside
+  ``plan_cut`` in native/scanner_impl.h).
+
+A pre-token longer than ``max_pretoken_bytes`` is counted as pieces of at most that many bytes
+(``pretokenize.split_long_pretoken``): cut from its own start, so the pieces do not depend on
+the chunking either, and no word (nor a chunk, by the rule above) grows with the input.
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ import regex
 
 from .errors import InputError
 from .pretokenize import GPT2_PATTERN, count_words
-from .store import Source
+from .sources import Source
 
 try:  # the native core is optional: without it every pattern goes through `regex`
     from ._core import ChunkCounts, WordCounter
@@ -42,11 +52,13 @@ try:  # the native core is optional: without it every pattern goes through `rege
     from ._core import count_chunk as _native_count_chunk
     from ._core import count_words as _native_count_words
     from ._core import pack_counts as _native_pack_counts
+    from ._core import plan_cut as _native_plan_cut
     from ._core import utf8_valid as _native_utf8_valid
 except ImportError:  # pragma: no cover - a source tree without the built extension
     ChunkCounts = WordCounter = None  # type: ignore[assignment,misc]
     _native_add_counts = _native_count_chunk = _native_count_words = _native_utf8_valid = None
     _native_pack_counts = None
+    _native_plan_cut = None
 
 #: Default chunk size: large enough that per-chunk overhead vanishes, small enough that a kill
 #: loses little counting and every core gets work.
@@ -226,12 +238,48 @@ def _boundary_in(data: bytes, base: int, lo: int, specials: Sequence[bytes],
     return base + min(candidates) if candidates else None
 
 
+def _cut_in_scan(f, start: int, target: int, size: int, specials: Sequence[bytes],
+                 max_pretoken_bytes: int | None) -> int | None:
+    """A chunk start at or after ``target`` found by scanning from the previous chunk start
+    ``start`` with the native GPT-2 scanner (``_core.plan_cut``); None if there is none nearby.
+
+    The fallback when no cheap boundary (a special token, a printable character before a space or
+    newline) lies within a window after ``target``: a line without whitespace, or one pre-token
+    of hundreds of megabytes. It cuts between two pre-tokens where the first ends in a
+    non-whitespace character, or inside a pre-token longer than ``max_pretoken_bytes`` at one of
+    its split points (see scanner_impl.h, plan_cut), so such input is still chunked, and memory
+    stays bounded by chunk size + window + the maximum pre-token length. Reads at most that much.
+    """
+    back = max((len(s) for s in specials), default=0)
+    end = min(size, target + _SEARCH_WINDOW + (max_pretoken_bytes or 0) + back + 64)
+    f.seek(start)
+    data = f.read(end - start)
+    if len(data) != end - start:
+        return None
+    if end < size:
+        data = data[: len(data) - _utf8_tail(data)]  # a character cut off by the read
+    # Why valid UTF-8 only: with --invalid-utf8 replace, counting sees U+FFFD where the file
+    # has invalid bytes, so offsets inside such stretches would not mean the same thing.
+    if not _native_utf8_valid(data):
+        return None
+    margin = 0 if end == size else back + 16  # what the read may have cut off at its end
+    q = _native_plan_cut(data, list(specials), target - start, max_pretoken_bytes or 0, margin)
+    if q < 0 or _left_overlapped(data, q, specials):
+        return None
+    return start + q
+
+
 def plan_chunks(path: str | os.PathLike, size: int, special_tokens: Sequence[str],
-                pattern: str = GPT2_PATTERN, chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[tuple[int, int]]:
-    """Split a file of ``size`` bytes into ``[(start, end)]`` chunks of about ``chunk_size``."""
+                pattern: str = GPT2_PATTERN, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                max_pretoken_bytes: int | None = None) -> list[tuple[int, int]]:
+    """Split a file of ``size`` bytes into ``[(start, end)]`` chunks of about ``chunk_size``.
+
+    For the GPT-2 pattern (native core built) a chunk is at most about ``chunk_size`` + the search
+    window + ``max_pretoken_bytes`` long whatever the text, by the fallback ``_cut_in_scan``."""
     specials = sorted({s.encode("utf-8") for s in special_tokens}, key=lambda s: (-len(s), s))
     special_re = regex.compile(b"|".join(regex.escape(s) for s in specials)) if specials else None
     safe_ws = pattern == GPT2_PATTERN
+    cut_in_scan = safe_ws and _native_plan_cut is not None
     if special_re is None and not safe_ws:
         return [(0, size)]
     back = max((len(s) for s in specials), default=1)
@@ -248,6 +296,8 @@ def plan_chunks(path: str | os.PathLike, size: int, special_tokens: Sequence[str
                 found = _boundary_in(data, base, pos - base, specials, special_re, safe_ws)
                 if found is not None and found >= min(pos + _SEARCH_WINDOW, size):
                     found = None  # beyond this window's own range: the next window decides
+                if found is None and cut_in_scan and pos == target:
+                    found = _cut_in_scan(f, bounds[-1], target, size, specials, max_pretoken_bytes)
                 pos += _SEARCH_WINDOW
             if found is None or found >= size:
                 break
@@ -258,13 +308,15 @@ def plan_chunks(path: str | os.PathLike, size: int, special_tokens: Sequence[str
 
 
 def count_chunk(path: str, start: int, end: int, special_tokens: Sequence[str], pattern: str,
-                invalid_utf8: str = "strict") -> tuple[dict[bytes, int], int]:
-    """The map step: ``({word bytes: count}, number of pre-tokens)`` of ``path[start:end]``."""
+                invalid_utf8: str = "strict", max_pretoken_bytes: int | None = None) -> tuple[dict[bytes, int], int]:
+    """The map step: ``({word bytes: count}, number of pre-tokens)`` of ``path[start:end]``; a
+    pre-token longer than ``max_pretoken_bytes`` counts as pieces (``split_long_pretoken``)."""
     data = _read_chunk(path, start, end)
     if native_counts(pattern):
-        return _native_count_words(_valid_utf8(data, invalid_utf8), [s.encode("utf-8") for s in special_tokens])
+        return _native_count_words(_valid_utf8(data, invalid_utf8), [s.encode("utf-8") for s in special_tokens],
+                                   max_pretoken_bytes or 0)
     text = data.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict")
-    counts = count_words(text, special_tokens, pattern)
+    counts = count_words(text, special_tokens, pattern, max_pretoken_bytes)
     return dict(counts), sum(counts.values())
 
 
@@ -288,16 +340,16 @@ def _valid_utf8(data: bytes, invalid_utf8: str) -> bytes:
 
 
 def count_chunk_native(path: str, start: int, end: int, special_tokens: Sequence[str],
-                       invalid_utf8: str = "strict") -> ChunkCounts:
+                       invalid_utf8: str = "strict", max_pretoken_bytes: int | None = None) -> ChunkCounts:
     """``count_chunk`` for the GPT-2 pattern, keeping the counts native for a ``WordCounter``."""
     data = _valid_utf8(_read_chunk(path, start, end), invalid_utf8)
-    return _native_count_chunk(data, [s.encode("utf-8") for s in special_tokens])
+    return _native_count_chunk(data, [s.encode("utf-8") for s in special_tokens], max_pretoken_bytes or 0)
 
 
 def count_chunk_native_task(args: tuple) -> tuple[int, ChunkCounts, int]:
     """``count_chunk_native`` for a pool, same tuples as ``count_chunk_task`` (pattern ignored)."""
-    cid, path, start, end, special_tokens, _pattern, invalid_utf8 = args
-    counts = count_chunk_native(path, start, end, special_tokens, invalid_utf8)
+    cid, path, start, end, special_tokens, _pattern, invalid_utf8, *max_bytes = args
+    counts = count_chunk_native(path, start, end, special_tokens, invalid_utf8, *max_bytes)
     return cid, counts, counts.total
 
 
@@ -305,32 +357,25 @@ def count_unit_packed(task: tuple) -> tuple[int, bytes, int]:
     """The map step for another process or machine: a unit -> ``(unit id, packed counts, pre-tokens)``.
 
     ``task`` is the small, picklable unit description a local pool takes: that of
-    ``count_chunk_task`` (chunk id, path, start, end, specials, pattern, UTF-8 policy) for a byte
-    range of a text file, or that of ``count_unit_task`` (chunk id, ``inputs.Unit``, specials,
-    pattern, policy, block size) for any input kind. The unit is read here, where it runs, so
-    the input must be readable at the same path. The counts come back as one bytes object
-    (``ChunkCounts.pack``: ~8 bytes per distinct word) for ``WordCounter.add_packed``, never as
-    a dict per word. Needs the native core; any pattern (non-GPT-2 ones count through ``regex``).
+    ``count_chunk_task`` (chunk id, path, start, end, specials, pattern, UTF-8 policy, max
+    pre-token bytes) for a byte range of a text file, or that of ``count_unit_task`` (chunk id,
+    ``inputs.Unit``, specials, pattern, policy, block size, max pre-token bytes) for any input
+    kind. The unit is read here, where it runs, so the input must be readable at the same path.
+    The counts come back as one bytes object (``ChunkCounts.pack``: ~8 bytes per distinct word)
+    for ``WordCounter.add_packed``, never as a dict per word. Needs the native core; any pattern (non-GPT-2 ones count through ``regex``).
     """
-    if len(task) == 6:  # a unit of any input kind, read block by block (bpe_store.inputs)
-        cid, unit, special_tokens, pattern, invalid_utf8, block_size = task
-        if not native_counts(pattern):
+    if not isinstance(task[1], str):  # a unit of any input kind, read block by block (bpe_store.inputs)
+        if not native_counts(task[3]):
             cid, words, n = count_unit_task(task)
             return cid, _native_pack_counts(words), n
-        from .inputs import unit_blocks
-
-        total, n = WordCounter(), 0
-        specials = _block_specials(special_tokens, unit.has_documents)  # as count_units_threaded
-        for block in unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size):
-            counts = _native_count_chunk(block, specials)
-            total.add(counts)
-            n += counts.total
+        cid, unit, special_tokens, pattern, invalid_utf8, block_size, *rest = task
+        total, n = _count_unit_native(unit, special_tokens, pattern, invalid_utf8, block_size,
+                                      rest[0] if rest else None)
         return cid, total.pack(), n
-    cid, path, start, end, special_tokens, pattern, invalid_utf8 = task
-    if native_counts(pattern):
-        counts = count_chunk_native(path, start, end, special_tokens, invalid_utf8)
-        return cid, counts.pack(), counts.total
-    words, n = count_chunk(path, start, end, special_tokens, pattern, invalid_utf8)
+    if native_counts(task[5]):
+        cid, counts, n = count_chunk_native_task(task)
+        return cid, counts.pack(), n
+    cid, words, n = count_chunk_task(task)
     return cid, _native_pack_counts(words), n
 
 
@@ -345,7 +390,8 @@ def native_counts(pattern: str) -> bool:
 
 
 def count_chunk_task(args: tuple) -> tuple[int, dict[bytes, int], int]:
-    """``count_chunk`` for a pool: ``(chunk id, path, start, end, specials, pattern, policy)``."""
+    """``count_chunk`` for a pool: ``(chunk id, path, start, end, specials, pattern, policy[,
+    max pre-token bytes])``."""
     cid, *rest = args
     counts, n = count_chunk(*rest)
     return cid, counts, n
@@ -356,8 +402,8 @@ def count_chunks_threaded(tasks: Sequence[tuple], workers: int,
     """``task`` (``count_chunk_task`` or ``count_chunk_native_task``) over ``tasks`` on ``workers``
     threads, yielded in completion order.
 
-    For the native counter, which releases the GIL: threads share the process, so nothing is
-    pickled and no interpreter is spawned. At most ``2 * workers`` chunks are in flight, so memory
+    Both counters release the GIL while they scan (native code; `regex` with concurrent=True):
+    threads share the process, so nothing is pickled and no interpreter is spawned. At most ``2 * workers`` chunks are in flight, so memory
     stays bounded however slowly the consumer writes. When the consumer stops early (an
     exception, or ``close()``), chunks not yet started are cancelled and running ones finish
     (a chunk takes well under a second); no thread outlives the generator.
@@ -402,44 +448,53 @@ def _block_specials(special_tokens: Sequence[str], documents: bool) -> list[byte
 
 
 def count_block(block: bytes, special_tokens: Sequence[str], pattern: str,
-                documents: bool) -> Counter[bytes]:
+                documents: bool, max_pretoken_bytes: int | None = None) -> Counter[bytes]:
     """The ``regex`` map step on one block (valid UTF-8; documents joined by ``DOC_SEP``)."""
     from .inputs import DOC_SEP
 
     counts: Counter[bytes] = Counter()
     for doc in block.split(DOC_SEP) if documents else [block]:
-        counts.update(count_words(doc.decode("utf-8"), special_tokens, pattern))
+        counts.update(count_words(doc.decode("utf-8"), special_tokens, pattern, max_pretoken_bytes))
     return counts
+
+
+def _count_unit_native(unit: object, special_tokens: Sequence[str], pattern: str, invalid_utf8: str,
+                       block_size: int, max_bytes: int | None) -> tuple[WordCounter, int]:
+    """A whole unit counted natively (GPT-2 pattern): its blocks summed in a ``WordCounter``."""
+    from .inputs import unit_blocks
+
+    specials = _block_specials(special_tokens, unit.has_documents)  # as count_units_threaded
+    words, n = WordCounter(), 0
+    for block in unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size):
+        counts = _native_count_chunk(block, specials, max_bytes or 0)
+        n += counts.total
+        words.add(counts)
+    return words, n
 
 
 def count_unit_task(args: tuple) -> tuple[int, dict[bytes, int], int]:
     """A whole work unit counted in this process, for a process pool or another machine (the
     ``Unit`` is a small picklable description; the worker reads the file itself):
-    ``(chunk id, Unit, specials, pattern, policy, block size)`` -> ``(chunk id, {word: count},
+    ``(chunk id, Unit, specials, pattern, policy, block size[, max pre-token bytes])`` -> ``(chunk id, {word: count},
     pre-tokens)``. Natively for the GPT-2 pattern (blocks summed in a ``WordCounter``), through
     ``regex`` otherwise; the same counts either way."""
     from .inputs import unit_blocks
 
-    cid, unit, special_tokens, pattern, invalid_utf8, block_size = args
-    blocks = unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size)
+    cid, unit, special_tokens, pattern, invalid_utf8, block_size, *rest = args
+    max_bytes = rest[0] if rest else None
     if native_counts(pattern):
-        specials = _block_specials(special_tokens, unit.has_documents)
-        words = WordCounter()
-        n = 0
-        for block in blocks:
-            counts = _native_count_chunk(block, specials)
-            n += counts.total
-            words.add(counts)
+        words, n = _count_unit_native(unit, special_tokens, pattern, invalid_utf8, block_size, max_bytes)
         return cid, dict(words.items()), n
+    blocks = unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size)
     total: Counter[bytes] = Counter()
     for block in blocks:
-        total.update(count_block(block, special_tokens, pattern, unit.has_documents))
+        total.update(count_block(block, special_tokens, pattern, unit.has_documents, max_bytes))
     return cid, dict(total), sum(total.values())
 
 
 def count_units_threaded(tasks: Sequence[tuple[int, object]], workers: int, special_tokens: Sequence[str],
-                         pattern: str, invalid_utf8: str,
-                         block_size: int) -> Iterator[tuple[int, ChunkCounts | WordCounter, int]]:
+                         pattern: str, invalid_utf8: str, block_size: int,
+                         max_pretoken_bytes: int | None = None) -> Iterator[tuple[int, ChunkCounts | WordCounter, int]]:
     """The native map step over work units ``[(chunk id, Unit)]``, yielding ``(chunk id, counts,
     pre-tokens)`` per unit as units complete.
 
@@ -464,7 +519,7 @@ def count_units_threaded(tasks: Sequence[tuple[int, object]], workers: int, spec
     events: queue.SimpleQueue = queue.SimpleQueue()  # (chunk id, what, value)
 
     def count(block: bytes, specials: list[bytes]) -> ChunkCounts:
-        return _native_count_chunk(block, specials)
+        return _native_count_chunk(block, specials, max_pretoken_bytes or 0)
 
     def read_unit(task: tuple[int, object]) -> None:
         cid, unit = task
@@ -536,7 +591,8 @@ def count_units_threaded(tasks: Sequence[tuple[int, object]], workers: int, spec
 
 
 def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, special_tokens: Sequence[str],
-                         pattern: str, documents: bool) -> Iterator[tuple[object, ChunkCounts | Counter[bytes], int]]:
+                         pattern: str, documents: bool,
+                         max_pretoken_bytes: int | None = None) -> Iterator[tuple[object, ChunkCounts | Counter[bytes], int]]:
     """``(mark, counts, pre-tokens)`` per ``(block, mark)`` of a stream, in the stream's order.
 
     Natively, blocks are counted on ``workers`` threads (GIL released) with at most
@@ -550,7 +606,7 @@ def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, s
             if block is None:
                 yield None, None, 0
                 continue
-            counts = count_block(block, special_tokens, pattern, documents)
+            counts = count_block(block, special_tokens, pattern, documents, max_pretoken_bytes)
             yield mark, counts, sum(counts.values())
         return
     specials = _block_specials(special_tokens, documents)
@@ -565,7 +621,7 @@ def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, s
                         yield m, counts, counts.total
                     yield None, None, 0
                     continue
-                pending.append((pool.submit(_native_count_chunk, block, specials), mark))
+                pending.append((pool.submit(_native_count_chunk, block, specials, max_pretoken_bytes or 0), mark))
                 del block
                 while pending and (len(pending) > 2 * workers or pending[0][0].done()):
                     fut, m = pending.popleft()

@@ -60,3 +60,10 @@ class StoreError(BpeStoreError):
     """The database is not a bpe_store store, is corrupt, too old or too new, or cannot be written."""
 
     exit_code = EXIT_STORE
+
+
+class Interrupted(BpeStoreError):
+    """Training stopped on request after writing a checkpoint."""
+
+    exit_code = EXIT_SIGINT
+

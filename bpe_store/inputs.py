@@ -44,7 +44,7 @@ import regex
 
 from .errors import InputError, ResumeMismatch
 from .pretokenize import GPT2_PATTERN
-from .store import Source
+from .sources import Source
 
 #: Separates documents inside a block: never part of valid UTF-8, so no text can contain it.
 DOC_SEP = b"\xff"
@@ -242,7 +242,7 @@ def unit_of(source: Source, kind: str, start: int, end: int, part: int | None) -
 
 
 def plan_units(source: Source, special_tokens: Sequence[str], pattern: str,
-               chunk_size: int) -> list[tuple[int, int, str, int | None]]:
+               chunk_size: int, max_pretoken_bytes: int | None = None) -> list[tuple[int, int, str, int | None]]:
     """``[(start, end, kind, part)]``: the work units of one input file (see the module doc)."""
     from .count import plan_chunks
 
@@ -250,7 +250,7 @@ def plan_units(source: Source, special_tokens: Sequence[str], pattern: str,
         return [(0, source.size, "file", None)]
     if source.format == "text":
         return [(a, b, "range", None) for a, b in
-                plan_chunks(source.path, source.size, special_tokens, pattern, chunk_size)]
+                plan_chunks(source.path, source.size, special_tokens, pattern, chunk_size, max_pretoken_bytes)]
     if source.format == "jsonl":
         return [(a, b, "range", None) for a, b in _plan_lines(source.path, source.size, chunk_size)]
     pf = _parquet_file(source.path)

@@ -90,9 +90,11 @@ def pretokenize(
 
 
 def count_words(
-    text: str, special_tokens: Sequence[str] = (), pattern: str = GPT2_PATTERN
+    text: str, special_tokens: Sequence[str] = (), pattern: str = GPT2_PATTERN,
+    max_pretoken_bytes: int | None = None,
 ) -> Counter[bytes]:
-    """Word counts of ``text``: ``{pre-token as UTF-8 bytes: occurrences}``.
+    """Word counts of ``text``: ``{pre-token as UTF-8 bytes: occurrences}``; a pre-token longer than
+    ``max_pretoken_bytes`` counts as its pieces (``split_long_pretoken``).
 
     Empty matches (a pattern such as ``\\w*`` matches the empty string between words) are not
     pre-tokens: they hold no bytes to merge, so they are not counted.
@@ -100,7 +102,41 @@ def count_words(
     compiled = regex.compile(pattern)
     counts: Counter[str] = Counter()
     for piece in split_at_specials(text, special_tokens):
-        # findall + Counter.update run in C; this is the fast pure-Python path.
-        counts.update(compiled.findall(piece))
+        # findall + Counter.update run in C; this is the fast pure-Python path. concurrent=True:
+        # `regex` releases the GIL while matching, so counting threads run in parallel.
+        counts.update(compiled.findall(piece, concurrent=True))
     counts.pop("", None)
-    return Counter({w.encode("utf-8"): c for w, c in counts.items()})
+    words = Counter({w.encode("utf-8"): c for w, c in counts.items()})
+    if max_pretoken_bytes:
+        for w in [w for w in words if len(w) > max_pretoken_bytes]:
+            c = words.pop(w)
+            for piece in split_long_pretoken(w, max_pretoken_bytes):
+                words[piece] += c
+    return words
+
+
+def split_long_pretoken(word: bytes, max_bytes: int | None) -> list[bytes]:
+    """The pieces a pre-token is counted as: itself, or, when it is longer than ``max_bytes``
+    bytes, pieces of at most ``max_bytes``, each cut at the last UTF-8 character start that fits.
+
+    Cut greedily from the pre-token's own start, so the pieces depend only on the pre-token (not
+    on where it is in the input or how the input was chunked). ``max_bytes`` is at least 4 (one
+    character always fits); None or 0 means no limit.
+
+    >>> split_long_pretoken(b"abcdefg", 3)
+    [b'abc', b'def', b'g']
+    >>> split_long_pretoken("aébc".encode(), 3)  # é is 2 bytes: "aé" fits, "aéb" does not
+    [b'a\\xc3\\xa9', b'bc']
+    """
+    if not max_bytes or len(word) <= max_bytes:
+        return [word]
+    pieces = []
+    start = 0
+    while len(word) - start > max_bytes:
+        cut = start + max_bytes
+        while cut > start + 1 and word[cut] & 0xC0 == 0x80:  # a continuation byte: back to the start
+            cut -= 1
+        pieces.append(word[start:cut])
+        start = cut
+    pieces.append(word[start:])
+    return pieces

@@ -4,7 +4,9 @@ It is the oracle of the differential tests; nothing fast may disagree with it. E
 recomputed from scratch so that each line can be checked by eye against the contract in
 DESIGN.md (section Semantics):
 
-1. pre-tokenize (split at specials, GPT-2 pattern) and count words as UTF-8 bytes;
+1. pre-tokenize (split at specials, GPT-2 pattern) and count words as UTF-8 bytes; a word longer
+   than ``max_pretoken_bytes`` counts as pieces of at most that many bytes, cut greedily at
+   character starts (``pretokenize.split_long_pretoken``);
 2. each word starts as its single bytes;
 3. repeat: count all adjacent pairs weighted by word count (overlapping pairs count: ``aaa``
    holds ``(a, a)`` twice); pick the highest count, ties to the lexicographically greater
@@ -84,6 +86,7 @@ def reference_train_bpe(
     pattern: str = GPT2_PATTERN,
     min_frequency: int = 1,
     max_token_length: int | None = None,
+    max_pretoken_bytes: int | None = None,
 ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """CS336 ``train_bpe`` on a string: ``(vocab {id: bytes}, merges [(left, right)])``.
 
@@ -93,8 +96,8 @@ def reference_train_bpe(
     pattern = resolve_pattern(pattern)
     specials = list(dict.fromkeys(special_tokens))
     num_merges = vocab_size - 256 - len(specials)
-    merges = train_from_counts(count_words(text, specials, pattern), max(num_merges, 0), min_frequency,
-                               max_token_length)
+    counts = count_words(text, specials, pattern, max_pretoken_bytes)
+    merges = train_from_counts(counts, max(num_merges, 0), min_frequency, max_token_length)
     vocab: dict[int, bytes] = {}
     for s in specials:
         vocab[len(vocab)] = s.encode("utf-8")

@@ -40,7 +40,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from . import __version__, display
+from . import display
+from ._version import __version__
 from .errors import InputError
 
 #: The command that installs what ``report`` needs.

@@ -13,12 +13,13 @@ import os
 import socket
 import sys
 
+from .errors import Interrupted
 from .store import Store, now
 
 
 def begin(store: Store) -> int | None:
     """Record that this process starts training in ``store``; returns the session id."""
-    from . import __version__
+    from ._version import __version__
 
     merges = store.sql("SELECT count(*) FROM merges").scalar()
     with store.transaction():
@@ -31,8 +32,6 @@ def begin(store: Store) -> int | None:
 
 def outcome_of(exc: BaseException | None) -> str:
     """The outcome recorded for a session that ended with ``exc`` (None: it returned)."""
-    from .train import Interrupted
-
     if exc is None:
         return "done"
     if isinstance(exc, Interrupted):
@@ -43,9 +42,9 @@ def outcome_of(exc: BaseException | None) -> str:
 def end(store: Store, session_id: int | None, exc: BaseException | None = None) -> None:
     """Close the session row; never raises (it must not hide why training stopped)."""
     if session_id is None or isinstance(exc, (KeyboardInterrupt, SystemExit)):
-        # stopping at once: SQLAlchemy drops a connection interrupted mid-statement, and the lost
-        # one may still hold the write lock; writing now would wait busy_timeout for nothing.
-        # The row stays open, which status reports as "ended without a trace".
+        # stopping at once (a second Ctrl-C, an exit): write nothing more. The interrupt may have
+        # landed anywhere in a statement of this connection, and a write could wait busy_timeout
+        # on a lock for nothing. The row stays open, which status reports as "ended without a trace".
         return
     try:
         with store.transaction():

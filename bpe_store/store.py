@@ -4,8 +4,9 @@ A ``Store`` wraps one ``sqlite3`` connection to the file. It checks on open that
 bpe_store store whose schema is exactly its revision's (``bpe_store.schemas``), takes an
 exclusive lock for writers (released by the OS if the process dies), and offers the few bulk
 reads and writes training needs. Every write that moves the run forward is one explicit
-transaction (``transaction()``), so after a crash the file is at its last checkpoint; reads
-outside one take no lock beyond the statement's. Bulk writes are ``executemany`` on plain tuples.
+transaction (``transaction()``; the driver opens none by itself: ``isolation_level=None``), so
+after a crash the file is at its last checkpoint; reads outside one take no lock beyond the
+statement's. Bulk writes are ``executemany`` on plain tuples.
 
 Why ``sqlite3`` and not SQLAlchemy here: the store is SQLite only, its statements are fixed
 SQL, and importing SQLAlchemy (~0.15-0.3 s) was most of a cold CS336 ``train_bpe`` call (issue
@@ -42,6 +43,7 @@ from urllib.parse import quote
 
 from . import migrate
 from .errors import StoreError
+from .sources import Source
 
 if TYPE_CHECKING:  # pragma: no cover
     from sqlalchemy.engine import Connection
@@ -89,27 +91,13 @@ class RunParams:
     min_frequency: int = 1
     #: no merge makes a token longer than this many bytes (None: no limit)
     max_token_length: int | None = None
+    #: pre-tokens longer than this count as pieces (pretokenize.split_long_pretoken); None: no
+    #: limit (stores from before the limit existed)
+    max_pretoken_bytes: int | None = None
 
     @property
     def num_merges(self) -> int:
         return self.vocab_size - 256 - len(self.special_tokens)
-
-
-@dataclass(frozen=True)
-class Source:
-    """One input as it was when the run started, and how it is read (``bpe_store.inputs``).
-
-    For a stream (stdin, a Python iterable) ``size``, ``sha256`` and ``documents`` describe what
-    has been counted so far: a resume skips that much of the stream given again."""
-
-    path: str
-    size: int
-    mtime_ns: int
-    sha256: str
-    format: str = "text"
-    compression: str = "none"
-    text_field: str | None = None
-    documents: int | None = None
 
 
 @dataclass(frozen=True)
@@ -617,11 +605,12 @@ class Store:
         t = now()
         with self.transaction():
             self.sql("INSERT INTO run (id, pattern, special_tokens, vocab_size, invalid_utf8, phase,"
-                     " chunk_size, created_at, updated_at, bpe_store_version, min_frequency, max_token_length)"
-                     " VALUES (1, ?, ?, ?, ?, 'counting', ?, ?, ?, ?, ?, ?)",
+                     " chunk_size, created_at, updated_at, bpe_store_version, min_frequency, max_token_length,"
+                     " max_pretoken_bytes)"
+                     " VALUES (1, ?, ?, ?, ?, 'counting', ?, ?, ?, ?, ?, ?, ?)",
                      (params.pattern, json.dumps(list(params.special_tokens)), params.vocab_size,
                       params.invalid_utf8, chunk_size, t, t, version, params.min_frequency,
-                      params.max_token_length))
+                      params.max_token_length, params.max_pretoken_bytes))
             self.executemany("INSERT INTO sources (id, path, size, mtime_ns, sha256, format, compression,"
                              " text_field, documents) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                              [(i, s.path, s.size, s.mtime_ns, s.sha256, s.format, s.compression, s.text_field,
@@ -649,7 +638,8 @@ class Store:
     def params(self) -> RunParams:
         r = self.run_row()
         return RunParams(r["pattern"], tuple(json.loads(r["special_tokens"])), r["vocab_size"],
-                         r["invalid_utf8"], r["min_frequency"], r["max_token_length"])
+                         r["invalid_utf8"], r["min_frequency"], r["max_token_length"],
+                         max_pretoken_bytes=r.get("max_pretoken_bytes"))
 
     def sources(self) -> list[Source]:
         return [Source(*r) for r in self.sql("SELECT path, size, mtime_ns, sha256, format, compression,"
@@ -1103,6 +1093,9 @@ def check_run(p: Path, row: dict[str, Any]) -> None:
     if row.get("max_token_length") is not None and not (
             _is_int(row["max_token_length"]) and 2 <= row["max_token_length"] <= 1 << 32):
         raise StoreError(f"{where} (max_token_length {row['max_token_length']!r})")
+    limit = row.get("max_pretoken_bytes")  # NULL: no limit (stores from before v0_3_0)
+    if limit is not None and (not _is_int(limit) or not 4 <= limit <= 1 << 26):
+        raise StoreError(f"{where} (max_pretoken_bytes {limit!r} is not an integer in 4..{1 << 26})")
     if not isinstance(row["pattern"], str):
         raise StoreError(f"{where} (pattern is not text)")
     check_pattern(row["pattern"], str(p))

@@ -140,7 +140,7 @@ class Tokenizer:
         **kwargs,
     ) -> Tokenizer:
         """Load GPT-2 style ``vocab.json`` + ``merges.txt`` (with or without a ``#version`` line)."""
-        from .export import read_gpt2
+        from .gpt2_files import read_gpt2
 
         vocab, merges = read_gpt2(vocab_filepath, merges_filepath)
         return cls(vocab, merges, special_tokens, **kwargs)
@@ -316,7 +316,7 @@ def load_store(db_path: str | os.PathLike, vocab_size: int | None = None
     larger than the store holds.
     """
     from .store import Store
-    from .train import read_result
+    from .result import read_result
 
     p = Path(db_path)
     if not p.exists():

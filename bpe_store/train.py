@@ -18,12 +18,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
-import json
 import math
-import multiprocessing
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -31,21 +28,23 @@ import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 import regex
 
-from . import __version__, sessions
+from . import sessions
+from ._version import __version__
 from .count import (DEFAULT_CHUNK_SIZE, WordCounter, add_counts, count_blocks_ordered, count_chunk_native_task, count_chunk_task,
                     count_chunks_threaded, count_unit_task, count_units_threaded, ticking,
                     native_counts, new_word_counts, scan_source)
-from .errors import BpeStoreError, InputError, ResumeMismatch, StoreError
+from .errors import BpeStoreError, InputError, Interrupted, ResumeMismatch, StoreError
 from .inputs import DEFAULT_TEXT_FIELD, STDIN, FileInput, Stream, file_input, plan_units, same_kind_diffs, scan_input, unit_of
 from .merge import ENGINES, Engine, native_available, new_engine
 from .pretokenize import GPT2_PATTERN, describe_pattern, resolve_pattern
-from .store import MAX_SPECIAL_TOKENS, RunParams, Source, Store, StreamMark, _remove_files, _sqlite_error, is_db_error
+from .result import TrainResult, read_result, result_check
+from .sources import Source
+from .store import MAX_SPECIAL_TOKENS, RunParams, Store, StreamMark, _remove_files, _sqlite_error, is_db_error
 
 #: A checkpoint is written after this many seconds of merging (and when merging ends): the most
 #: a kill can lose. ``checkpoint_merges`` also caps a batch when given; by default it is None,
@@ -56,29 +55,12 @@ DEFAULT_CHECKPOINT_MERGES: int | None = None
 DEFAULT_CHECKPOINT_SECONDS = 30.0
 #: Counting flushes its counts to the store at most this often (and at the end).
 DEFAULT_COUNT_FLUSH_SECONDS = 10.0
-#: Below this many input bytes, counting runs in this process (starting workers costs more).
-_IN_PROCESS_BYTES = 4 << 20
 #: Merges per engine call inside a batch (see ``_merge``).
 _SUB_STEP = 64
 
 Progress = Callable[[dict], None]
 
 
-class Interrupted(BpeStoreError):
-    """Training stopped on request after writing a checkpoint."""
-
-    exit_code = 130
-
-
-@dataclass
-class TrainResult:
-    """What a finished (or stopped) run holds: CS336 ``vocab`` and ``merges``, plus the counts."""
-
-    vocab: dict[int, bytes]
-    merges: list[tuple[bytes, bytes]]
-    merge_counts: list[int]
-    phase: str
-    stop_reason: str | None
 
 
 #: Token ids are uint32 (the merge engine and ``words.tokens`` hold them so) and 0xFFFFFFFF marks
@@ -88,6 +70,15 @@ MAX_VOCAB_SIZE = (1 << 32) - 1
 MAX_WORKERS = 1024
 #: A chunk is read into memory whole; 4 GiB is far above any useful size (the default is 8 MiB).
 MAX_CHUNK_SIZE = 1 << 32
+#: A pre-token longer than this (a line of letters without whitespace) counts as pieces of at
+#: most this many bytes (pretokenize.split_long_pretoken). Why 1 MiB: no word of any natural
+#: language comes near it, so on real text nothing changes (the CS336 reference semantics hold),
+#: while one pathological line can no longer make a word of hundreds of MB (its tokens blob hit
+#: SQLite's 1 GB limit, and the merge engine needs ~25 bytes of memory per byte of a word).
+DEFAULT_MAX_PRETOKEN_BYTES = 1 << 20
+#: One character (4 bytes) must fit a piece; above 64 MiB a word's token blob (4 bytes per
+#: byte) nears SQLite's 1 GB default limit on a value.
+MIN_MAX_PRETOKEN_BYTES, MAX_MAX_PRETOKEN_BYTES = 4, 1 << 26
 
 
 def _positive_int(name: str, value: object, most: int | None = None) -> int:
@@ -125,8 +116,10 @@ def check_run_options(workers: int | None, chunk_size: int, checkpoint_merges: i
     return min(workers or os.cpu_count() or 1, MAX_WORKERS)
 
 
-def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, invalid_utf8: str) -> RunParams:
-    """Validate the parameters that define a run; raise InputError naming the bad one."""
+def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, invalid_utf8: str,
+                 max_pretoken_bytes: int | None = None) -> RunParams:
+    """Validate the parameters that define a run; raise InputError naming the bad one.
+    ``max_pretoken_bytes`` None means "not given" (the store's value, or the default)."""
     if isinstance(special_tokens, (str, bytes)) or not isinstance(special_tokens, Iterable):
         raise InputError(f"special tokens must be a list of strings, not {special_tokens!r}")
     specials = list(special_tokens)
@@ -155,7 +148,12 @@ def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, i
         raise InputError(f"the pre-tokenization pattern does not compile: {exc}") from None
     if invalid_utf8 not in ("strict", "replace"):
         raise InputError(f"invalid_utf8 must be 'strict' or 'replace', not {invalid_utf8!r}")
-    return RunParams(pattern, tuple(specials), vocab_size, invalid_utf8)
+    if max_pretoken_bytes is not None:
+        _positive_int("max pre-token bytes", max_pretoken_bytes, MAX_MAX_PRETOKEN_BYTES)
+        if max_pretoken_bytes < MIN_MAX_PRETOKEN_BYTES:
+            raise InputError(f"max pre-token bytes must be between {MIN_MAX_PRETOKEN_BYTES} and "
+                             f"{MAX_MAX_PRETOKEN_BYTES} (one character is up to 4 bytes), not {max_pretoken_bytes}")
+    return RunParams(pattern, tuple(specials), vocab_size, invalid_utf8, max_pretoken_bytes=max_pretoken_bytes)
 
 
 def check_trainer_options(min_frequency: int, max_token_length: int | None) -> dict:
@@ -188,6 +186,8 @@ def _same_inputs(store: Store, paths: Sequence[FileInput | Stream], params: RunP
     for option in ("min_frequency", "max_token_length"):
         if getattr(old, option) != getattr(params, option):
             diffs.append(f"{option} {getattr(old, option)} -> {getattr(params, option)}")
+    if params.max_pretoken_bytes is not None and old.max_pretoken_bytes != params.max_pretoken_bytes:
+        diffs.append(f"max pre-token bytes {old.max_pretoken_bytes or 'no limit'} -> {params.max_pretoken_bytes}")
     sources = store.sources()
     given = [p.name if isinstance(p, Stream) else str(p.path.resolve()) for p in paths]
     if [s.path for s in sources] != given:
@@ -279,6 +279,7 @@ def train(
     max_token_length: int | None = None,
     count_engine: str = "local",
     ray_address: str | None = None,
+    max_pretoken_bytes: int | None = None,
 ) -> TrainResult:
     """Train (or resume training) a byte-level BPE into the store ``db``; see the module doc.
 
@@ -320,6 +321,9 @@ def train(
         ray_address: with ``count_engine="ray"``, the cluster to count on (``host:port``,
             ``ray://host:port`` or ``auto``); None starts a local cluster of ``workers`` CPUs for
             the counting (or uses this process's connection if ``ray.init`` was called).
+        max_pretoken_bytes: a pre-token longer than this counts as pieces of at most this many
+            bytes, cut at UTF-8 character starts (``pretokenize.split_long_pretoken``); 4 to 64 MiB,
+            stored with the run. None: the store's value on a resume, else 1 MiB.
 
     Returns:
         A ``TrainResult``: ``vocab`` (id -> bytes), ``merges`` (pairs of bytes in merge order),
@@ -341,7 +345,7 @@ def train(
         pattern = resolve_pattern(pattern)
     if len(paths) > 1 and any(isinstance(p, Stream) for p in paths):
         raise InputError("a stream (standard input '-' or an iterable) must be the only input")
-    params = check_params(vocab_size, special_tokens, pattern, invalid_utf8)
+    params = check_params(vocab_size, special_tokens, pattern, invalid_utf8, max_pretoken_bytes)
     params = dataclasses.replace(params, **check_trainer_options(min_frequency, max_token_length))
     workers = check_run_options(workers, chunk_size, checkpoint_merges, checkpoint_seconds, count_flush_seconds)
     if engine not in ENGINES:
@@ -367,12 +371,15 @@ def train(
         for p in paths:
             _emit(progress, stage="plan", file=str(p.name if isinstance(p, Stream) else p.path))
             sources.append(p.source() if isinstance(p, Stream) else scan_input(p, invalid_utf8))
+        if params.max_pretoken_bytes is None:
+            params = dataclasses.replace(params, max_pretoken_bytes=DEFAULT_MAX_PRETOKEN_BYTES)
         chunks: list[tuple[int, int, int, str, int | None]] = []
         for i, s in enumerate(sources):
             if isinstance(paths[i], Stream):
                 chunks.append((i, 0, 0, "stream", None))
                 continue
-            for start, end, kind, part in plan_units(s, params.special_tokens, params.pattern, chunk_size):
+            for start, end, kind, part in plan_units(s, params.special_tokens, params.pattern, chunk_size,
+                                                     params.max_pretoken_bytes):
                 chunks.append((i, start, end, kind, part))
         # the store appears complete (schema, run, plan, vocabulary) or not at all
         store = Store.create(db, init=lambda new: new.init_run(params, sources, chunks, chunk_size, __version__),
@@ -398,6 +405,8 @@ def train(
         def elapsed() -> float:
             return elapsed0 + time.monotonic() - session_start
 
+        # the store's own value (a resume that did not give one; NULL = no limit in older stores)
+        params = dataclasses.replace(params, max_pretoken_bytes=store.params().max_pretoken_bytes)
         phase = store.run_row()["phase"]
         if phase == "counting":
             _count(store, params, workers, count_flush_seconds, elapsed, progress, stop, chunk_size,
@@ -496,13 +505,11 @@ def _count_units(store: Store, params: RunParams, sources: Sequence[Source], tod
     plain = all(c.kind == "range" and sources[c.source_id].format == "text" for c in todo)
     if plain:
         tasks = [(c.id, sources[c.source_id].path, c.start, c.end, params.special_tokens, params.pattern,
-                  params.invalid_utf8) for c in todo]
+                  params.invalid_utf8, params.max_pretoken_bytes) for c in todo]
     else:
         units = [(c.id, unit_of(sources[c.source_id], c.kind, c.start, c.end, c.part)) for c in todo]
-        tasks = [(cid, u, params.special_tokens, params.pattern, params.invalid_utf8, block_size)
-                 for cid, u in units]
-    pool = None
-    todo_bytes = sum(size_of.values())
+        tasks = [(cid, u, params.special_tokens, params.pattern, params.invalid_utf8, block_size,
+                  params.max_pretoken_bytes) for cid, u in units]
     results: Iterable
     # native: chunk counts stay in C++ (ChunkCounts summed into a WordCounter), so Python objects
     # are made only at a flush and the GIL is free while threads count
@@ -518,19 +525,15 @@ def _count_units(store: Store, params: RunParams, sources: Sequence[Source], tod
         native, status = True, results.status
     elif native and not plain:
         results = count_units_threaded(units, workers, params.special_tokens, params.pattern,
-                                       params.invalid_utf8, block_size)
-    elif workers > 1 and len(tasks) > 1 and native:
-        # native counting releases the GIL: threads give the parallelism of processes without
-        # pickling counts back or spawning interpreters (bench/RESULTS-count.md); Ctrl-C reaches
-        # only this thread, which decides how to stop
+                                       params.invalid_utf8, block_size, params.max_pretoken_bytes)
+    elif workers > 1 and len(tasks) > 1:
+        # Both map steps release the GIL while they scan: the native counter, and `regex` with
+        # concurrent=True (pretokenize.count_words). So threads give the parallelism of processes
+        # without pickling counts back or spawning interpreters, which hung when run from
+        # `python -` (spawned workers re-ran __main__, crashed, were respawned; issue 9) and cost
+        # ~1 s of imports each (bench/RESULTS-count.md). Ctrl-C reaches only this thread, which
+        # decides how to stop.
         results = count_chunks_threaded(tasks, min(workers, len(tasks)), task)
-    elif workers > 1 and len(tasks) > 1 and todo_bytes >= _IN_PROCESS_BYTES:
-        # the regex path holds the GIL, so it needs processes.
-        # spawn, not fork: the parent holds a SQLite connection and maybe threads
-        ctx = multiprocessing.get_context("spawn")
-        # workers ignore Ctrl-C: the parent decides how to stop (finish a flush, or abort)
-        pool = ctx.Pool(min(workers, len(tasks)), initializer=_ignore_sigint)
-        results = pool.imap_unordered(task, tasks)
     else:
         results = map(task, tasks)
     # Ray: a flush is written by a second thread while this one keeps adding results into a fresh
@@ -583,9 +586,6 @@ def _count_units(store: Store, params: RunParams, sources: Sequence[Source], tod
     finally:
         if flusher is not None:  # never leave a flush writing while the store closes
             flusher.shutdown(wait=True)
-        if pool is not None:
-            pool.terminate()
-            pool.join()
         close = getattr(results, "close", None)
         if close is not None:  # threads: cancel queued chunks, wait for the running ones
             close()
@@ -619,7 +619,8 @@ def _count_stream(store: Store, params: RunParams, stream: Stream, chunk, worker
     # read in a thread, with ticks while the stream pauses: the counts so far are still committed
     # every `flush_seconds`, and a stop request is heard while a pipe is silent
     results = count_blocks_ordered(ticking(blocks, min(flush_seconds, 1.0) or 0.05), workers,
-                                   params.special_tokens, params.pattern, documents=stream.format != "text")
+                                   params.special_tokens, params.pattern, documents=stream.format != "text",
+                                   max_pretoken_bytes=params.max_pretoken_bytes)
     at = (source.size, source.documents or 0, source.sha256)
     delta = new_word_counts(native)
     pretokens = 0
@@ -651,10 +652,6 @@ def _count_stream(store: Store, params: RunParams, stream: Stream, chunk, worker
         results.close()
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def _byte_vocab(n_specials: int) -> list[bytes | None]:
     """``token_bytes`` before any merge: None for each special token, then the 256 bytes."""
     return [None] * n_specials + [bytes([b]) for b in range(256)]
@@ -682,34 +679,6 @@ def _start_merging(store: Store, params: RunParams, elapsed: Callable[[], float]
     del rows  # the engine holds its own copy; free ~1M tuples before the pair rows are made
     store.start_merging(merger.pair_counts(), elapsed())
     return merger
-
-
-def result_check(store: Store, n_special: int,
-                 vocab: list[tuple[int, bytes, str]] | None = None,
-                 merges: list[tuple[int, int, int, int, int]] | None = None) -> None:
-    """Refuse (StoreError) a merge log and vocabulary that bpe_store could not have written:
-    ranks and ids not 0..n-1, a merge of ids it does not yet have, kinds out of place, a count
-    that is not a positive integer."""
-    vocab = store.load_vocab() if vocab is None else vocab
-    merges = store.load_merges() if merges is None else merges
-    first = n_special + 256
-
-    def bad(what: str) -> StoreError:
-        return StoreError(f"{store.path}: the store is inconsistent ({what}); start over with --restart")
-
-    if [r[0] for r in vocab] != list(range(len(vocab))) or len(vocab) != first + len(merges):
-        raise bad("merges and vocab disagree")
-    if [r[0] for r in merges] != list(range(len(merges))):
-        raise bad("merge ranks are not 0, 1, 2, ...")
-    for i, b, kind in vocab:
-        want = "special" if i < n_special else "byte" if i < first else "merge"
-        if kind != want or not isinstance(b, bytes):
-            raise bad(f"vocab id {i} is not a {want} token")
-    for rank, left, right, token, count in merges:
-        limit = first + rank
-        if not all(isinstance(v, int) and 0 <= v < limit for v in (left, right)) or not (
-                isinstance(token, int) and 0 <= token <= limit) or not isinstance(count, int) or count < 0:
-            raise bad(f"merge {rank} is ({left!r}, {right!r}) -> {token!r} with count {count!r}")
 
 
 def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engine:
@@ -797,27 +766,6 @@ def _merge(store: Store, params: RunParams, batch: int | None, seconds: float, e
             return
         if stopping:
             raise Interrupted(f"stopped after {merger.next_rank} merges; {store.path} holds them")
-
-
-def read_result(store: Store, vocab_size: int | None = None) -> TrainResult:
-    """The CS336 ``(vocab, merges)`` in a store, optionally for a smaller ``vocab_size`` (a prefix)."""
-    run = store.run_row()
-    n_special = len(json.loads(run["special_tokens"]))
-    vocab_rows = store.load_vocab()
-    merges = store.load_merges()
-    result_check(store, n_special, vocab_rows, merges)
-    if vocab_size is not None:
-        keep = max(vocab_size - 256 - n_special, 0)
-        merges = merges[:keep]
-        vocab_rows = vocab_rows[: n_special + 256 + len(merges)]
-    by_id = {i: b for i, b, _ in vocab_rows}
-    return TrainResult(
-        vocab=by_id,
-        merges=[(by_id[l], by_id[r]) for _, l, r, _, _ in merges],
-        merge_counts=[c for *_, c in merges],
-        phase=run["phase"],
-        stop_reason=run["stop_reason"],
-    )
 
 
 def train_bpe(

@@ -358,6 +358,18 @@ class Encoder {
     // but with a heap over (rank, position) and a linked list of symbols, O(n log n) instead of
     // O(n^2): rescanning a 300-byte piece once per merge is what made Chinese text slow.
     void bpe_long(const uint8_t *p, size_t n, std::vector<uint32_t> &out) const {
+        // Positions below are 32-bit (kNone marks "none"). A piece of 4 GiB or more (no trained
+        // store holds one: training splits pre-tokens at max_pretoken_bytes) is encoded in parts
+        // of at most 2 GiB cut at character starts, instead of overflowing them.
+        if (n >= kNone) {
+            for (size_t at = 0; at < n;) {
+                size_t end = std::min(n, at + (size_t(1) << 31));
+                while (end < n && end > at + 1 && (p[end] & 0xC0) == 0x80) --end;
+                bpe_long(p + at, end - at, out);
+                at = end;
+            }
+            return;
+        }
         // per-thread scratch: no allocation per piece once the buffers have grown
         thread_local std::vector<uint32_t> id, nxt, prv, merged;
         thread_local std::vector<uint64_t> heap;  // (rank << 32 | position), a min-heap

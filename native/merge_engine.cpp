@@ -169,8 +169,10 @@ struct RowStream {
     explicit RowStream(Kind k) : kind(k) {}
     Kind kind;
     // words: toks[a[i] .. a[i+1]) are row i's tokens, c[i] its word id;
-    // pairs: (a[i], b[i]) the pair, c[i] its count
-    std::vector<u32> toks, a, b;
+    // pairs: (a[i], b[i]) the pair, c[i] its count. a is 64-bit: a checkpoint may hold more
+    // than 2^32 tokens (the offsets used to wrap before a check after the fact).
+    std::vector<u32> toks, b;
+    std::vector<u64> a;
     std::vector<i64> c;
     size_t pos = 0;
 
@@ -292,10 +294,9 @@ class MergeEngine {
         for (u32 w : words) {
             const u32 *t = &tok_[words_[w].off];
             word_rows.toks.insert(word_rows.toks.end(), t, t + words_[w].len);
-            word_rows.a.push_back(u32(word_rows.toks.size()));  // end offset (< 2^32 tokens per checkpoint)
+            word_rows.a.push_back(word_rows.toks.size());  // end offset
             word_rows.c.push_back(ids_[w]);
         }
-        if (word_rows.toks.size() >= kNone) throw std::overflow_error("checkpoint too large");
         for (u32 s : take_changed_pairs()) {
             i64 cur = slots_[s].count, old = slots_[s].stored;
             if (cur == old) continue;  // back to what the store holds (or born and gone in the batch)
@@ -424,6 +425,7 @@ class MergeEngine {
             PyObject *blob = PyTuple_GET_SIZE(row) == 4 ? PyTuple_GET_ITEM(row, 3) : Py_None;
             PyObject *wb = PyTuple_GET_ITEM(row, 1);
             if (!PyBytes_Check(wb) && !PyByteArray_Check(wb)) bad_row(i, "word bytes must be bytes");
+            if (blob_size(wb) >= kNone) bad_row(i, "a word of 4 GiB or more");  // lengths are 32-bit
             long long count = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 2));
             if (count == -1 && PyErr_Occurred()) throw nb::python_error();
             if (count < 1) bad_row(i, "word counts must be positive");
@@ -516,6 +518,8 @@ class MergeEngine {
 
     u32 slot_of(u32 a, u32 b) {
         bool inserted;
+        // slots are 32-bit (kNone marks "none"): checked before u32(slots_.size()) could wrap
+        if (slots_.size() >= kNone) throw std::overflow_error("more than 2^32 - 1 distinct pairs");
         u32 s = index_.find_or_insert(pair_key(a, b), u32(slots_.size()), inserted);
         if (inserted) slots_.push_back(Slot{a, b, 0, 0, 0, {}});
         return s;

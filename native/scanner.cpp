@@ -83,7 +83,7 @@ std::vector<std::string> special_list(const std::vector<nb::bytes> &specials) {
     return toks;
 }
 
-ChunkCounts count_chunk(nb::bytes data, const std::vector<nb::bytes> &specials) {
+ChunkCounts count_chunk(nb::bytes data, const std::vector<nb::bytes> &specials, size_t max_bytes) {
     std::vector<std::string> toks = special_list(specials);
     const auto *s = static_cast<const uint8_t *>(data.data());
     const size_t n = data.size();
@@ -97,9 +97,13 @@ ChunkCounts count_chunk(nb::bytes data, const std::vector<nb::bytes> &specials) 
         bpe::detail::WordTable &table = out.table;
         uint64_t total = 0;
         splitter.split(s, n, [&](size_t a, size_t b) {
-            bpe::detail::scan(s + a, b - a, [&](size_t x, size_t y) {
-                table.add(s + a + x, y - x);
-                ++total;
+            const uint8_t *piece = s + a;
+            bpe::detail::scan(piece, b - a, [&](size_t x, size_t y) {
+                // a pre-token longer than max_bytes counts as pieces (pretokenize.split_long_pretoken)
+                bpe::detail::split_long(piece, x, y, max_bytes, [&](size_t p, size_t q) {
+                    table.add(piece + p, q - p);
+                    ++total;
+                });
             });
         });
         out.total = total;
@@ -195,8 +199,8 @@ nb::bytes py_pack_counts(nb::dict counts) {
     return to_bytes(pack_entries(table.entries()));
 }
 
-nb::tuple py_count_words(nb::bytes data, const std::vector<nb::bytes> &specials) {
-    ChunkCounts chunk = count_chunk(data, specials);
+nb::tuple py_count_words(nb::bytes data, const std::vector<nb::bytes> &specials, size_t max_bytes) {
+    ChunkCounts chunk = count_chunk(data, specials, max_bytes);
     return nb::make_tuple(to_dict(chunk.table), nb::steal(PyLong_FromUnsignedLongLong(chunk.total)));
 }
 
@@ -321,6 +325,21 @@ void py_add_counts(nb::dict total, nb::dict counts) {
     }
 }
 
+// See bpe::detail::plan_cut; -1 when there is no cut.
+int64_t py_plan_cut(nb::bytes data, const std::vector<nb::bytes> &specials, size_t target, size_t max_bytes,
+                    size_t margin) {
+    std::vector<std::string> toks = special_list(specials);
+    const auto *s = static_cast<const uint8_t *>(data.data());
+    const size_t n = data.size();
+    size_t q;
+    {
+        nb::gil_scoped_release release;
+        const bpe::detail::SpecialSplitter splitter(std::move(toks));
+        q = bpe::detail::plan_cut(s, n, splitter, target, max_bytes, margin);
+    }
+    return q == SIZE_MAX ? -1 : int64_t(q);
+}
+
 int py_char_class(int64_t cp) {
     if (cp < 0 || cp >= 0x110000) throw nb::value_error("code point out of range 0..0x10FFFF");
     return bpe::detail::class_of(uint32_t(cp));
@@ -332,9 +351,10 @@ void register_scanner(nb::module_ &m) {
     m.def("pretokenize", &py_pretokenize, nb::arg("data"),
           "GPT-2 pre-tokens of special-free UTF-8 ``data``, as ``regex.finditer(GPT2_PATTERN)`` "
           "splits it: list[bytes]. Releases the GIL while scanning.");
-    m.def("count_words", &py_count_words, nb::arg("data"), nb::arg("specials"),
+    m.def("count_words", &py_count_words, nb::arg("data"), nb::arg("specials"), nb::arg("max_bytes") = 0,
           "``({word bytes: count}, pre-tokens)`` of UTF-8 ``data`` split at ``specials`` (leftmost, "
-          "longest at one position; never counted), then by the GPT-2 pattern. Releases the GIL.");
+          "longest at one position; never counted), then by the GPT-2 pattern; a pre-token longer than "
+          "``max_bytes`` (0: no limit) counts as pieces (pretokenize.split_long_pretoken). Releases the GIL.");
     nb::class_<ChunkCounts>(m, "ChunkCounts",
                             "Word counts of one chunk, kept native (see ``count_chunk``); add it to a WordCounter.")
         .def_ro("total", &ChunkCounts::total, "Number of pre-tokens.")
@@ -349,7 +369,7 @@ void register_scanner(nb::module_ &m) {
                  return to_bytes(out);
              },
              "The counts as one compact bytes object (see ``WordCounter.add_packed``). Releases the GIL.");
-    m.def("count_chunk", &count_chunk, nb::arg("data"), nb::arg("specials"),
+    m.def("count_chunk", &count_chunk, nb::arg("data"), nb::arg("specials"), nb::arg("max_bytes") = 0,
           "``count_words`` without building the dict: a ChunkCounts. Releases the GIL.");
     nb::class_<WordCounter>(m, "WordCounter", "Sum of ChunkCounts, native; Python sees words at ``items()``.")
         .def(nb::init<>())
@@ -369,6 +389,10 @@ void register_scanner(nb::module_ &m) {
           "Whether ``data`` is well-formed UTF-8 (as ``bytes.decode('utf-8')`` accepts). Releases the GIL.");
     m.def("add_counts", &py_add_counts, nb::arg("total"), nb::arg("counts"),
           "``total[w] += c`` for each ``w, c`` in ``counts`` (dicts of bytes -> int; a Counter is a dict).");
+    m.def("plan_cut", &py_plan_cut, nb::arg("data"), nb::arg("specials"), nb::arg("target"),
+          nb::arg("max_bytes"), nb::arg("margin"),
+          "The first offset >= ``target`` of ``data`` (which begins at a chunk start) where a chunk may "
+          "start without changing any count, or -1; see scanner_impl.h. Releases the GIL.");
     m.def("char_class", &py_char_class, nb::arg("cp"),
           "GPT-2 class of a code point: 0 other, 1 \\p{L}, 2 \\p{N}, 3 \\s (as `regex` defines them).");
 }

@@ -377,6 +377,103 @@ class SpecialSplitter {
     bool single_first_ = false;
 };
 
+// ---- long pre-tokens and chunk cuts ---------------------------------------------------------
+
+// Where the piece of a long pre-token that starts at `x` ends: the last character start at or
+// before x + max_bytes (and after x). On valid UTF-8 at most 3 steps back, since a character is
+// at most 4 bytes and max_bytes >= 4; on anything else still after x, so splitting always ends.
+// The caller guarantees x + max_bytes < n (the pre-token goes on past it).
+inline size_t long_cut(const uint8_t *s, size_t x, size_t max_bytes) {
+    size_t c = x + max_bytes;
+    while (c > x + 1 && is_cont(s[c])) --c;
+    return c;
+}
+
+// Calls emit(start, end) for the pieces that the pre-token s[x, y) is counted as: itself, or when
+// it is longer than max_bytes (0 = no limit), pieces of at most max_bytes, each cut at the last
+// character start that fits (pretokenize.split_long_pretoken is the spec). Why greedy from the
+// pre-token's start: the pieces depend only on the pre-token, never on where a chunk began, and a
+// chunk may begin at any cut point (see plan_cut).
+template <class Emit>
+inline void split_long(const uint8_t *s, size_t x, size_t y, size_t max_bytes, Emit &&emit) {
+    if (max_bytes != 0) {
+        while (y - x > max_bytes) {
+            const size_t c = long_cut(s, x, max_bytes);
+            emit(x, c);
+            x = c;
+        }
+    }
+    emit(x, y);
+}
+
+// Whether the last character of s[x, y) (y > x) is whitespace.
+inline bool ends_in_space(const uint8_t *s, size_t x, size_t y) {
+    size_t k = y - 1;
+    while (k > x && is_cont(s[k])) --k;
+    return decode(s + k, s + y).cls == kSpace;
+}
+
+// Whether the characters on both sides of c (x < c < y) are of one class: c is then inside the
+// run of a pre-token s[x, y), not right after its leading space (cut there, the chunk before
+// would end in a lone space, which joins the whitespace before it into one pre-token).
+inline bool same_class_at(const uint8_t *s, size_t x, size_t c, size_t y) {
+    size_t k = c - 1;
+    while (k > x && is_cont(s[k])) --k;
+    return decode(s + k, s + c).cls == decode(s + c, s + y).cls;
+}
+
+// The first offset q >= target of s[0, n) where a chunk may start, or SIZE_MAX if there is none
+// at or before n - margin. s must begin where the whole input's scan starts a pre-token (a chunk
+// start), and `margin` must cover what s may have cut off at its end (the longest special token
+// plus a few characters; 0 when s ends where the input ends). A cut q is either
+//  (a) the start of a pre-token whose previous pre-token (in the same special-free piece) ends in
+//      a non-whitespace character: matching that one looked at most at q's character, which
+//      ends no run differently from the end of the text, and matching from q does not look
+//      back; or
+//  (b) a cut point of a pre-token longer than max_bytes (split_long's) with characters of the
+//      same class on both sides and at least 8 bytes (2 characters) of the pre-token after q:
+//      the chunk before sees the pre-token end at q (still a run of that class after any
+//      leading space), so it splits it at the same points up to q; the chunk after starts
+//      inside the run, so its first pre-token is the rest of the same pre-token (not a space,
+//      not a contraction, as the next character is of the same run), split from q as the
+//      whole one is.
+// Both kinds are strictly inside a special-free piece, so the special-token split is unchanged.
+inline size_t plan_cut(const uint8_t *s, size_t n, const SpecialSplitter &splitter, size_t target,
+                       size_t max_bytes, size_t margin) {
+    constexpr size_t kNoCut = SIZE_MAX;
+    if (n < margin || target > n - margin) return kNoCut;
+    const size_t limit = n - margin;
+    size_t found = kNoCut;
+    splitter.split(s, n, [&](size_t a, size_t b) {
+        if (found != kNoCut || b <= target || a > limit) return;  // pieces before target: no scan
+        bool prev_space = true;  // no previous pre-token in this piece: never a cut of kind (a)
+        bpe::detail::scan(s + a, b - a, [&](size_t x, size_t y) {
+            if (found != kNoCut) return;
+            x += a;
+            y += a;
+            if (x > limit) return;
+            if (x >= target && !prev_space) {
+                found = x;
+                return;
+            }
+            if (max_bytes != 0 && y - x > max_bytes) {
+                size_t c = x;
+                while (y - c > max_bytes) {
+                    c = long_cut(s, c, max_bytes);
+                    if (c < target || !same_class_at(s, x, c, y)) continue;
+                    if (c <= limit && y - c >= 8) {
+                        found = c;
+                        return;
+                    }
+                    break;
+                }
+            }
+            prev_space = ends_in_space(s, x, y);
+        });
+    });
+    return found;
+}
+
 // Whether s[0, n) is well-formed UTF-8 (the strict decoder's rule: no overlongs, surrogates or
 // code points above U+10FFFF). Eight ASCII bytes at a time: most text is mostly ASCII.
 inline bool valid_utf8(const uint8_t *s, size_t n) {

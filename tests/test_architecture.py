@@ -1,11 +1,27 @@
-"""The package's structure, checked: module names that cannot shadow the standard library."""
+"""The package's structure, checked: the import layers of pyproject.toml (import-linter) and
+module names that cannot shadow the standard library."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "bpe_store"
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "bpe_store"
+
+#: import-linter in a child process: it puts its working directory first on sys.path and builds
+#: the import graph of the package found there, with no cache left behind.
+LINT = ("import sys; from importlinter.cli import lint_imports; "
+        "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))")
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    pytest.importorskip("importlinter")
+    return subprocess.run([sys.executable, "-c", LINT], cwd=root, capture_output=True, text=True, timeout=300)
 
 
 def test_no_module_shadows_the_standard_library():
@@ -13,3 +29,28 @@ def test_no_module_shadows_the_standard_library():
     # by a script run from inside the package directory, and confuses readers and tools.
     ours = {p.stem for p in PACKAGE.glob("*.py")} | {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
     assert sorted(ours & sys.stdlib_module_names) == []
+
+
+def test_imports_keep_the_layers():
+    r = lint_imports(ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 broken" in r.stdout
+
+
+@pytest.mark.parametrize("module,line,target", [
+    ("count.py", "from .store import Store", "store"),          # counting is a map step: no store
+    ("store.py", "from .train import train", "train"),          # the store knows nothing above it
+    ("tokenizer.py", "from .export import FORMATS", "export"),  # exports sit above the tokenizer
+    ("train.py", "from . import __version__", None),            # the package root
+])
+def test_the_contract_catches_an_import_across_layers(tmp_path, module, line, target):
+    # a copy under another name: the editable install's import hook would find the real bpe_store
+    shutil.copytree(PACKAGE, tmp_path / "copied_pkg", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    config = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    (tmp_path / "pyproject.toml").write_text(config.replace("bpe_store", "copied_pkg"), encoding="utf-8")
+    with open(tmp_path / "copied_pkg" / module, "a", encoding="utf-8") as f:
+        f.write(f"\n{line}  # noqa\n")
+    r = lint_imports(tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    importer, imported = f"copied_pkg.{module[:-3]}", "copied_pkg" + (f".{target}" if target else "")
+    assert "1 broken" in r.stdout and f"{importer} is not allowed to import {imported}:" in r.stdout, r.stdout

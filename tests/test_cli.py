@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,15 @@ def test_every_command_has_a_one_line_summary_and_an_example(name):
     example = re.search(r"Example: (bpe-store \S+.*)", result.stdout)
     assert example, f"`{name} --help` has no 'Example: bpe-store ...'"
     assert example.group(1).startswith(f"bpe-store {name}")
+    # every example is a command line the command accepts: its own parser reads it (an option
+    # renamed, a choice or type changed, a missing argument all fail here)
+    examples = re.findall(r"Example: (bpe-store .*)", cmd.help or "")
+    assert examples
+    for line in examples:
+        words = shlex.split(line)
+        assert words[:1 + len(name.split())] == ["bpe-store", *name.split()], line
+        with cmd.make_context(f"bpe-store {name}", words[1 + len(name.split()):]) as ctx:
+            assert not ctx.args, (line, ctx.args)
 
 
 def test_the_readme_lists_every_command_and_exit_code():
@@ -72,8 +82,13 @@ def test_three_ways_to_run_the_same_app(how):
 
 
 def test_exit_codes_are_distinct_and_documented_in_help():
-    codes = [errors.InputError.exit_code, errors.ResumeMismatch.exit_code, errors.StoreError.exit_code]
-    assert codes == [2, 3, 4] and len(set(codes)) == 3
+    # each error's code is the one whose documented meaning is that error's (it used to restate
+    # [2, 3, 4], which a class given another documented code would still pass)
+    meaning = {errors.InputError: "usage:", errors.ResumeMismatch: "resume refused:",
+               errors.StoreError: "store problem:", errors.Interrupted: "interrupted by SIGINT"}
+    for cls, words in meaning.items():
+        assert errors.EXIT_CODES[cls.exit_code].startswith(words), cls
+    assert len({cls.exit_code for cls in meaning} | {errors.EXIT_OK, errors.EXIT_FAILED}) == len(meaning) + 2
     text = run("--help").stdout
     for code, meaning in errors.EXIT_CODES.items():
         assert str(code) in text and meaning[:20] in text

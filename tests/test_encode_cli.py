@@ -110,24 +110,6 @@ def test_export_cli(trained, tmp_path, capsys):
         assert (tmp_path / fmt / files).is_file()
 
 
-@pytest.mark.parametrize("command", ["encode", "export"])
-def test_help_has_example(command, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main([command, "--help"])
-        raise SystemExit(0)
-    assert (exc.value.code or 0) == 0
-    assert "Example:" in capsys.readouterr().out
-
-
-def test_docstrings_have_examples():
-    from bpe_store.cli import app
-
-    names = {c.name or c.callback.__name__: c.callback for c in app.registered_commands}
-    for name in ("encode", "export"):
-        doc = names[name].__doc__
-        assert "Example: bpe-store " + name in doc
-
-
 def test_encode_invalid_utf8(trained, tmp_path, capsys):
     db, _, _ = trained
     bad = tmp_path / "bad.txt"

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bpe_store.errors import InputError, StoreError
-from bpe_store.export import (ExportError, check_exportable, export_store, load_tiktoken, read_gpt2,
-                              to_gpt2_str)
+from bpe_store.export import ExportError, check_exportable, export_store, load_tiktoken
+from bpe_store.gpt2_files import read_gpt2, to_gpt2_str
 from bpe_store.tokenizer import Tokenizer
 from bpe_store.train import train
 

@@ -14,7 +14,8 @@ import pytest
 from bpe_store import train
 from bpe_store.count import WordCounter, count_chunk_native, native_counts
 from bpe_store.pretokenize import GPT2_PATTERN
-from bpe_store.store import RunParams, Source, Store
+from bpe_store.sources import Source
+from bpe_store.store import RunParams, Store
 from bpe_store.train import __version__
 
 from conftest import EN, fixture_text

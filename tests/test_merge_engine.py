@@ -200,9 +200,13 @@ def test_corrupt_word_rows_are_reported_not_crashed(kind):
     assert e.bad_word == -1
 
 
-def test_engine_choice_is_validated(tmp_path):
-    assert ENGINES == ("auto", "native", "python")
-    with pytest.raises(ValueError):
+def test_engine_choice_is_validated(en_counts):
+    # every engine ENGINES names is built and learns the same merges on real text; this test used
+    # to restate the tuple, which no change to the engines could fail
+    merges = {kind: run(en_counts, kind, 50)[1] for kind in ENGINES if kind != "native" or native_available()}
+    assert "python" in merges and "auto" in merges
+    assert all(m == merges["python"] for m in merges.values())
+    with pytest.raises(ValueError, match="engine must be one of auto, native, python, not 'rust'"):
         new_engine([], byte_vocab(), SPECIALS, 257, 0, "rust")
     assert isinstance(new_engine([], byte_vocab(), SPECIALS, 257, 0, "python"), MergeEngine)
     e = new_engine([], byte_vocab(), SPECIALS, 257, 0, "auto")
@@ -250,6 +254,11 @@ def test_native_equals_python_on_corpus_slices(name):
 @needs_native
 @pytest.mark.parametrize("name", ["enwiki-100M.txt", "tinystories-ru-20M.txt", "zhwiki-20M.txt"])
 def test_native_equals_python_on_2mb_slices_to_3000_merges(name):
+    # The suite's slowest test (~35 s on a loaded 2-core machine), kept whole on purpose: it is the
+    # only check that the native engine agrees with the independent Python engine deep into a merge
+    # log (3000 merges) on CJK text, whose words are long (~26 bytes on zhwiki), so late merges touch
+    # long words with large ids. Measured on zhwiki: counting 0.14 s, native 0.44 s, the Python
+    # engine 33 s; a smaller slice or fewer merges would test less, so it is marked slow instead.
     counts = _slice_counts(name, 2_000_000)
     _, py_merges = run(counts, "python", 3000)
     _, nat_merges = run(counts, "native", 3000)

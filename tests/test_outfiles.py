@@ -17,7 +17,8 @@ import pytest
 from bpe_store import outfiles
 from bpe_store.cli import main
 from bpe_store.errors import InputError
-from bpe_store.export import Gpt2FileError, export_store, read_gpt2
+from bpe_store.export import export_store
+from bpe_store.gpt2_files import Gpt2FileError, read_gpt2
 from bpe_store.tokenizer import Tokenizer
 from bpe_store.train import train
 

@@ -250,3 +250,22 @@ def test_ray_counts_every_input_kind_like_local(cluster, tmp_path):
     local = train(inputs, tmp_path / "local.db", 400, [SPECIAL], workers=1, chunk_size=CHUNK)
     r = train(inputs, tmp_path / "ray.db", 400, [SPECIAL], chunk_size=CHUNK, count_engine="ray")
     assert _result(r) == _result(local)
+
+
+@pytest.mark.parametrize("kind", ["text", "jsonl"])
+def test_ray_applies_the_max_pretoken_bytes_of_the_run(cluster, tmp_path, kind):
+    # the unit descriptions carry the run's limit: a Ray task that ignored it would count the
+    # long runs of letters whole, and the merges would differ from the local run's
+    docs = [("x" * 700 + " hello world ") * 3 for _ in range(40)]
+    if kind == "text":
+        (tmp_path / "in.txt").write_text(SPECIAL.join(docs), encoding="utf-8")
+        inputs = [tmp_path / "in.txt"]
+    else:
+        (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs),
+                                           encoding="utf-8")
+        inputs = [tmp_path / "in.jsonl"]
+    local = train(inputs, tmp_path / "local.db", 300, [SPECIAL], workers=1, chunk_size=4096,
+                  max_pretoken_bytes=64)
+    r = train(inputs, tmp_path / "ray.db", 300, [SPECIAL], chunk_size=4096, count_engine="ray",
+              max_pretoken_bytes=64)
+    assert _result(r) == _result(local)

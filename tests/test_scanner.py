@@ -291,6 +291,21 @@ int main() {
         });
         for (const auto &e : table.entries()) total.add(e.ptr, e.len, e.count, &arena);
         (void)valid_utf8(buf.get(), n);
+        // long pre-tokens: pieces of at most m bytes tile each pre-token, even on invalid UTF-8
+        const size_t m = 4 + rng() % 6;
+        prev = 0;
+        scan(buf.get(), n, [&](size_t a, size_t b) {
+            split_long(buf.get(), a, b, m, [&](size_t x, size_t y) {
+                ok = ok && x == prev && y > x && y - x <= m && y <= b;
+                prev = y;
+            });
+        });
+        const size_t target = n ? rng() % (n + 1) : 0;
+        const size_t cut = plan_cut(buf.get(), n, splitter, target, rng() % 2 ? m : 0, rng() % 8);
+        if (!ok || prev != n || (cut != SIZE_MAX && (cut < target || cut > n))) {
+            std::printf("bad long split or cut at iteration %d\n", iter);
+            return 1;
+        }
     }
     uint64_t sum = 0;
     for (const auto &e : total.entries()) sum += e.count + (e.len ? e.ptr[e.len - 1] : 0);

@@ -8,7 +8,7 @@ import io
 import pytest
 import tiktoken
 
-from bpe_store.export import read_gpt2
+from bpe_store.gpt2_files import read_gpt2
 from bpe_store.pretokenize import GPT2_PATTERN
 from bpe_store.tokenizer import TokenIdError, Tokenizer
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bpe_store import train_bpe
-from bpe_store.export import read_gpt2
+from bpe_store.gpt2_files import read_gpt2
 
 from conftest import CS336, shared_file
 

@@ -1,0 +1,69 @@
+"""Counting with a non-GPT-2 pattern (the `regex` path) runs on the same threads as the native
+path: `regex` releases the GIL with ``concurrent=True``. No worker processes, so it also works
+where spawned workers cannot re-import ``__main__`` (``python -`` from a pipe)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+from bpe_store import train
+from bpe_store.count import count_chunk_task
+from bpe_store.pretokenize import count_words
+from bpe_store.reference import train_from_counts
+
+from conftest import EN, ROOT, RU, fixture_text
+
+#: GPT-4's (cl100k) pattern.
+GPT4 = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*"""
+        r"""|\s*[\r\n]|\s+(?!\S)|\s+""")
+EOT = "<|endoftext|>"
+
+
+def _corpus(tmp_path):
+    text = (fixture_text(EN, 400_000) + EOT + fixture_text(RU, 300_000) + EOT) * 7  # > 4 MB: the old pool
+    p = tmp_path / "corpus.txt"
+    p.write_text(text, encoding="utf-8")
+    return p, text
+
+
+def test_python_stdin_with_a_regex_pattern_and_two_workers(tmp_path):
+    # before: 2 spawned workers re-ran `python -`'s __main__, crashed and were respawned forever
+    corpus, text = _corpus(tmp_path)
+    script = (f"from bpe_store import train\n"
+              f"r = train([{str(corpus)!r}], {str(tmp_path / 'run.db')!r}, 300, [{EOT!r}], pattern={GPT4!r},"
+              f" workers=2, chunk_size=200_000)\n"
+              f"print(len(r.merges))\n"
+              f"for l, rr in r.merges: print(l.hex(), rr.hex())\n")
+    out = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.split("\n")
+    assert lines[0] == str(300 - 257)
+    got = [(bytes.fromhex(a), bytes.fromhex(b)) for a, b in (l.split() for l in lines[1:] if l)]
+    want = train_from_counts(count_words(text, [EOT], GPT4), 300 - 257)
+    assert got == [(l, r) for l, r, _ in want]
+
+
+def test_regex_counting_uses_threads_not_processes(tmp_path, monkeypatch):
+    import multiprocessing
+
+    corpus, text = _corpus(tmp_path)
+
+    def no_pools(*a, **k):
+        raise AssertionError("counting must not start processes")
+
+    monkeypatch.setattr(multiprocessing.context.SpawnContext, "Pool", no_pools, raising=False)
+    seen = set()
+    real = count_chunk_task
+
+    def spy(args):
+        seen.add(threading.current_thread().name)
+        return real(args)
+
+    monkeypatch.setattr(sys.modules["bpe_store.train"], "count_chunk_task", spy)
+    r = train([corpus], tmp_path / "run.db", 280, [EOT], pattern=GPT4, workers=2, chunk_size=100_000)
+    assert any(n.startswith("bpe-count") for n in seen)
+    want = train_from_counts(count_words(text, [EOT], GPT4), 280 - 257)
+    assert r.merges == [(l, rr) for l, rr, _ in want]

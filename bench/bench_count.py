@@ -28,8 +28,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bpe_store.count import (DEFAULT_CHUNK_SIZE, add_counts, count_chunk_native_task,  # noqa: E402
-                             count_chunk_task, count_chunks_threaded, native_counts, new_word_counts, plan_chunks)
+from bpe_store.count import (  # noqa: E402
+    DEFAULT_CHUNK_SIZE,
+    add_counts,
+    count_chunk_native_task,
+    count_chunk_task,
+    count_chunks_threaded,
+    native_counts,
+    new_word_counts,
+    plan_chunks,
+)
 from bpe_store.pretokenize import GPT2_PATTERN  # noqa: E402
 
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpora" / "enwiki-100M.txt"
@@ -186,7 +194,7 @@ def parallelism_probe() -> float:
 
 def cpu_model() -> str:
     try:
-        for line in open("/proc/cpuinfo"):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
@@ -228,7 +236,7 @@ def main() -> None:
                                  check=True, capture_output=True, text=True).stdout
             runs[label].append(json.loads(out))
     rows = []
-    for label, engine, kind, workers in configs:
+    for label, _engine, _kind, workers in configs:
         best = min(runs[label], key=lambda r: r["seconds"])
         mbs = best["bytes"] / 1e6 / best["seconds"]
         rows.append((label, workers, best, mbs, [r["seconds"] for r in runs[label]]))
@@ -256,7 +264,8 @@ def main() -> None:
         "`MB/s per core` is MB/s / workers; `MB per CPU-s` is MB over the CPU time actually used (user +",
         "system, workers included), which does not depend on how many cores the machine had free.",
         "",
-        "| configuration | MB counted | seconds (best) | MB/s | MB/s per core | CPU s | MB per CPU-s | peak RSS main | peak RSS largest worker | all runs (s) |",
+        "| configuration | MB counted | seconds (best) | MB/s | MB/s per core | CPU s | MB per CPU-s"
+        " | peak RSS main | peak RSS largest worker | all runs (s) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for label, workers, best, mbs, all_runs in rows:

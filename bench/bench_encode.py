@@ -187,7 +187,7 @@ def write_markdown(args: argparse.Namespace, results: list[dict]) -> None:
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores ({_cpu()}), Python {platform.python_version()}; "
         "cores shared with other jobs, so expect noise of 10-20 %.",
-        f"Corpus: `{args.corpus}`{' (first %d bytes)' % args.limit if args.limit else ''}, "
+        f"Corpus: `{args.corpus}`{f' (first {args.limit} bytes)' if args.limit else ''}, "
         f"{results[0]['bytes'] / 1e6:.1f} MB in documents; store `{args.db}`; threads {args.threads}.",
         "",
         *([args.note, ""] if args.note else []),
@@ -210,7 +210,7 @@ def write_markdown(args: argparse.Namespace, results: list[dict]) -> None:
 
 def _cpu() -> str:
     try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:

@@ -93,7 +93,8 @@ def main() -> None:
         make(a.make, a.corpus)
         return
     text_mb = (a.dir / "enwiki.txt").stat().st_size / 1e6
-    print(f"| kind | input MB | count s (best of {a.repeat}) | MB/s of text | vs text | total s | CPU s | peak RSS MB |")
+    print(f"| kind | input MB | count s (best of {a.repeat}) | MB/s of text | vs text | total s | CPU s"
+          " | peak RSS MB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     base = None
     for kind in a.kinds:

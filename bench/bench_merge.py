@@ -167,7 +167,8 @@ def run_train(template: Path, vocab_size: int, policy: str, db_name: str) -> dic
     c0 = _cpu_s()
     r = train([corpus], db, vocab_size, SPECIALS, progress=progress, **kw)
     total = time.perf_counter() - t0
-    return {"total_s": total, "cpu_s": _cpu_s() - c0, "to_first_merge_s": marks.get("first_merge"), "checkpoints": len(writes),
+    return {"total_s": total, "cpu_s": _cpu_s() - c0, "to_first_merge_s": marks.get("first_merge"),
+            "checkpoints": len(writes),
             "write_s": sum(writes), "max_write_s": max(writes, default=0.0), "merges": len(r.merges),
             "db_mb": db.stat().st_size / 2**20, "peak_rss_mb": _peak_rss_mb(),
             "merges_digest": _digest(r.merges)}
@@ -261,14 +262,15 @@ def spawn(mode: str, template: Path, vocab_size: int) -> dict | None:
 def machine() -> str:
     cpu = "?"
     try:
-        for line in open("/proc/cpuinfo"):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
     except OSError:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+    return (f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}")
 
 
 def main() -> None:

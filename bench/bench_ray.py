@@ -128,10 +128,11 @@ def main() -> None:
             for label, engine, workers in CONFIGS:
                 runs[label].append(measure(args, corpus, engine, workers, size, chunk))
                 r = runs[label][-1]
-                print(f"{os.path.basename(corpus)}  {label:18s} {r['seconds']:7.2f} s  {r['bytes'] / 1e6 / r['seconds']:7.1f} MB/s"
+                print(f"{os.path.basename(corpus)}  {label:18s} {r['seconds']:7.2f} s  "
+                      f"{r['bytes'] / 1e6 / r['seconds']:7.1f} MB/s"
                       f"  cpu (this process) {r['cpu']:6.2f} s  rss {r['rss_mb']:.0f} MB", flush=True)
         rows = []
-        for label, engine, workers in CONFIGS:
+        for label, _engine, workers in CONFIGS:
             best = min(runs[label], key=lambda r: r["seconds"])
             rows.append((label, workers, best, [r["seconds"] for r in runs[label]]))
         tables.append((corpus, size, rows))
@@ -144,7 +145,8 @@ def main() -> None:
         r = measure(args, corpora[0], engine, workers, tiny_limit, args.tiny_bytes)
         overhead[label] = r
         print(f"tiny units ({r['units']} x {args.tiny_bytes} B) {label:16s} {r['seconds']:6.2f} s = "
-              f"{r['seconds'] / r['units'] * 1e3:.2f} ms per unit, driver cpu {r['cpu'] / r['units'] * 1e3:.2f} ms/unit",
+              f"{r['seconds'] / r['units'] * 1e3:.2f} ms per unit, "
+              f"driver cpu {r['cpu'] / r['units'] * 1e3:.2f} ms/unit",
               flush=True)
 
     adds = adds_seconds_per_gb(tables[-1][0], chunk=chunk)
@@ -179,7 +181,8 @@ def report(args, tables, overhead, probes, chunk, adds) -> str:
     ]
     for corpus, size, rows in tables:
         lines += [f"## `{os.path.basename(corpus)}` ({size / 1e9:.2f} GB)", "",
-                  "| configuration | seconds | MB/s | MB/s per worker | driver CPU s | driver CPU s per GB | peak RSS driver | runs (s) |",
+                  "| configuration | seconds | MB/s | MB/s per worker | driver CPU s | driver CPU s per GB"
+                  " | peak RSS driver | runs (s) |",
                   "|---|---:|---:|---:|---:|---:|---:|---|"]
         for label, workers, best, all_runs in rows:
             mbs = best["bytes"] / 1e6 / best["seconds"]
@@ -188,7 +191,8 @@ def report(args, tables, overhead, probes, chunk, adds) -> str:
                          f"{', '.join(f'{s:.2f}' for s in all_runs)} |")
         lines.append("")
     lines += ["## Overhead per unit", "",
-              f"{args.tiny_units} units of {args.tiny_bytes} bytes (counting them is ~free), `train`'s counting phase:", "",
+              f"{args.tiny_units} units of {args.tiny_bytes} bytes (counting them is ~free), "
+              "`train`'s counting phase:", "",
               "| configuration | seconds | ms per unit | driver CPU ms per unit |", "|---|---:|---:|---:|"]
     for label, r in overhead.items():
         lines.append(f"| {label} | {r['seconds']:.2f} | {r['seconds'] / r['units'] * 1e3:.2f} | "
@@ -226,7 +230,8 @@ def projection(tables, overhead, chunk, adds) -> list[str]:
         "flushes written in line (before they moved to a second thread); the second line is the "
         "floor of this design once flushes cost ~nothing next to the adds (see Notes).",
         "",
-        "| nodes x 16 cores | OWT 11.9 GB, measured driver | 1 TB, measured driver | OWT, flushes free | 1 TB, flushes free |",
+        "| nodes x 16 cores | OWT 11.9 GB, measured driver | 1 TB, measured driver | OWT, flushes free"
+        " | 1 TB, flushes free |",
         "|---:|---:|---:|---:|---:|",
     ]
     for nodes in (1, 2, 4, 8, 16, 64):
@@ -236,7 +241,7 @@ def projection(tables, overhead, chunk, adds) -> list[str]:
             for nbytes in (OWT_BYTES, TB):
                 gb = nbytes / 1e9
                 t = max(gb * worker_s_per_gb / w, gb * driver)
-                cells.append((fmt(t) + (" (driver)" if gb * driver >= gb * worker_s_per_gb / w else "")))
+                cells.append(fmt(t) + (" (driver)" if gb * driver >= gb * worker_s_per_gb / w else ""))
         lines.append(f"| {nodes} x 16 = {w} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} |")
     lines.append("")
     return lines

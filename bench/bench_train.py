@@ -125,15 +125,17 @@ def measure(tool: str, path: Path, vocab: int, threads: int) -> dict:
     wall = time.perf_counter() - t0
     out = proc.stdout.read()
     proc.stdout.close()
-    result = next((json.loads(l[7:]) for l in out.splitlines() if l.startswith("RESULT ")), None)
+    result = next((json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")), None)
     if proc.returncode != 0 or result is None:
         return {"tool": tool, "error": f"exit {proc.returncode}"}
     return {"tool": tool, "wall_s": wall, "peak_rss_mb": peak / 1e6, **result}
 
 
 def machine() -> str:
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    return f"{cpu}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+    cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "?")
+    return (f"{cpu}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
+            f"Python {platform.python_version()}")
 
 
 def main() -> None:
@@ -152,13 +154,16 @@ def main() -> None:
     print(f"\n{path.name} ({path.stat().st_size / 1e6:.1f} MB) -> vocab {a.vocab}, {a.threads} threads; {machine()}")
     print(f"command: python bench/bench_train.py --corpus {a.corpus} --vocab {a.vocab} --threads {a.threads}"
           f" --tools {a.tools}\n")
-    print("| trainer | wall s | counting s | merging s | peak RSS MB | merges | bpe_store time / this | bpe_store RSS / this |")
+    print("| trainer | wall s | counting s | merging s | peak RSS MB | merges | bpe_store time / this"
+          " | bpe_store RSS / this |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    def fmt(v: float | None) -> str:
+        return "" if v is None else f"{v:.2f}"
+
     for r in rows:
         if "error" in r:
             print(f"| {r['tool']} | {r['error']} | | | | | | |")
             continue
-        fmt = lambda v: "" if v is None else f"{v:.2f}"
         ratio_t = fmt(ours["wall_s"] / r["wall_s"]) if ours else ""
         ratio_m = fmt(ours["peak_rss_mb"] / r["peak_rss_mb"]) if ours else ""
         print(f"| {r['tool']} | {r['wall_s']:.2f} | {fmt(r.get('count_s'))} | {fmt(r.get('merge_s'))} | "

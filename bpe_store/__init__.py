@@ -39,9 +39,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .errors import BpeStoreError, InputError, Interrupted, ResumeMismatch, StoreError
     from .export import export_store
     from .pretokenize import GPT2_PATTERN
+    from .result import TrainResult, read_result
     from .store import Store
     from .tokenizer import Tokenizer
-    from .result import TrainResult, read_result
     from .train import train, train_bpe, train_from_iterator
 
 

@@ -521,25 +521,30 @@ def train(
     pattern: Optional[str] = typer.Option(
         None, "--pattern", metavar="PATTERN",
         help="Pre-tokenization pattern: gpt2 (the default), gpt4 (= cl100k), o200k, or a regex."),
-    glob: str = typer.Option("*", "--glob", metavar="PATTERN", help="Files to take from directory inputs, e.g. '**/*.txt'."),
+    glob: str = typer.Option("*", "--glob", metavar="PATTERN",
+                             help="Files to take from directory inputs, e.g. '**/*.txt'."),
     input_format: Optional[InputFormat] = typer.Option(
         None, "--format",
         help="How to read the inputs (default: by extension: .jsonl/.ndjson/.json -> jsonl, .parquet -> parquet, "
              "else text; stdin: text)."),
     text_field: str = typer.Option("text", "--text-field", metavar="NAME",
                                    help="The jsonl field / parquet column holding the text."),
-    workers: Optional[int] = typer.Option(None, "--workers", "--threads", metavar="N", help="Counting workers (default: all cores)."),
+    workers: Optional[int] = typer.Option(None, "--workers", "--threads", metavar="N",
+                                          help="Counting workers (default: all cores)."),
     chunk_size: int = typer.Option(8 << 20, "--chunk-size", metavar="BYTES", help="Bytes per counting chunk."),
     checkpoint_merges: Optional[int] = typer.Option(
-        None, "--checkpoint-merges", metavar="N", help="Also end a batch after this many merges (default: by time only)."),
-    checkpoint_seconds: float = typer.Option(30.0, "--checkpoint-seconds", metavar="S", help="Seconds of merging per checkpoint."),
+        None, "--checkpoint-merges", metavar="N",
+        help="Also end a batch after this many merges (default: by time only)."),
+    checkpoint_seconds: float = typer.Option(30.0, "--checkpoint-seconds", metavar="S",
+                                             help="Seconds of merging per checkpoint."),
     invalid_utf8: InvalidUtf8 = typer.Option(InvalidUtf8.strict, "--invalid-utf8",
                                              help="strict: refuse invalid UTF-8; replace: decode it as U+FFFD."),
     restart: bool = typer.Option(False, "--restart", help="Discard the store's progress and start over."),
     engine: EngineName = typer.Option(EngineName.auto, "--engine",
                                       help="Merge engine: native (C++), python, or auto (native when built)."),
     min_frequency: int = typer.Option(
-        1, "--min-frequency", metavar="N", help="Words counted fewer times take part in no merge (1: every word counts)."),
+        1, "--min-frequency", metavar="N",
+        help="Words counted fewer times take part in no merge (1: every word counts)."),
     max_token_length: Optional[int] = typer.Option(
         None, "--max-token-length", metavar="N",
         help="No merge makes a token longer than N bytes (default: no limit)."),
@@ -636,7 +641,8 @@ def _status_lines(st: dict) -> Iterator[str]:
     unit = st["speed_unit"]
     speed = "?" if st["speed"] is None else (f"{format_bytes(st['speed'])}/s" if unit == "bytes/s"
                                               else f"{st['speed']:.0f} merges/s")
-    yield f"elapsed      {format_duration(st['elapsed_s'])} of training   speed {speed}   ETA {format_duration(st['eta_s'])}"
+    yield (f"elapsed      {format_duration(st['elapsed_s'])} of training   speed {speed}   "
+           f"ETA {format_duration(st['eta_s'])}")
     last = st["last_checkpoint"]
     if last:
         yield (f"checkpoint   {last['at']} ({format_duration(last['age_s'])} ago), {last['phase']}, "

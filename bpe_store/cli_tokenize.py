@@ -81,8 +81,8 @@ def register(app: typer.Typer) -> None:
         parts = [f"{p}: {n} tokens" for p, n in result.files]
         docs = f" from {result.documents} documents" if val_fraction is not None else ""
         reporter.note(f"{'; '.join(parts)}{docs}, as {result.dtype} ({layout})",
-                      {"stage": "done", "files": {str(p): n for p, n in result.files}, "dtype": result.dtype, "layout": layout,
-                       "documents": result.documents if val_fraction is not None else None})
+                      {"stage": "done", "files": {str(p): n for p, n in result.files}, "dtype": result.dtype,
+                       "layout": layout, "documents": result.documents if val_fraction is not None else None})
 
     @app.command()
     def export(

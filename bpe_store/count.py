@@ -362,7 +362,8 @@ def count_unit_packed(task: tuple) -> tuple[int, bytes, int]:
     ``inputs.Unit``, specials, pattern, policy, block size, max pre-token bytes) for any input
     kind. The unit is read here, where it runs, so the input must be readable at the same path.
     The counts come back as one bytes object (``ChunkCounts.pack``: ~8 bytes per distinct word)
-    for ``WordCounter.add_packed``, never as a dict per word. Needs the native core; any pattern (non-GPT-2 ones count through ``regex``).
+    for ``WordCounter.add_packed``, never as a dict per word. Needs the native core; any pattern
+    (non-GPT-2 ones count through ``regex``).
     """
     if not isinstance(task[1], str):  # a unit of any input kind, read block by block (bpe_store.inputs)
         if not native_counts(task[3]):
@@ -403,10 +404,11 @@ def count_chunks_threaded(tasks: Sequence[tuple], workers: int,
     threads, yielded in completion order.
 
     Both counters release the GIL while they scan (native code; `regex` with concurrent=True):
-    threads share the process, so nothing is pickled and no interpreter is spawned. At most ``2 * workers`` chunks are in flight, so memory
-    stays bounded however slowly the consumer writes. When the consumer stops early (an
-    exception, or ``close()``), chunks not yet started are cancelled and running ones finish
-    (a chunk takes well under a second); no thread outlives the generator.
+    threads share the process, so nothing is pickled and no interpreter is spawned. At most
+    ``2 * workers`` chunks are in flight, so memory stays bounded however slowly the consumer
+    writes. When the consumer stops early (an exception, or ``close()``), chunks not yet started
+    are cancelled and running ones finish (a chunk takes well under a second); no thread outlives
+    the generator.
     """
     queue = iter(tasks)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-count") as pool:
@@ -592,7 +594,8 @@ def count_units_threaded(tasks: Sequence[tuple[int, object]], workers: int, spec
 
 def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, special_tokens: Sequence[str],
                          pattern: str, documents: bool,
-                         max_pretoken_bytes: int | None = None) -> Iterator[tuple[object, ChunkCounts | Counter[bytes], int]]:
+                         max_pretoken_bytes: int | None = None
+                         ) -> Iterator[tuple[object, ChunkCounts | Counter[bytes], int]]:
     """``(mark, counts, pre-tokens)`` per ``(block, mark)`` of a stream, in the stream's order.
 
     Natively, blocks are counted on ``workers`` threads (GIL released) with at most

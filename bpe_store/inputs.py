@@ -204,10 +204,12 @@ def scan_input(item: FileInput, invalid_utf8: str = "strict") -> Source:
 
 def same_kind_diffs(old: Sequence[Source], new: Sequence[Source | Stream]) -> list[str]:
     """How the inputs' kinds differ between a store and a command (paths already match)."""
+    def what(x: Source | Stream) -> str:
+        return x.format + (f" (field {x.text_field!r})" if x.text_field else "")
+
     diffs = []
     for s, n in zip(old, new):
         if s.format != n.format or s.text_field != n.text_field:
-            what = (lambda x: x.format + (f" (field {x.text_field!r})" if x.text_field else ""))
             diffs.append(f"{s.path} read as {what(s)} -> {what(n)}")
         elif s.compression != n.compression:
             diffs.append(f"{s.path} compression {s.compression} -> {n.compression}")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from . import migrate
-from .errors import InputError, StoreError
+from .errors import InputError
 from .pretokenize import GPT2_PATTERN, describe_pattern
 from .store import Store, unpack_tokens, wal_state
 

@@ -105,4 +105,4 @@ def reference_train_bpe(
         vocab[len(vocab)] = bytes([b])
     for left, right, _ in merges:
         vocab[len(vocab)] = left + right
-    return vocab, [(l, r) for l, r, _ in merges]
+    return vocab, [(left, right) for left, right, _ in merges]

@@ -305,7 +305,8 @@ body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 60em;
 h1 { font-size: 1.6em; margin-bottom: .2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: .6em 0; } td, th { padding: .15em .7em; text-align: left; }
 th { border-bottom: 1px solid #bbb; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
-code, .tok { font-family: ui-monospace, monospace; } .tok { background: #eef; border-radius: 3px; padding: 0 .2em; margin-right: .15em; }
+code, .tok { font-family: ui-monospace, monospace; }
+.tok { background: #eef; border-radius: 3px; padding: 0 .2em; margin-right: .15em; }
 figure { margin: .5em 0; } figure svg { max-width: 100%; height: auto; } .note { color: #555; }
 """
 

@@ -68,7 +68,7 @@ def read_result(store: Store, vocab_size: int | None = None) -> TrainResult:
     by_id = {i: b for i, b, _ in vocab_rows}
     return TrainResult(
         vocab=by_id,
-        merges=[(by_id[l], by_id[r]) for _, l, r, _, _ in merges],
+        merges=[(by_id[left], by_id[right]) for _, left, right, _, _ in merges],
         merge_counts=[c for *_, c in merges],
         phase=run["phase"],
         stop_reason=run["stop_reason"],

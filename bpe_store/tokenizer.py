@@ -315,8 +315,8 @@ def load_store(db_path: str | os.PathLike, vocab_size: int | None = None
     Refuses a store that has not finished counting (it has no merges yet) and a vocab_size
     larger than the store holds.
     """
-    from .store import Store
     from .result import read_result
+    from .store import Store
 
     p = Path(db_path)
     if not p.exists():
@@ -431,7 +431,7 @@ def _bytes_blocks(tok: Tokenizer, f, block: int) -> Iterator[tuple[bytes, int, i
                 for m in _SAFE_BYTES.finditer(buf, lo, max(limit, 0) + 1):
                     i = m.start()
                     # refuse a point inside any occurrence of a special token
-                    if 0 < i and not any(buf.rfind(s, max(i - len(s) + 1, 0), i + len(s) - 1) != -1
+                    if i > 0 and not any(buf.rfind(s, max(i - len(s) + 1, 0), i + len(s) - 1) != -1
                                          for s in specials):
                         cut = i
                 if cut or lo == 0:

@@ -26,8 +26,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
@@ -35,11 +35,33 @@ import regex
 
 from . import sessions
 from ._version import __version__
-from .count import (DEFAULT_CHUNK_SIZE, WordCounter, add_counts, count_blocks_ordered, count_chunk_native_task, count_chunk_task,
-                    count_chunks_threaded, count_unit_task, count_units_threaded, ticking,
-                    native_counts, new_word_counts, scan_source)
-from .errors import BpeStoreError, InputError, Interrupted, ResumeMismatch, StoreError
-from .inputs import DEFAULT_TEXT_FIELD, STDIN, FileInput, Stream, file_input, plan_units, same_kind_diffs, scan_input, unit_of
+from .count import (
+    DEFAULT_CHUNK_SIZE,
+    WordCounter,
+    add_counts,
+    count_blocks_ordered,
+    count_chunk_native_task,
+    count_chunk_task,
+    count_chunks_threaded,
+    count_unit_task,
+    count_units_threaded,
+    native_counts,
+    new_word_counts,
+    scan_source,
+    ticking,
+)
+from .errors import InputError, Interrupted, ResumeMismatch, StoreError
+from .inputs import (
+    DEFAULT_TEXT_FIELD,
+    STDIN,
+    FileInput,
+    Stream,
+    file_input,
+    plan_units,
+    same_kind_diffs,
+    scan_input,
+    unit_of,
+)
 from .merge import ENGINES, Engine, native_available, new_engine
 from .pretokenize import GPT2_PATTERN, describe_pattern, resolve_pattern
 from .result import TrainResult, read_result, result_check

@@ -11,11 +11,11 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
+from cli_helpers import ROOT
 
 import bpe_store
 from bpe_store import train
 from bpe_store.train import DEFAULT_CHECKPOINT_SECONDS
-from cli_helpers import ROOT
 
 
 def test_train_shows_its_real_signature_and_docstring():

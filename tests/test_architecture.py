@@ -1,5 +1,5 @@
-"""The package's structure, checked: the import layers of pyproject.toml (import-linter) and
-module names that cannot shadow the standard library."""
+"""The package's structure, checked: the import layers of pyproject.toml (import-linter), the lint
+rules of pyproject.toml (ruff), and module names that cannot shadow the standard library."""
 
 from __future__ import annotations
 
@@ -54,3 +54,11 @@ def test_the_contract_catches_an_import_across_layers(tmp_path, module, line, ta
     assert r.returncode == 1, r.stdout + r.stderr
     importer, imported = f"copied_pkg.{module[:-3]}", "copied_pkg" + (f".{target}" if target else "")
     assert "1 broken" in r.stdout and f"{importer} is not allowed to import {imported}:" in r.stdout, r.stdout
+
+
+def test_ruff_finds_nothing():
+    # the rules are [tool.ruff] in pyproject.toml; the report lists every finding with its place
+    pytest.importorskip("ruff")
+    r = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "."],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr

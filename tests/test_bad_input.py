@@ -15,11 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, SMALL_TEXT, shared_file
 
 from bpe_store import InputError, ResumeMismatch, Store, StoreError, train
 from bpe_store.cli import main
-
-from conftest import ROOT, SMALL_TEXT, shared_file
 
 SPECIAL = ["<|endoftext|>"]
 
@@ -351,7 +350,8 @@ def test_inconsistent_store_is_refused(tmp_path, corpus):
     train([corpus], db, 280, SPECIAL, checkpoint_merges=5)
     con = sqlite3.connect(db)
     con.execute("UPDATE run SET phase = 'merging', vocab_size = 300")
-    con.execute('UPDATE pair_counts SET count = count + 1 WHERE ("left", "right") IN (SELECT "left", "right" FROM pair_counts LIMIT 1)')
+    con.execute('UPDATE pair_counts SET count = count + 1'
+                ' WHERE ("left", "right") IN (SELECT "left", "right" FROM pair_counts LIMIT 1)')
     con.commit()
     con.close()
     _raises(StoreError, "inconsistent", [corpus], db, 300, SPECIAL)

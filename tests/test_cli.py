@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import typer
+from cli_helpers import ROOT, env, run, run_sub
 
 from bpe_store import errors
-from bpe_store.cli import app, expand_inputs, render, Format, resume_command
-from cli_helpers import ROOT, env, run, run_sub
+from bpe_store.cli import Format, app, expand_inputs, render, resume_command
 
 
 def _commands(group=None, prefix: str = "") -> dict[str, object]:
@@ -216,7 +216,6 @@ def test_help_uses_plain_metavars_and_lists_choices(name):
         opt = max(param.opts, key=len)
         line = re.search(rf"^  (?:-\w, )?{re.escape(param.opts[0])}[^\n]*", text, re.M)
         assert line, f"{opt} is not in `{name} --help`"
-        metavar = line.group(0).split()[-1] if not choices else None
         if choices:
             assert f"[{'|'.join(choices)}]" in line.group(0), line.group(0)
         else:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from alembic import command
+from cli_helpers import SPECIAL, run
+from conftest import FIXTURES, shared_file
 
 from bpe_store import migrate
 from bpe_store.store import Store
 from bpe_store.train import read_result
-from cli_helpers import SPECIAL, run
-from conftest import FIXTURES, shared_file
 
 OLD = FIXTURES / "v0_1_0.db"
 

@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import SPECIAL, cli_cmd, env, run
+from conftest import SMALL_TEXT
 
 from bpe_store import inspection, migrate
 from bpe_store.errors import StoreError
 from bpe_store.store import Store
 from bpe_store.train import Interrupted, read_result, train
-from cli_helpers import SPECIAL, cli_cmd, env, run
-from conftest import SMALL_TEXT
 
 VOCAB = 400
 TARGET = VOCAB - 257
@@ -208,7 +208,8 @@ def test_one_escaped_form_for_tokens_in_every_view(store_path):
 def test_sql_blobs_and_invalid_utf8_are_shown_not_fatal(store_path):
     r = run("sql", store_path, "SELECT bytes, CAST(bytes AS TEXT) AS t FROM vocab WHERE id IN (11, 257)")
     assert r.exit_code == 0, r.output
-    assert "'\\n'" in r.stdout and "\\xff" in run("sql", store_path, "SELECT token FROM vocab_text WHERE id = 256").stdout
+    assert "'\\n'" in r.stdout
+    assert "\\xff" in run("sql", store_path, "SELECT token FROM vocab_text WHERE id = 256").stdout
 
 
 @pytest.mark.parametrize("statement", [

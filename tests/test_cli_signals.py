@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import SPECIAL, cli_cmd, env, run
+from conftest import SMALL_TEXT
 
 from bpe_store import inspection
 from bpe_store.store import Store
 from bpe_store.train import read_result, train
-from cli_helpers import SPECIAL, cli_cmd, env, run
-from conftest import SMALL_TEXT
 
 VOCAB = 1500
 TARGET = VOCAB - 257

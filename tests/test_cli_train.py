@@ -7,12 +7,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from cli_helpers import SPECIAL, json_lines, run, run_sub
+from conftest import SMALL_TEXT
 
 from bpe_store.progress import JsonLines, Meter
 from bpe_store.store import Store
 from bpe_store.train import read_result
-from cli_helpers import SPECIAL, json_lines, run, run_sub
-from conftest import SMALL_TEXT
 
 
 def corpus() -> Path:

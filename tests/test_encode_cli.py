@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import EN, RU, ZH, fixture_text
 
 from bpe_store.cli import main
 from bpe_store.tokenizer import Tokenizer, encode_files
 from bpe_store.train import train
-
-from conftest import EN, RU, ZH, fixture_text
 
 EOT = "<|endoftext|>"
 
@@ -127,5 +126,5 @@ def test_encode_files_block_sizes(trained, native):
     want = tok.encode(a.read_text(encoding="utf-8")) + tok.encode(b.read_text(encoding="utf-8"))
     for block in (13, 1000, 1 << 20):
         got: list[int] = []
-        encode_files(tok, [a, b], lambda ids: got.extend(ids.tolist()), block=block)
+        encode_files(tok, [a, b], lambda ids, got=got: got.extend(ids.tolist()), block=block)
         assert got == want

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import EN, RU, ZH, fixture_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,8 +18,6 @@ from bpe_store.export import ExportError, check_exportable, export_store, load_t
 from bpe_store.gpt2_files import read_gpt2, to_gpt2_str
 from bpe_store.tokenizer import Tokenizer
 from bpe_store.train import train
-
-from conftest import EN, RU, ZH, fixture_text
 
 EOT = "<|endoftext|>"
 CORPORA = [EN, RU, ZH]

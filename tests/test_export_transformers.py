@@ -7,13 +7,12 @@ from __future__ import annotations
 import os
 
 import pytest
+from conftest import FIXTURES
 
 from bpe_store.cli import main
 from bpe_store.export import DEFAULT_MODEL_MAX_LENGTH, export_store
 from bpe_store.tokenizer import Tokenizer
 from bpe_store.train import train
-
-from conftest import FIXTURES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 EOT, PAD, BOS = "<|endoftext|>", "<|pad|>", "<|bos|>"

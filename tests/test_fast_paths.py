@@ -10,15 +10,14 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from conftest import EN, fixture_text
 
 from bpe_store import train
+from bpe_store._version import __version__
 from bpe_store.count import WordCounter, count_chunk_native, native_counts
 from bpe_store.pretokenize import GPT2_PATTERN
 from bpe_store.sources import Source
 from bpe_store.store import RunParams, Store
-from bpe_store.train import __version__
-
-from conftest import EN, fixture_text
 
 
 def _new_store(tmp_path, n_chunks: int = 3) -> Store:
@@ -140,7 +139,7 @@ def test_native_fingerprint_judges_utf8_like_decode_at_any_block_size(tmp_path, 
 def test_schema_head_constant_is_alembics_head():
     from bpe_store import migrate
 
-    assert migrate.SCHEMA_HEAD == migrate.alembic_head_revision()
+    assert migrate.alembic_head_revision() == migrate.SCHEMA_HEAD
     assert migrate.SCHEMA_HEAD in migrate.known_revisions()
 
 

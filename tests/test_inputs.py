@@ -16,12 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import cli_cmd, env, run
+from conftest import FIXTURES, ROOT
 
 from bpe_store import InputError, ResumeMismatch, train, train_from_iterator
 from bpe_store.inputs import DOC_SEP, Stream, file_input
-
-from cli_helpers import cli_cmd, env, run
-from conftest import FIXTURES, ROOT
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -270,7 +269,7 @@ def test_sigkill_while_counting_shards_resumes_identically(tmp_path, reference):
         proc.kill()
         proc.wait()
         seen.append(units_counted(db))
-    assert seen == sorted(seen) and 0 < seen[0], seen
+    assert seen == sorted(seen) and seen[0] > 0, seen
     assert subprocess.run(argv, cwd=ROOT, env=env(), timeout=300).returncode == 0
     same(train(shards, db, 420, [EOT]), expected)
 

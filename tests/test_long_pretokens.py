@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sqlite3
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -23,8 +22,6 @@ from bpe_store.errors import InputError
 from bpe_store.pretokenize import GPT2_PATTERN, count_words, split_long_pretoken
 from bpe_store.reference import reference_train_bpe
 from bpe_store.train import DEFAULT_MAX_PRETOKEN_BYTES
-
-from conftest import ROOT
 
 try:
     from bpe_store import _core

@@ -8,6 +8,7 @@ import array
 import sqlite3
 
 import pytest
+from conftest import CS336, EN, RU, corpus_slice, fixture_text, shared_file
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -16,8 +17,6 @@ from bpe_store.merge import ENGINES, MergeEngine, native_available, new_engine, 
 from bpe_store.pretokenize import count_words
 from bpe_store.reference import train_from_counts
 from bpe_store.store import Store
-
-from conftest import CS336, EN, RU, corpus_slice, fixture_text, shared_file
 
 needs_native = pytest.mark.skipif(not native_available(), reason="the native core is not built")
 KINDS = ["python", pytest.param("native", marks=needs_native)]

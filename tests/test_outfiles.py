@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FIXTURES
 
 from bpe_store import outfiles
 from bpe_store.cli import main
@@ -21,8 +22,6 @@ from bpe_store.export import export_store
 from bpe_store.gpt2_files import Gpt2FileError, read_gpt2
 from bpe_store.tokenizer import Tokenizer
 from bpe_store.train import train
-
-from conftest import FIXTURES
 
 EOT = "<|endoftext|>"
 
@@ -237,10 +236,9 @@ def test_encode_output_may_not_be_an_input_or_the_store(trained, tmp_path, capsy
 
 def test_new_files_removes_temporaries_on_failure(tmp_path):
     out = tmp_path / "a.bin"
-    with pytest.raises(RuntimeError):
-        with outfiles.new_files([out, tmp_path / "b.bin"]) as (fa, fb):
-            fa.write(b"x" * 100)
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), outfiles.new_files([out, tmp_path / "b.bin"]) as (fa, fb):
+        fa.write(b"x" * 100)
+        raise RuntimeError("boom")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -14,18 +14,24 @@ from unittest import mock
 
 import pytest
 import regex
+from cli_helpers import run
+from conftest import EN, corpus_slice, fixture_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bpe_store import InputError, ResumeMismatch, train
 from bpe_store.count import plan_chunks
-from bpe_store.pretokenize import (CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, PATTERNS, count_words,
-                                   pretokenize, resolve_pattern)
+from bpe_store.pretokenize import (
+    CL100K_PATTERN,
+    GPT2_PATTERN,
+    O200K_PATTERN,
+    PATTERNS,
+    count_words,
+    pretokenize,
+    resolve_pattern,
+)
 from bpe_store.reference import reference_train_bpe
 from bpe_store.tokenizer import Tokenizer
-
-from cli_helpers import run
-from conftest import EN, corpus_slice, fixture_text
 
 EOT = "<|endoftext|>"
 NAMED = ["gpt2", "gpt4", "o200k"]

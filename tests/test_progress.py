@@ -8,17 +8,14 @@ import pty
 import re
 import select
 import subprocess
-import sys
 import time
-from pathlib import Path
 
-import pytest
+from cli_helpers import SPECIAL, cli_cmd, env, json_lines, run_sub
+from conftest import SMALL_TEXT
 from rich.console import Console
 
 from bpe_store.display import width
 from bpe_store.progress import Bars
-from cli_helpers import SPECIAL, cli_cmd, env, json_lines, run_sub
-from conftest import SMALL_TEXT
 
 
 def bars(columns: int) -> tuple[Bars, Console]:

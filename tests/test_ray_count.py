@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import ROOT, SPECIAL, cli_cmd, env, json_lines
 
 from bpe_store.cli import _ray_flag_args
 from bpe_store.pretokenize import GPT2_PATTERN
 from bpe_store.store import Store
 from bpe_store.train import read_result, train
-from cli_helpers import ROOT, SPECIAL, cli_cmd, env, json_lines
 
 FIXTURE = ROOT / "tests" / "fixtures" / "enwiki-1M.txt"
 VOCAB = 700

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from conftest import EN, RU, ZH, corpus_slice, fixture_text
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,8 +18,6 @@ from bpe_store.count import count_chunk, plan_chunks
 from bpe_store.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, count_words
 from bpe_store.reference import reference_train_bpe
 from bpe_store.train import train
-
-from conftest import EN, RU, ZH, corpus_slice, fixture_text
 
 SPECIALS = ["<|endoftext|>", "<|a|>", "<|a|><|b|>", "\n\n"]
 

@@ -8,12 +8,12 @@ import subprocess
 import sys
 import threading
 
+from conftest import EN, ROOT, RU, fixture_text
+
 from bpe_store import train
 from bpe_store.count import count_chunk_task
 from bpe_store.pretokenize import count_words
 from bpe_store.reference import train_from_counts
-
-from conftest import EN, ROOT, RU, fixture_text
 
 #: GPT-4's (cl100k) pattern.
 GPT4 = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*"""
@@ -41,9 +41,9 @@ def test_python_stdin_with_a_regex_pattern_and_two_workers(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.split("\n")
     assert lines[0] == str(300 - 257)
-    got = [(bytes.fromhex(a), bytes.fromhex(b)) for a, b in (l.split() for l in lines[1:] if l)]
+    got = [(bytes.fromhex(a), bytes.fromhex(b)) for a, b in (line.split() for line in lines[1:] if line)]
     want = train_from_counts(count_words(text, [EOT], GPT4), 300 - 257)
-    assert got == [(l, r) for l, r, _ in want]
+    assert got == [(left, right) for left, right, _ in want]
 
 
 def test_regex_counting_uses_threads_not_processes(tmp_path, monkeypatch):
@@ -66,4 +66,4 @@ def test_regex_counting_uses_threads_not_processes(tmp_path, monkeypatch):
     r = train([corpus], tmp_path / "run.db", 280, [EOT], pattern=GPT4, workers=2, chunk_size=100_000)
     assert any(n.startswith("bpe-count") for n in seen)
     want = train_from_counts(count_words(text, [EOT], GPT4), 280 - 257)
-    assert r.merges == [(l, rr) for l, rr, _ in want]
+    assert r.merges == [(left, right) for left, right, _ in want]

@@ -6,15 +6,14 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import ROOT, SPECIAL, run
 
 from bpe_store import report as report_mod
 from bpe_store.tokenizer import Tokenizer
-from cli_helpers import ROOT, SPECIAL, run
 
 CORPUS = ROOT / "tests" / "fixtures" / "enwiki-1M.txt"
 VOCAB = 700

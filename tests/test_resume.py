@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import EN, ROOT, ZH, corpus_slice, fixture_text
 
 from bpe_store import train
-
-from conftest import EN, ROOT, ZH, corpus_slice, fixture_text
 
 PARAMS = dict(vocab_size=700, special_tokens=["<|endoftext|>"], workers=2, chunk_size=200_000,
               count_flush_seconds=0.0, checkpoint_merges=10, checkpoint_seconds=0.2)

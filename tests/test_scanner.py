@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import regex
+from conftest import CS336, EN, RU, ZH, corpus_slice, fixture_text
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -22,8 +23,6 @@ from bpe_store import _core
 from bpe_store.count import add_counts, count_chunk, count_chunks_threaded, native_counts
 from bpe_store.pretokenize import GPT2_PATTERN, count_words
 from bpe_store.train import Interrupted, train
-
-from conftest import CS336, EN, RU, ZH, corpus_slice, fixture_text
 
 GPT2 = regex.compile(GPT2_PATTERN)
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3

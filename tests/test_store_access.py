@@ -21,11 +21,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from cli_helpers import SPECIAL, cli_cmd, env, run
+from conftest import ROOT, shared_file
 
 from bpe_store import Store, StoreError, Tokenizer, inspection, train
 from bpe_store.train import Interrupted
-from cli_helpers import SPECIAL, cli_cmd, env, run
-from conftest import ROOT, shared_file
 
 VOCAB = 300
 
@@ -240,9 +240,8 @@ def test_a_transaction_never_commits_hidden_work(tmp_path, trained):
     with Store.open(db) as store:
         store.db.execute("BEGIN")
         store.db.execute("UPDATE run SET updated_at = 'x'")
-        with pytest.raises(RuntimeError, match="already open"):
-            with store.transaction():
-                pass
+        with pytest.raises(RuntimeError, match="already open"), store.transaction():
+            pass
         store.db.execute("ROLLBACK")
     with Store.open(db, readonly=True) as store:
         assert store.run_row()["updated_at"] != "x"

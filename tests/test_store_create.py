@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import SPECIAL, cli_cmd, env
+from conftest import shared_file
 
 from bpe_store import Store, StoreError, migrate, schemas, train
 from bpe_store.store import APPLICATION_ID
-from cli_helpers import SPECIAL, cli_cmd, env
-from conftest import shared_file
 
 VOCAB = 300
 

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from bpe_store import ResumeMismatch, Store, StoreError, Tokenizer, inspection, train
 from cli_helpers import SPECIAL, cli_cmd, env, run
 from conftest import shared_file
+
+from bpe_store import ResumeMismatch, Store, StoreError, Tokenizer, inspection, train
 
 VOCAB = 300
 
@@ -232,9 +232,9 @@ def test_sql_values_are_bounded(pristine):
 def test_a_long_query_stops_at_its_time_limit(pristine):
     forever = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
     t0 = time.monotonic()
-    with pytest.raises(StoreError, match="longer than 0.5 s"):
-        with inspection.query(pristine, forever, timeout=0.5) as (_, rows):
-            list(rows)
+    with (pytest.raises(StoreError, match="longer than 0.5 s"),
+          inspection.query(pristine, forever, timeout=0.5) as (_, rows)):
+        list(rows)
     with pytest.raises(StoreError, match="longer than 0.2 s"):
         inspection.sql(pristine, forever, timeout=0.2)
     assert time.monotonic() - t0 < 10

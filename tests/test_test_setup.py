@@ -3,9 +3,8 @@ bundled fixtures stay small."""
 
 from __future__ import annotations
 
-import pytest
-
 import conftest
+import pytest
 from conftest import ALLOW_NO_SHARED_ENV, FIXTURES, fixture_text, shared_file
 
 

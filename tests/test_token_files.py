@@ -11,14 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import cli_cmd, env, json_lines
+from conftest import FIXTURES
 
 from bpe_store.cli import main
 from bpe_store.token_files import EncodeStopped, choose_dtype, encode_to_file, is_val_document, val_path
 from bpe_store.tokenizer import Tokenizer
 from bpe_store.train import train
-
-from cli_helpers import cli_cmd, env, json_lines
-from conftest import FIXTURES
 
 EOT = "<|endoftext|>"
 

@@ -7,12 +7,11 @@ import io
 
 import pytest
 import tiktoken
+from conftest import CS336, shared_file
 
 from bpe_store.gpt2_files import read_gpt2
 from bpe_store.pretokenize import GPT2_PATTERN
 from bpe_store.tokenizer import TokenIdError, Tokenizer
-
-from conftest import CS336, shared_file
 
 EOT = "<|endoftext|>"
 

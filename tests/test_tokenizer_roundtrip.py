@@ -6,13 +6,12 @@ from __future__ import annotations
 import io
 
 import pytest
+from conftest import EN, RU, ZH, fixture_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bpe_store.tokenizer import Tokenizer, _native
 from bpe_store.train import train
-
-from conftest import EN, RU, ZH, fixture_text
 
 EOT = "<|endoftext|>"
 GPT4_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""

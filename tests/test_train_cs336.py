@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from conftest import CS336, shared_file
+
 from bpe_store import train_bpe
 from bpe_store.gpt2_files import read_gpt2
-
-from conftest import CS336, shared_file
 
 
 def test_train_bpe_matches_reference_merges_and_vocab():
@@ -23,7 +23,7 @@ def test_train_bpe_vocab_order_specials_bytes_merges(tmp_path):
     vocab, merges = train_bpe(corpus, 300, ["<|endoftext|>", "<|pad|>"], db=tmp_path / "s.db")
     assert vocab[0] == b"<|endoftext|>" and vocab[1] == b"<|pad|>"
     assert [vocab[2 + b] for b in range(256)] == [bytes([b]) for b in range(256)]
-    assert [vocab[258 + i] for i in range(len(merges))] == [l + r for l, r in merges]
+    assert [vocab[258 + i] for i in range(len(merges))] == [left + right for left, right in merges]
     assert len(vocab) == 300
 
 

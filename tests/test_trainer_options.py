@@ -12,19 +12,18 @@ import subprocess
 import sys
 
 import pytest
+from cli_helpers import run as cli
+from conftest import FIXTURES, corpus_slice
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_merge_engine import KINDS, SPECIALS, as_bytes, byte_vocab, rows_of, words_st
+from test_reference_diff import texts
 
 from bpe_store import InputError, ResumeMismatch, train, train_bpe
 from bpe_store.merge import native_available, new_engine
 from bpe_store.pretokenize import count_words
 from bpe_store.reference import reference_train_bpe, train_from_counts
 from bpe_store.store import Store
-
-from cli_helpers import run as cli
-from conftest import FIXTURES, corpus_slice
-from test_merge_engine import KINDS, SPECIALS, as_bytes, byte_vocab, rows_of, words_st
-from test_reference_diff import texts
 
 EOT = "<|endoftext|>"
 min_freqs = st.sampled_from([1, 2, 3, 5, 2**40])

@@ -69,3 +69,12 @@ def corpus_slice(name: str, size: int, offset: int = 0) -> str:
 def db_path(tmp_path: Path) -> Path:
     """A path where a new store can be created."""
     return tmp_path / "run.db"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """The store tests' input, one file per test module: the first 30,000 bytes of CS336's
+    corpus.en. Modules that need another input define their own ``corpus``, which wins."""
+    p = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    p.write_bytes(shared_file("cs336", "corpus.en").read_bytes()[:30_000])
+    return p

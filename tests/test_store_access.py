@@ -31,13 +31,6 @@ VOCAB = 300
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    p = tmp_path_factory.mktemp("corpus") / "corpus.txt"
-    p.write_bytes(shared_file("cs336", "corpus.en").read_bytes()[:30_000])
-    return p
-
-
-@pytest.fixture(scope="module")
 def trained(tmp_path_factory, corpus) -> Path:
     db = tmp_path_factory.mktemp("trained") / "run.db"
     train([corpus], db, VOCAB, [SPECIAL])

@@ -13,19 +13,11 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import SPECIAL, cli_cmd, env
-from conftest import shared_file
 
 from bpe_store import Store, StoreError, migrate, schemas, train
 from bpe_store.store import APPLICATION_ID
 
 VOCAB = 300
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    p = tmp_path_factory.mktemp("corpus") / "corpus.txt"
-    p.write_bytes(shared_file("cs336", "corpus.en").read_bytes()[:30_000])
-    return p
 
 
 @pytest.fixture(scope="module")

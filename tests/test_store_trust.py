@@ -16,18 +16,10 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import SPECIAL, cli_cmd, env, run
-from conftest import shared_file
 
 from bpe_store import ResumeMismatch, Store, StoreError, Tokenizer, inspection, train
 
 VOCAB = 300
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    p = tmp_path_factory.mktemp("corpus") / "corpus.txt"
-    p.write_bytes(shared_file("cs336", "corpus.en").read_bytes()[:30_000])
-    return p
 
 
 @pytest.fixture(scope="module")

@@ -74,9 +74,9 @@ def counted_store(corpus: Path, workers: int) -> Path:
 
     from bpe_store import __version__
     from bpe_store.count import DEFAULT_CHUNK_SIZE, count_chunk_task, plan_chunks, scan_source
+    from bpe_store.options import check_params
     from bpe_store.pretokenize import GPT2_PATTERN
     from bpe_store.store import Store
-    from bpe_store.train import check_params
 
     t0 = time.perf_counter()
     params = check_params(32000, SPECIALS, GPT2_PATTERN, "strict")

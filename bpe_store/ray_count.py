@@ -2,7 +2,7 @@
 
 ``train(..., count_engine="ray")`` (``bpe-store train --ray [ADDRESS]``) counts the units the
 local planner made (``store.chunks()``: byte ranges of the inputs) as Ray tasks instead of local
-threads. Everything else is unchanged: ``train._count`` adds each result into one native
+threads. Everything else is unchanged: ``train._count_reduce`` adds each result into one native
 ``WordCounter`` and flushes it into the store, one transaction that also marks the units
 counted, so a killed driver resumes without recounting finished units.
 

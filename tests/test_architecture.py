@@ -3,6 +3,8 @@ rules of pyproject.toml (ruff), and module names that cannot shadow the standard
 
 from __future__ import annotations
 
+import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -62,3 +64,37 @@ def test_ruff_finds_nothing():
     r = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "."],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+#: The longest function train.py may hold, in lines from ``def`` to its end, its docstring aside
+#: (issue 10: "train.py reads top to bottom as the numbered steps its docstring lists, each a
+#: function of <= 40 lines"). A docstring is documentation, not recipe: ``train``'s lists its 22 arguments.
+RECIPE_MOST_LINES = 40
+
+
+def _code_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    lines = fn.end_lineno - fn.lineno + 1
+    first = fn.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        lines -= first.end_lineno - first.lineno + 1
+    return lines
+
+
+def test_train_py_functions_are_short():
+    tree = ast.parse((PACKAGE / "train.py").read_text(encoding="utf-8"))
+    long = {f"{fn.name} (line {fn.lineno})": _code_lines(fn) for fn in ast.walk(tree)
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and _code_lines(fn) > RECIPE_MOST_LINES}
+    assert long == {}, f"functions in train.py longer than {RECIPE_MOST_LINES} lines (docstring aside): {long}"
+
+
+def test_train_py_defines_its_steps_in_the_order_its_docstring_lists():
+    # the module docstring's "N. name  (``function``)" lines are the recipe: numbered 1, 2, 3, ... and
+    # each function (but the last, read_result, imported) defined in train.py in that order
+    tree = ast.parse((PACKAGE / "train.py").read_text(encoding="utf-8"))
+    steps = re.findall(r"^(\d+)\. +\w+ +\(``(\w+)``\)", ast.get_docstring(tree), re.MULTILINE)
+    assert [int(n) for n, _ in steps] == list(range(1, len(steps) + 1)) and len(steps) >= 5, steps
+    defined = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
+    local = [name for _, name in steps if name in defined]
+    assert local == [name for _, name in steps][:-1], (steps, defined)
+    assert [defined.index(name) for name in local] == sorted(defined.index(name) for name in local)
+    assert defined.index("train") < defined.index(local[0])  # the recipe first, then its steps

@@ -19,9 +19,9 @@ from bpe_store import ResumeMismatch, Store, train
 from bpe_store import count as count_mod
 from bpe_store.count import count_chunk, plan_chunks
 from bpe_store.errors import InputError
+from bpe_store.options import DEFAULT_MAX_PRETOKEN_BYTES
 from bpe_store.pretokenize import GPT2_PATTERN, count_words, split_long_pretoken
 from bpe_store.reference import reference_train_bpe
-from bpe_store.train import DEFAULT_MAX_PRETOKEN_BYTES
 
 try:
     from bpe_store import _core

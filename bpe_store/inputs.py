@@ -46,6 +46,11 @@ from .errors import InputError, ResumeMismatch
 from .pretokenize import GPT2_PATTERN
 from .sources import Source
 
+try:  # the jsonl text-field extractor (native/jsonl.cpp); without it jsonl is read by parse_lines
+    from ._core import jsonl_texts as _native_jsonl_texts
+except ImportError:  # pragma: no cover - a source tree without the native core
+    _native_jsonl_texts = None
+
 #: Separates documents inside a block: never part of valid UTF-8, so no text can contain it.
 DOC_SEP = b"\xff"
 FORMATS = ("text", "jsonl", "parquet")
@@ -452,21 +457,12 @@ def _encode_doc(text: str, invalid_utf8: str, where: str, line: int) -> bytes:
 def parse_lines(lines: list[bytes], field: str, where: str, first_line: int, invalid_utf8: str) -> list[bytes]:
     """The documents (UTF-8) of jsonl ``lines`` (line ``first_line`` first); blank lines skipped.
 
-    Why one JSON array per batch: parsing ``[line,line,...]`` is one C call instead of one per
-    line; the batch parses line by line only to say which line is bad. Why the standard ``json``:
-    parsed that way it reads enwiki jsonl at ~250 MB/s of CPU, orjson at ~330 (bench/RESULTS-inputs.md):
-    not worth a dependency, nor two parsers that disagree on edge cases (lone surrogates)."""
-    body = [ln for ln in lines if ln and ln != b"\r"]
-    if invalid_utf8 != "replace":
-        try:
-            objs = json.loads(b"[" + b",".join(body) + b"]")
-            if len(objs) == len(body):
-                texts = [o[field] for o in objs]
-                if all(type(t) is str for t in texts):
-                    return [t.encode("utf-8") for t in texts]
-        except (ValueError, KeyError, TypeError):
-            pass
-    docs = []  # the slow path: one line at a time, naming the first bad one
+    The reference reading of jsonl, one ``json.loads`` per line: what the native extractor
+    (``_core.jsonl_texts``) must equal, and what reads a block it is not sure of, naming the first
+    bad line or applying ``--invalid-utf8 replace``. (Why not one ``json.loads`` of the lines
+    joined into an array, as before: lines that are broken alone can join into valid JSON, e.g. a
+    line ending inside a string, closed on the next one.)"""
+    docs = []
     for i, ln in enumerate(lines):
         line = first_line + i
         if not ln.strip():
@@ -487,18 +483,55 @@ def parse_lines(lines: list[bytes], field: str, where: str, first_line: int, inv
     return docs
 
 
+def _native_field(field: str) -> bytes | None:
+    """``field`` as the native extractor takes it (UTF-8), or None to read in Python (no native
+    core, or a name no JSON key can equal natively: one with a lone surrogate)."""
+    if _native_jsonl_texts is None:
+        return None
+    try:
+        return field.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+
+
+def jsonl_lines_documents(content: bytes, field: str, where: str, first_line: int | Callable[[], int],
+                          invalid_utf8: str, native_field: bytes | None = None) -> tuple[bytes, int, int]:
+    """``(documents joined by DOC_SEP, documents, lines)`` of ``content``, complete jsonl lines
+    (split at LF; the last may lack it). Natively when ``native_field`` is given and the
+    extractor is sure of every line, else by ``parse_lines``; the same bytes either way.
+    ``first_line``: the number of the first line, or a function finding it (called only when a
+    line is bad)."""
+    if native_field is not None:
+        got = _native_jsonl_texts(content, native_field)
+        if got is not None:
+            return got
+    lines = content.split(b"\n")
+    if callable(first_line):
+        try:
+            docs = parse_lines(lines, field, where, 0, invalid_utf8)
+        except InputError:  # find the line number, then report with it
+            docs = parse_lines(lines, field, where, first_line(), invalid_utf8)
+    else:
+        docs = parse_lines(lines, field, where, first_line, invalid_utf8)
+    return DOC_SEP.join(docs), len(docs), len(lines)
+
+
 def jsonl_blocks(read: Callable[[int], bytes], field: str | None, block_size: int, where: str,
                  invalid_utf8: str, *, first_line: int | None = 1, path: str | None = None,
                  offset: int = 0) -> Iterator[tuple[bytes, int, int]]:
     """``(block, end, documents)``: documents of the jsonl read by ``read`` joined by ``DOC_SEP``
     into blocks of about ``block_size``, each with the byte offset after its last line and the
-    documents so far. ``first_line`` None: found from ``path`` and ``offset`` if an error needs it."""
+    documents so far. ``first_line`` None: found from ``path`` and ``offset`` if an error needs it.
+
+    Reads ``_READ`` bytes at a time and hands the complete lines among them to
+    ``jsonl_lines_documents`` (the native extractor, GIL released); memory: one read, the line it
+    cut, and one block."""
     assert field is not None
-    parts: list[bytes] = []   # the start of a line cut by the last read
-    line_no: int | None = first_line
+    native_field = _native_field(field)
+    parts: list[bytes] = []     # the start of a line cut by the last read
     lines_seen = 0
     consumed = offset
-    docs: list[bytes] = []
+    pieces: list[bytes] = []    # runs of documents joined by DOC_SEP, not yet in a block
     n_docs = 0
     size = 0
     eof = False
@@ -506,36 +539,32 @@ def jsonl_blocks(read: Callable[[int], bytes], field: str | None, block_size: in
         data = read(_READ)
         eof = not data
         if eof:
-            lines = [b"".join(parts)] if parts else []
-            parts = []
+            if not parts:
+                break
+            content, parts = b"".join(parts), []
         else:
             nl = data.rfind(b"\n")
             if nl < 0:
                 parts.append(data)
                 continue
             parts.append(data[:nl])
-            lines = b"".join(parts).split(b"\n")
+            content = b"".join(parts)
             parts = [data[nl + 1:]] if nl + 1 < len(data) else []
-        if not lines:
-            continue
-        if line_no is None:
-            try:
-                got = parse_lines(lines, field, where, 0, invalid_utf8)
-            except InputError:  # find the line number, then report with it
-                line_no = _line_of(path, offset, None) + lines_seen
-                got = parse_lines(lines, field, where, line_no, invalid_utf8)
-        else:
-            got = parse_lines(lines, field, where, line_no + lines_seen, invalid_utf8)
-        lines_seen += len(lines)
-        consumed += sum(len(ln) + 1 for ln in lines) - (1 if eof else 0)
-        docs.extend(got)
-        n_docs += len(got)
-        size += sum(len(d) + 1 for d in got)
-        if size >= block_size or (eof and docs):
-            yield DOC_SEP.join(docs), consumed, n_docs
-            docs, size = [], 0
-    if docs:
-        yield DOC_SEP.join(docs), consumed, n_docs
+        line: int | Callable[[], int] = (
+            first_line + lines_seen if first_line is not None
+            else lambda seen=lines_seen: _line_of(path, offset, None) + seen)
+        joined, n, n_lines = jsonl_lines_documents(content, field, where, line, invalid_utf8, native_field)
+        lines_seen += n_lines
+        consumed += len(content) + (0 if eof else 1)
+        if n:
+            pieces.append(joined)
+            n_docs += n
+            size += len(joined) + 1
+        if size >= block_size or (eof and pieces):
+            yield DOC_SEP.join(pieces), consumed, n_docs
+            pieces, size = [], 0
+    if pieces:
+        yield DOC_SEP.join(pieces), consumed, n_docs
 
 
 # -- parquet -------------------------------------------------------------------------------------

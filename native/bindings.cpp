@@ -7,6 +7,7 @@ namespace nb = nanobind;
 void register_scanner(nb::module_ &m);       // scanner.cpp: GPT-2 pre-tokenizer and word counting
 void register_merge_engine(nb::module_ &m);  // merge_engine.cpp: the incremental merge loop
 void register_encoder(nb::module_ &m);       // encoder.cpp: BPE encoding by merge rank
+void register_jsonl(nb::module_ &m);         // jsonl.cpp: the text field of jsonl lines
 
 NB_MODULE(_core, m) {
     m.doc() = "bpe_store native core: hot loops only (scanning, counting, merging, encoding).";
@@ -14,4 +15,5 @@ NB_MODULE(_core, m) {
     register_scanner(m);
     register_merge_engine(m);
     register_encoder(m);
+    register_jsonl(m);
 }

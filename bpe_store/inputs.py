@@ -313,8 +313,10 @@ def unit_blocks(unit: Unit, special_tokens: Sequence[str], pattern: str, invalid
             yield from text_blocks(io.BytesIO(data).read, special_tokens, pattern, len(data) + 1, where,
                                    invalid_utf8, offset=unit.start, first_line=None, path=unit.path)
         else:
+            # the unit is in memory already: its lines in one native call, not one per _READ
             for block, _, _ in jsonl_blocks(io.BytesIO(data).read, unit.text_field, block_size, where,
-                                            invalid_utf8, first_line=None, path=unit.path, offset=unit.start):
+                                            invalid_utf8, first_line=None, path=unit.path, offset=unit.start,
+                                            read_size=len(data) + 1):
                 yield block
         return
     with open_decompressed(unit.path, unit.compression) as f:
@@ -518,12 +520,12 @@ def jsonl_lines_documents(content: bytes, field: str, where: str, first_line: in
 
 def jsonl_blocks(read: Callable[[int], bytes], field: str | None, block_size: int, where: str,
                  invalid_utf8: str, *, first_line: int | None = 1, path: str | None = None,
-                 offset: int = 0) -> Iterator[tuple[bytes, int, int]]:
+                 offset: int = 0, read_size: int = _READ) -> Iterator[tuple[bytes, int, int]]:
     """``(block, end, documents)``: documents of the jsonl read by ``read`` joined by ``DOC_SEP``
     into blocks of about ``block_size``, each with the byte offset after its last line and the
     documents so far. ``first_line`` None: found from ``path`` and ``offset`` if an error needs it.
 
-    Reads ``_READ`` bytes at a time and hands the complete lines among them to
+    Reads ``read_size`` bytes at a time and hands the complete lines among them to
     ``jsonl_lines_documents`` (the native extractor, GIL released); memory: one read, the line it
     cut, and one block."""
     assert field is not None
@@ -536,7 +538,7 @@ def jsonl_blocks(read: Callable[[int], bytes], field: str | None, block_size: in
     size = 0
     eof = False
     while not eof:
-        data = read(_READ)
+        data = read(read_size)
         eof = not data
         if eof:
             if not parts:
@@ -561,8 +563,8 @@ def jsonl_blocks(read: Callable[[int], bytes], field: str | None, block_size: in
             n_docs += n
             size += len(joined) + 1
         if size >= block_size or (eof and pieces):
-            yield DOC_SEP.join(pieces), consumed, n_docs
-            pieces, size = [], 0
+            block, pieces, size = DOC_SEP.join(pieces), [], 0  # the pieces are not held while it is counted
+            yield block, consumed, n_docs
     if pieces:
         yield DOC_SEP.join(pieces), consumed, n_docs
 

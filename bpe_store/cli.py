@@ -652,7 +652,15 @@ def _status_lines(st: dict) -> Iterator[str]:
         yield f"wal          {format_bytes(st['wal_bytes'])}: {st['wal_note']}"
     yield f"inputs       {len(st['inputs'])} file(s), {format_bytes(sum(i['size'] for i in st['inputs']))}"
     for i in st["inputs"]:
-        yield f"  {i['path']}  {format_bytes(i['size'])}  sha256 {i['sha256'][:12]}  {i['state']}"
+        kind = "" if i.get("format", "text") == "text" else f"  {i['format']}"
+        if i.get("text_field") and i["format"] in ("jsonl", "parquet"):
+            kind += f" field {i['text_field']!r}"
+        if i.get("compression", "none") != "none":
+            kind += f" ({i['compression']})"
+        docs = "" if i.get("documents") is None else f"  {i['documents']} documents"
+        counted = " counted" if i["state"] == "stream" else ""
+        yield (f"  {i['path']}{kind}  {format_bytes(i['size'])}{counted}{docs}  sha256 {i['sha256'][:12]}"
+               f"  {i['state']}")
     options = "".join(f", {name} {st[key]}" for name, key in (("min frequency", "min_frequency"),
                                                                  ("max token length", "max_token_length"))
                       if st[key] not in (None, 1))

@@ -27,6 +27,7 @@ from typing import Any
 
 from . import migrate
 from .errors import InputError
+from .inputs import ITERABLE, STDIN
 from .pretokenize import GPT2_PATTERN, describe_pattern
 from .store import Store, unpack_tokens, wal_state
 
@@ -101,8 +102,18 @@ def _input_state(path: str, size: int, mtime_ns: int) -> str:
 
 
 def _inputs(store: Store) -> list[Row]:
-    rows = store.sql("SELECT path, size, mtime_ns, sha256 FROM sources ORDER BY id").fetchall()
-    return [{"path": p, "size": s, "sha256": h, "state": _input_state(p, s, m)} for p, s, m, h in rows]
+    """The run's inputs: path, size, SHA-256, kind, and ``state`` (``_input_state``, or ``stream``
+    for standard input and an iterable, whose ``size``, ``sha256`` and ``documents`` say how much
+    of the stream has been counted: a resume skips that much of the stream given again)."""
+    out = []
+    for r in store.sql("SELECT * FROM sources ORDER BY id").mappings():
+        stream = r["path"] in (STDIN, ITERABLE)
+        # r.get: a store older than v0_3_0_input_kinds has neither kinds nor document counts
+        out.append({"path": r["path"], "size": r["size"], "sha256": r["sha256"],
+                    "format": r.get("format", "text"), "compression": r.get("compression", "none"),
+                    "text_field": r.get("text_field"), "documents": r.get("documents"),
+                    "state": "stream" if stream else _input_state(r["path"], r["size"], r["mtime_ns"])})
+    return out
 
 
 def _counting(store: Store) -> Row:
@@ -115,7 +126,9 @@ def _speed(store: Store, phase: str, counting: Row) -> float | None:
     """Units per second of training time: bytes while counting, merges while merging."""
     if phase == "counting":
         el = store.sql("SELECT max(elapsed_s) FROM checkpoints WHERE phase = 'counting'").scalar()
-        return counting["bytes_done"] / el if el else None
+        # None, not 0, before a unit is done (a stream's only unit is done when the stream ends):
+        # a speed of 0 would make the ETA a division by zero
+        return counting["bytes_done"] / el if el and counting["bytes_done"] else None
     rows = store.sql("SELECT merges_done, elapsed_s FROM checkpoints WHERE phase IN ('merging', 'done')"
                      " ORDER BY id DESC LIMIT ?", (ETA_CHECKPOINTS,)).fetchall()
     if len(rows) < 2:

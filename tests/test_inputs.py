@@ -171,10 +171,12 @@ def test_stdin_text_and_jsonl_equal_the_file_run(tmp_path, reference):
         same(train(Stream.stdin(fmt), db, **PARAMS), expected)  # finished: stdin is not read
 
 
-def test_stopped_iterator_resumes_from_where_the_store_says(tmp_path, reference):
-    """Interrupted while counting: given the same documents again it skips the counted ones;
-    other documents are refused (exit 3)."""
-    docs, expected = reference
+STOPPABLE = dict(PARAMS, chunk_size=2_000, count_flush_seconds=0.0)
+
+
+def stopped_iterator_run(db: Path, docs: list[str], after: int) -> int:
+    """Train on ``docs`` as an iterable, stopped (as Ctrl-C stops it) once ``after`` documents
+    were given; the documents the store says it counted."""
     import threading
 
     stop = threading.Event()
@@ -185,19 +187,46 @@ def test_stopped_iterator_resumes_from_where_the_store_says(tmp_path, reference)
                 stop.set()
             yield d
 
-    db = tmp_path / "run.db"
-    p = dict(PARAMS, chunk_size=2_000, count_flush_seconds=0.0)
     with pytest.raises(Exception, match="holds its first"):
-        train_from_iterator(stopping_after(70), db, stop=stop, **p)
-    con = sqlite3.connect(db)
-    counted = con.execute("SELECT documents FROM sources").fetchone()[0]
-    con.close()
+        train_from_iterator(stopping_after(after), db, stop=stop, **STOPPABLE)
+    return counted_documents(db)
+
+
+def test_stopped_iterator_resumes_from_where_the_store_says(tmp_path, reference):
+    """Interrupted while counting: given the same documents again it skips the counted ones;
+    other documents are refused (exit 3)."""
+    docs, expected = reference
+    db = tmp_path / "run.db"
+    p = STOPPABLE
+    counted = stopped_iterator_run(db, docs, 70)
     assert 0 < counted < len(docs)
     with pytest.raises(ResumeMismatch, match="not the one"):
         train_from_iterator(iter(["other"] + docs[1:]), db, **p)
     with pytest.raises(ResumeMismatch, match="not the one"):
         train_from_iterator(iter(docs[:counted - 1]), db, **p)
     same(train_from_iterator(iter(docs), db, **p), expected)
+
+
+def test_status_shows_how_much_of_a_stream_was_counted(tmp_path, reference):
+    """A stream's inputs row says it is a stream and how many documents of it were counted
+    (what a resume skips), in the text and the JSON of ``status``; a file's row shows its kind."""
+    docs, _ = reference
+    db = tmp_path / "run.db"
+    counted = stopped_iterator_run(db, docs, 70)
+    st = json.loads(run("status", db, "--json").stdout)
+    (inp,) = st["inputs"]
+    assert inp["path"] == "<iterable>" and inp["state"] == "stream"
+    assert inp["documents"] == counted and 0 < counted < len(docs) and inp["format"] == "iterable"
+    line = next(ln for ln in run("status", db).stdout.splitlines() if "<iterable>" in ln)
+    assert f"counted  {counted} documents" in line and line.endswith("  stream")
+
+    path = tmp_path / "in.jsonl.gz"
+    path.write_bytes(gzip.compress(jsonl_bytes(docs, field="body")))
+    train([path], tmp_path / "file.db", format="jsonl", text_field="body", **PARAMS)
+    (inp,) = json.loads(run("status", tmp_path / "file.db", "--json").stdout)["inputs"]
+    assert (inp["format"], inp["compression"], inp["text_field"], inp["documents"], inp["state"]) == (
+        "jsonl", "gz", "body", None, "ok")
+    assert "in.jsonl.gz  jsonl field 'body' (gz)  " in run("status", tmp_path / "file.db").stdout
 
 
 @pytest.mark.slow

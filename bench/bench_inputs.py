@@ -3,12 +3,16 @@ jsonl, jsonl.gz (one file, and shards), zstd jsonl and parquet.
 
     python bench/bench_inputs.py --make /tmp/bench-inputs     # write the conversions (once)
     python bench/bench_inputs.py /tmp/bench-inputs --workers 2 --repeat 3
+    python bench/bench_inputs.py /tmp/bench-inputs --read-only --repeat 3   # reading CPU alone
 
 Each run is a fresh process training to vocab size 257 (no merges) so that only planning and
 counting are timed: ``count_s`` is from the first counting event to the last counting
 checkpoint, ``total_s`` the whole run (fingerprinting included), ``cpu_s`` the process's CPU
-time and ``rss_mb`` its peak resident memory. MB/s are of the documents' text (the plain text
-file's size), so every kind is measured against the same work. Results: bench/RESULTS-inputs.md.
+time (user + sys, the least of the runs: on a shared machine the stable figure) and ``rss_mb``
+its peak resident memory. MB/s are of the documents' text (the plain text file's size), so every
+kind is measured against the same work. ``--read-only``: CPU seconds of one thread turning every
+work unit into the blocks counting consumes (``inputs.unit_blocks``: decompressing, parsing,
+checking UTF-8), without counting. Results: bench/RESULTS-inputs.md.
 """
 
 from __future__ import annotations
@@ -73,6 +77,30 @@ def make(out: Path, corpus: Path) -> None:
     pq.write_table(pa.table({"id": list(range(n)), "text": docs}), out / "enwiki.parquet", row_group_size=4096)
 
 
+READ_ONLY = """
+import json, resource, sys, time
+from bpe_store.inputs import file_input, plan_units, scan_input, unit_blocks, unit_of
+from bpe_store.pretokenize import GPT2_PATTERN
+args = json.loads(sys.argv[1])
+specials = ["<|endoftext|>"]
+cpu = 0.0
+for path in args["inputs"]:
+    src = scan_input(file_input(path))
+    t = time.process_time()
+    for a, b, kind, part in plan_units(src, specials, GPT2_PATTERN, 8 << 20):
+        for _ in unit_blocks(unit_of(src, kind, a, b, part), specials, GPT2_PATTERN, "strict", 8 << 20):
+            pass
+    cpu += time.process_time() - t
+print(json.dumps({"read_cpu_s": cpu, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def read_only(inputs: list[Path]) -> dict:
+    out = subprocess.run([sys.executable, "-c", READ_ONLY, json.dumps({"inputs": [str(p) for p in inputs]})],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def run(inputs: list[Path], workers: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         arg = json.dumps({"inputs": [str(p) for p in inputs], "db": str(Path(tmp) / "b.db"), "workers": workers})
@@ -88,24 +116,37 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--kinds", nargs="*", default=list(KINDS))
+    ap.add_argument("--read-only", action="store_true", help="time reading alone (one thread, no counting)")
     a = ap.parse_args()
     if a.make:
         make(a.make, a.corpus)
         return
     text_mb = (a.dir / "enwiki.txt").stat().st_size / 1e6
-    print(f"| kind | input MB | count s (best of {a.repeat}) | MB/s of text | vs text | total s | CPU s"
-          " | peak RSS MB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    base = None
+    if a.read_only:
+        print(f"| kind | reading CPU s (least of {a.repeat}) | per 100 MB of text | peak RSS MB |")
+        print("|---|---:|---:|---:|")
+        for kind in a.kinds:
+            runs = [read_only([a.dir / p for p in KINDS[kind]]) for _ in range(a.repeat)]
+            cpu = min(r["read_cpu_s"] for r in runs)
+            print(f"| {kind} | {cpu:.2f} | {cpu * 100 / text_mb:.2f} | {max(r['rss_mb'] for r in runs):.0f} |",
+                  flush=True)
+        return
+    print(f"| kind | input MB | count s (best of {a.repeat}) | MB/s of text | vs text | total s | CPU s (least)"
+          " | CPU vs text | peak RSS MB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    base = base_cpu = None
     for kind in a.kinds:
         inputs = [a.dir / p for p in KINDS[kind]]
         runs = [run(inputs, a.workers) for _ in range(a.repeat)]
         best = min(runs, key=lambda r: r["count_s"])
+        cpu = min(r["cpu_s"] for r in runs)
         rate = text_mb / best["count_s"]
         base = base or rate
+        base_cpu = base_cpu or cpu
         size = sum(p.stat().st_size for p in inputs) / 1e6
         print(f"| {kind} | {size:.0f} | {best['count_s']:.2f} | {rate:.0f} | {rate / base:.0%} | "
-              f"{best['total_s']:.2f} | {best['cpu_s']:.2f} | {max(r['rss_mb'] for r in runs):.0f} |", flush=True)
+              f"{best['total_s']:.2f} | {cpu:.2f} | {cpu / base_cpu - 1:+.0%} | {max(r['rss_mb'] for r in runs):.0f} |",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The whole native core, ``bpe_store._core``, built with AddressSanitizer + UBSan and driven
 through the Python API: training (scanner, threaded counting, merge engine), encoding (every
 entry point, threads, invalid UTF-8, a huge sparse id), and other threads changing the lists the
-encoder reads while it runs with the GIL released.
+encoder reads while it runs with the GIL released; the jsonl extractor on records cut at every
+byte.
 
 The module is compiled straight from native/*.cpp and nanobind's sources (the ``nanobind``
 package, in the test extra) and loaded into a child Python with the ASan runtime preloaded and
@@ -83,6 +84,18 @@ for name in ("encode_pieces", "encode_batch"):
     out = getattr(tok._core, name)(items, 1) if name == "encode_batch" else tok._core.encode_pieces(items)
     t.join()
     assert len(out) == (sum(lengths) if lengths else 24), name
+
+# The jsonl extractor on records cut at every byte (no read past the end), and from two threads.
+rec = ('{"id": 1, "t\\u0065xt": "a\\u00e9\\ud83d\\ude00 \\/ x\\n", "m": [1, -2.5e3, true, null, NaN, '
+       '{"text": 1}], "k": "\\ud800"}\r\n\n').encode()
+assert core.jsonl_texts(rec * 3, b"text") == (b"\xff".join([b"a\xc3\xa9\xf0\x9f\x98\x80 / x\n"] * 3), 3, 7)
+for k in range(len(rec)):
+    core.jsonl_texts(rec[:k], b"text")
+threads = [threading.Thread(target=core.jsonl_texts, args=(rec * 20000, b"text")) for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
 print("ok")
 '''
 

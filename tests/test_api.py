@@ -55,6 +55,16 @@ def _declared(requirements: list[str]) -> set[str]:
     return {re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower() for r in requirements}
 
 
+def test_the_version_has_one_source():
+    # pyproject.toml names no version of its own: scikit-build-core reads bpe_store/_version.py's
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in config["project"] and config["project"]["dynamic"] == ["version"]
+    assert config["tool"]["scikit-build"]["metadata"]["version"] == {
+        "provider": "scikit_build_core.metadata.regex", "input": "bpe_store/_version.py"}
+
+
 def test_directly_imported_third_party_packages_are_declared():
     import re
 

@@ -223,11 +223,17 @@ def test_help_uses_plain_metavars_and_lists_choices(name):
             assert re.fullmatch(r"[A-Z][A-Z_]*", param.metavar or ""), (opt, param.metavar, line.group(0))
 
 
-def test_version():
-    from bpe_store import __version__
+def test_version_is_the_same_everywhere():
+    # the installed command, the package and the installed metadata (what pip shows) say one version
+    from importlib.metadata import version
 
-    r = run("--version")
-    assert r.exit_code == 0 and r.stdout == f"bpe-store {__version__}\n"
+    import bpe_store
+
+    script = Path(sys.executable).with_name("bpe-store")  # the console script pip installed
+    r = subprocess.run([str(script), "--version"], capture_output=True, text=True, env=env(), timeout=60)
+    assert r.returncode == 0 and r.stdout == f"bpe-store {bpe_store.__version__}\n", r.stderr
+    assert version("bpe-store") == bpe_store.__version__
+    assert run("--version").stdout == r.stdout
 
 
 def test_shell_completion_is_enabled():

@@ -217,12 +217,7 @@ def encode_to_file(db: str | Path, inputs: Sequence[str | Path], out: str | Path
         if not p.is_file():
             raise InputError(f"{p}: no such file" if not p.exists() else f"{p}: is not a file")
     tok = Tokenizer.from_store(db, vocab_size)
-    sep_id = None
-    if separator is not None:
-        sep_id = tok._special_id.get(separator)
-        if sep_id is None:
-            raise InputError(f"separator {separator!r} is not one of the store's special tokens "
-                             f"({', '.join(tok.special_tokens) or 'none'})")
+    sep_id = None if separator is None else tok.special_id(separator)
     dt = choose_dtype(out, max(tok.vocab), dtype)
     npy = out.suffix == ".npy"
     total = sum(p.stat().st_size for p in paths)

@@ -295,6 +295,15 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return len(self.vocab)
 
+    def special_id(self, token: str) -> int:
+        """The id of the special token ``token`` (a document separator: ``encode --separator``);
+        ``InputError`` naming the special tokens there are if it is not one of them."""
+        sid = self._special_id.get(token)
+        if sid is None:
+            raise InputError(f"separator {token!r} is not one of the store's special tokens "
+                             f"({', '.join(self.special_tokens) or 'none'})")
+        return sid
+
     def __repr__(self) -> str:
         return (f"Tokenizer(vocab_size={len(self.vocab)}, merges={len(self.merges)}, "
                 f"special_tokens={self.special_tokens!r})")
@@ -368,11 +377,7 @@ def encode_files(
     block = block or _FILE_BLOCK
     sep = None
     if separator is not None:
-        sid = tok._special_id.get(separator)
-        if sid is None:
-            raise InputError(f"separator {separator!r} is not one of the store's special tokens "
-                             f"({', '.join(tok.special_tokens) or 'none'})")
-        sep = np.array([sid], dtype=np.uint32)
+        sep = np.array([tok.special_id(separator)], dtype=np.uint32)
     native = tok._core is not None and tok._core.native_split
     total = 0
     for path in paths:

@@ -9,9 +9,10 @@ import pytest
 import tiktoken
 from conftest import CS336, shared_file
 
+from bpe_store.errors import InputError
 from bpe_store.gpt2_files import read_gpt2
 from bpe_store.pretokenize import GPT2_PATTERN
-from bpe_store.tokenizer import TokenIdError, Tokenizer
+from bpe_store.tokenizer import TokenIdError, Tokenizer, encode_files
 
 EOT = "<|endoftext|>"
 
@@ -157,3 +158,18 @@ def test_sparse_huge_id_needs_no_huge_table():
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_special_id_is_the_one_lookup_of_a_separator(make, tmp_path):
+    # encode_to_file (one output) and encode_files (the blocks) both name a separator through it
+    tok = make([EOT, "<|pad|>"])
+    assert tok.special_id("<|pad|>") == tok.encode("<|pad|>")[0] and tok.special_id(EOT) == 50256
+    with pytest.raises(InputError, match=r"^separator '<x>' is not one of the store's special tokens "
+                                         r"\(<\|endoftext\|>, <\|pad\|>\)$"):
+        tok.special_id("<x>")
+    with pytest.raises(InputError, match=r"\(none\)$"):
+        make([]).special_id(EOT)
+    f = tmp_path / "a.txt"
+    f.write_text("text")
+    with pytest.raises(InputError, match="^separator '<x>' is not one of"):
+        encode_files(tok, [f], lambda ids: None, separator="<x>")

@@ -8,11 +8,21 @@ transaction (``transaction()``; the driver opens none by itself: ``isolation_lev
 after a crash the file is at its last checkpoint; reads outside one take no lock beyond the
 statement's. Bulk writes are ``executemany`` on plain tuples.
 
-Why ``sqlite3`` and not SQLAlchemy here: the store is SQLite only, its statements are fixed
-SQL, and importing SQLAlchemy (~0.15-0.3 s) was most of a cold CS336 ``train_bpe`` call (issue
-13); SQLAlchemy wrapped every row and hid when transactions began. ``Store.conn`` still gives a
-SQLAlchemy connection over the same file (imported on first use) for Alembic's migrations and
-for anyone who wants its API; new stores are created from the head schema without Alembic.
+Why the ``sqlite3`` driver for every statement, and SQLAlchemy only for migrations (the one
+place that says it). Issue 10 asked for SQLAlchemy where it helps (engine, schema check,
+queries) and the raw driver only for bulk ``executemany``; issue 13 asked for a cold start
+(``import bpe_store`` <= 0.1 s, a whole CS336 ``train_bpe`` process <= 0.3 s). The two pull
+apart, and the cold start won: importing SQLAlchemy and making an engine costs ~0.2 s of CPU
+(SQLAlchemy 2.1), more than a whole cold ``train_bpe`` takes without it (0.12-0.13 s CPU, from
+0.40-0.48 s with SQLAlchemy, Alembic and migrations: bench/RESULTS.md "Cold start"). What it would
+help with is small here: the store is SQLite only, its statements are fixed SQL, the schema
+check compares ``sqlite_master`` with ``bpe_store.schemas``, and for the bulk reads and writes
+it wrapped every row and hid when transactions began. So the driver runs everything: bulk
+writes are ``executemany`` on plain tuples, transactions are explicit. SQLAlchemy is imported
+only on first use of what needs it: Alembic's migrations (``bpe-store db upgrade``,
+``bpe_store.migrate``) and ``Store.conn``, a SQLAlchemy connection over the same file for anyone
+who wants its API. New stores are created from the head schema without Alembic, and
+``tests/test_store_create.py`` checks that training imports neither.
 
 Token ids in ``words.tokens``, ``pair_counts`` and ``merges`` are vocabulary ids: the special
 tokens first, then the 256 bytes, then one per merge. Tokens are identified by their bytes: if a

@@ -1,4 +1,4 @@
-"""Helpers shared by the CLI tests: run the app in-process or as a subprocess, train small stores."""
+"""Helpers shared by the CLI tests: run the app in-process or as a subprocess, and read what it said."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
-from bpe_store.cli import app
+from bpe_store.cli import app, main
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECIAL = "<|endoftext|>"
@@ -19,6 +20,19 @@ SPECIAL = "<|endoftext|>"
 def run(*args: str):
     """Invoke the app in-process (Typer's CliRunner); stdout and stderr stay apart."""
     return CliRunner().invoke(app, [str(a) for a in args], prog_name="bpe-store")
+
+
+def run_main(args: list, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """Call ``bpe_store.cli.main`` as the console script does: ``(exit code, stderr)``."""
+    with pytest.raises(SystemExit) as exc:
+        main([str(a) for a in args])
+        raise SystemExit(0)
+    return exc.value.code or 0, capsys.readouterr().err
+
+
+def one_error_line(err: str) -> bool:
+    """Whether ``err`` is what a user error prints: one line, ``error: ...``."""
+    return err.startswith("error: ") and err.count("\n") == 1
 
 
 def cli_cmd(*args: str) -> list[str]:

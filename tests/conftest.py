@@ -8,7 +8,11 @@ where ../shared is missing, so CI cannot pass by skipping them; set
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,3 +82,49 @@ def corpus(tmp_path_factory) -> Path:
     p = tmp_path_factory.mktemp("corpus") / "corpus.txt"
     p.write_bytes(shared_file("cs336", "corpus.en").read_bytes()[:30_000])
     return p
+
+
+@pytest.fixture(scope="module")
+def trained_store(tmp_path_factory, corpus) -> Path:
+    """A store trained on ``corpus`` to 300 tokens with ``<|endoftext|>``, one per test module;
+    tests that change it work on a copy."""
+    from bpe_store import train
+
+    db = tmp_path_factory.mktemp("trained") / "run.db"
+    train([corpus], db, 300, ["<|endoftext|>"])
+    return db
+
+
+def train_text(tmp: Path, text: str, vocab_size: int, specials, **kw):
+    """``train`` on ``text`` into ``tmp``/run.db, replacing any store there (hypothesis examples
+    reuse one directory)."""
+    from bpe_store import train
+
+    path = tmp / "corpus.txt"
+    path.write_bytes(text.encode("utf-8"))
+    for suffix in ("", "-wal", "-shm"):
+        (tmp / ("run.db" + suffix)).unlink(missing_ok=True)
+    return train([path], tmp / "run.db", vocab_size, specials, **kw)
+
+
+def store_dump(db: Path) -> list[str]:
+    """The store's logical content (robust to WAL checkpointing moving bytes between files)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return list(con.iterdump())
+    finally:
+        con.close()
+
+
+@contextlib.contextmanager
+def tmpfs(mnt: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``mount -o size=``) mounted at the new directory ``mnt`` while the
+    block runs; skips the test where mounting is not allowed (it needs root and mount rights)."""
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)

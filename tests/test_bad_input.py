@@ -15,21 +15,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SMALL_TEXT, shared_file
+from conftest import ROOT, SMALL_TEXT, shared_file, store_dump
 
 from bpe_store import InputError, ResumeMismatch, Store, StoreError, train
 from bpe_store.cli import main
 
 SPECIAL = ["<|endoftext|>"]
 
-
-def dump(db: Path) -> list[str]:
-    """The store's logical content (robust to WAL checkpointing moving bytes between files)."""
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return list(con.iterdump())
-    finally:
-        con.close()
 
 
 def file_hash(p: Path) -> str:
@@ -246,32 +238,32 @@ def test_bad_pattern(corpus, db_path):
 # -- resuming with something else ---------------------------------------------------------------
 
 def test_resume_with_other_specials_is_refused(trained, corpus):
-    before = dump(trained)
+    before = store_dump(trained)
     e = _raises(ResumeMismatch, "special tokens", [corpus], trained, 300, ["<|other|>"])
     assert "--restart" in str(e)
-    assert dump(trained) == before
+    assert store_dump(trained) == before
 
 
 def test_resume_with_other_pattern_is_refused(trained, corpus):
-    before = dump(trained)
+    before = store_dump(trained)
     _raises(ResumeMismatch, "pattern", [corpus], trained, 300, SPECIAL, pattern=r"\S+|\s+")
-    assert dump(trained) == before
+    assert store_dump(trained) == before
 
 
 def test_resume_with_other_inputs_is_refused(trained, corpus, tmp_path):
     other = tmp_path / "other.txt"
     other.write_text("something else entirely")
-    before = dump(trained)
+    before = store_dump(trained)
     _raises(ResumeMismatch, "inputs", [other], trained, 300, SPECIAL)
-    assert dump(trained) == before
+    assert store_dump(trained) == before
 
 
 def test_resume_with_grown_input_is_refused(trained, corpus):
-    before = dump(trained)
+    before = store_dump(trained)
     with open(corpus, "ab") as f:
         f.write(b"more text")
     _raises(ResumeMismatch, "changed size", [corpus], trained, 300, SPECIAL)
-    assert dump(trained) == before
+    assert store_dump(trained) == before
 
 
 def test_resume_with_same_size_edit_is_refused(trained, corpus):
@@ -280,9 +272,9 @@ def test_resume_with_same_size_edit_is_refused(trained, corpus):
     corpus.write_bytes(bytes(data))
     st = corpus.stat()
     os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
-    before = dump(trained)
+    before = store_dump(trained)
     _raises(ResumeMismatch, "changed content", [corpus], trained, 300, SPECIAL)
-    assert dump(trained) == before
+    assert store_dump(trained) == before
 
 
 def test_touched_but_unchanged_input_resumes(trained, corpus):
@@ -292,9 +284,9 @@ def test_touched_but_unchanged_input_resumes(trained, corpus):
 
 
 def test_smaller_vocab_points_to_export(trained, corpus):
-    before = dump(trained)
+    before = store_dump(trained)
     _raises(ResumeMismatch, "export --vocab-size 280", [corpus], trained, 280, SPECIAL)
-    assert dump(trained) == before
+    assert store_dump(trained) == before
 
 
 def test_restart_starts_over(trained, corpus):
@@ -340,9 +332,9 @@ def test_store_from_newer_version_is_refused(trained, corpus):
     con.execute("UPDATE alembic_version SET version_num = 'v9_9_9_future'")
     con.commit()
     con.close()
-    before = dump(trained)
+    before = store_dump(trained)
     _raises(StoreError, "newer bpe_store", [corpus], trained, 300, SPECIAL)
-    assert dump(trained) == before
+    assert store_dump(trained) == before
 
 
 def test_inconsistent_store_is_refused(tmp_path, corpus):
@@ -369,9 +361,9 @@ def test_store_held_by_another_process(trained, corpus):
     try:
         assert holder.stdout.readline().strip() == "held"
         assert Store.is_locked(trained)
-        before = dump(trained)
+        before = store_dump(trained)
         _raises(StoreError, "another bpe-store process", [corpus], trained, 300, SPECIAL)
-        assert dump(trained) == before
+        assert store_dump(trained) == before
     finally:
         holder.kill()
         holder.wait()

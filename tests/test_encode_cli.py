@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cli_helpers import one_error_line, run_main
 from conftest import EN, RU, ZH, fixture_text
 
-from bpe_store.cli import main
 from bpe_store.tokenizer import Tokenizer, encode_files
 from bpe_store.train import train
 
@@ -26,30 +26,23 @@ def trained(tmp_path_factory):
     return d / "run.db", a, b
 
 
-def run(args: list[str], capsys) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-        raise SystemExit(0)
-    return exc.value.code or 0, capsys.readouterr().err
-
-
 def test_encode_npy(trained, tmp_path, capsys):
     db, a, b = trained
     out = tmp_path / "ids.npy"
-    code, err = run(["encode", str(db), str(a), str(b), "-o", str(out), "--separator", EOT], capsys)
+    code, err = run_main(["encode", str(db), str(a), str(b), "-o", str(out), "--separator", EOT], capsys)
     assert code == 0 and "uint16" in err
     ids = np.load(out)
     assert ids.dtype == np.uint16
     tok = Tokenizer.from_store(db)
-    want = (tok.encode(a.read_text(encoding="utf-8")) + [tok._special_id[EOT]]
-            + tok.encode(b.read_text(encoding="utf-8")) + [tok._special_id[EOT]])
+    want = (tok.encode(a.read_text(encoding="utf-8")) + [tok.special_id(EOT)]
+            + tok.encode(b.read_text(encoding="utf-8")) + [tok.special_id(EOT)])
     assert ids.tolist() == want
 
 
 def test_encode_nanogpt_bin(trained, tmp_path, capsys):
     db, a, _ = trained
     out = tmp_path / "train.bin"
-    code, err = run(["encode", str(db), str(a), "-o", str(out), "--vocab-size", "500", "--threads", "2"], capsys)
+    code, err = run_main(["encode", str(db), str(a), "-o", str(out), "--vocab-size", "500", "--threads", "2"], capsys)
     assert code == 0 and "nanoGPT" in err
     ids = np.memmap(out, dtype=np.uint16, mode="r")  # how nanoGPT reads it
     assert ids.tolist() == Tokenizer.from_store(db, vocab_size=500).encode(a.read_text(encoding="utf-8"))
@@ -77,15 +70,15 @@ def test_errors(trained, tmp_path, capsys, args, message, code):
     db, a, _ = trained
     (tmp_path / "exists").mkdir()
     args = [x.format(tmp=tmp_path, db=db, a=a) for x in args]
-    got, err = run(args, capsys)
+    got, err = run_main(args, capsys)
     assert got == code
-    assert message in err and err.startswith("error: ") and err.count("\n") == 1
+    assert message in err and one_error_line(err)
     assert not (tmp_path / "o.npy").exists()
 
 
 def test_export_format_is_a_choice(trained, tmp_path, capsys):
     db, _, _ = trained
-    code, err = run(["export", str(db), "--format", "spm", "-o", str(tmp_path / "new")], capsys)
+    code, err = run_main(["export", str(db), "--format", "spm", "-o", str(tmp_path / "new")], capsys)
     assert code == 2 and "'spm' is not one of 'hf', 'gpt2', 'tiktoken'" in err and "Usage:" in err
     assert not (tmp_path / "new").exists()
 
@@ -94,17 +87,17 @@ def test_encode_refuses_existing_output(trained, tmp_path, capsys):
     db, a, _ = trained
     out = tmp_path / "o.npy"
     out.write_bytes(b"keep")
-    code, err = run(["encode", str(db), str(a), "-o", str(out)], capsys)
+    code, err = run_main(["encode", str(db), str(a), "-o", str(out)], capsys)
     assert code == 2 and "--force" in err and out.read_bytes() == b"keep"
-    code, _ = run(["encode", str(db), str(a), "-o", str(out), "--force"], capsys)
+    code, _ = run_main(["encode", str(db), str(a), "-o", str(out), "--force"], capsys)
     assert code == 0 and np.load(out).size > 0
 
 
 def test_export_cli(trained, tmp_path, capsys):
     db, a, _ = trained
     for fmt, files in [("hf", "tokenizer.json"), ("gpt2", "merges.txt"), ("tiktoken", "tokenizer.tiktoken")]:
-        code, err = run(["export", str(db), "--format", fmt, "--vocab-size", "600", "-o", str(tmp_path / fmt)],
-                        capsys)
+        code, err = run_main(["export", str(db), "--format", fmt, "--vocab-size", "600", "-o", str(tmp_path / fmt)],
+                             capsys)
         assert code == 0 and files in err
         assert (tmp_path / fmt / files).is_file()
 
@@ -113,7 +106,7 @@ def test_encode_invalid_utf8(trained, tmp_path, capsys):
     db, _, _ = trained
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine text here\n" * 10 + b"caf\xc3 \xed\xa0\x80 end")
-    code, err = run(["encode", str(db), str(bad), "-o", str(tmp_path / "o.npy")], capsys)
+    code, err = run_main(["encode", str(db), str(bad), "-o", str(tmp_path / "o.npy")], capsys)
     assert code == 2 and "invalid UTF-8 at byte 153" in err
     assert not (tmp_path / "o.npy").exists()
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from cli_helpers import one_error_line, run_main
 from conftest import FIXTURES
 
-from bpe_store.cli import main
 from bpe_store.export import DEFAULT_MODEL_MAX_LENGTH, export_store
 from bpe_store.tokenizer import Tokenizer
 from bpe_store.train import train
@@ -35,13 +35,6 @@ def samples() -> list[str]:
             "Привет 🙃 中文 it's 12345" + BOS + "x", ""]
 
 
-def run(args: list[str], capsys) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-        raise SystemExit(0)
-    return exc.value.code or 0, capsys.readouterr().err
-
-
 @pytest.mark.parametrize("fmt,cls", [("hf", "PreTrainedTokenizerFast"), ("gpt2", "GPT2Tokenizer")])
 def test_autotokenizer_defaults(store, samples, tmp_path, fmt, cls):
     transformers = pytest.importorskip("transformers")
@@ -62,7 +55,7 @@ def test_autotokenizer_defaults(store, samples, tmp_path, fmt, cls):
 def test_autotokenizer_roles_from_the_cli(store, samples, tmp_path, capsys, fmt):
     transformers = pytest.importorskip("transformers")
     out = tmp_path / fmt
-    code, err = run(["export", store, "--format", fmt, "-o", out, "--eos", PAD, "--bos", BOS, "--pad", EOT,
+    code, err = run_main(["export", store, "--format", fmt, "-o", out, "--eos", PAD, "--bos", BOS, "--pad", EOT,
                      "--model-max-length", "4096"], capsys)
     assert code == 0, err
     auto = transformers.AutoTokenizer.from_pretrained(str(out))
@@ -82,8 +75,8 @@ def test_autotokenizer_roles_from_the_cli(store, samples, tmp_path, capsys, fmt)
     (["--format", "tiktoken", "--eos", EOT], "are for transformers"),
 ])
 def test_bad_roles(store, tmp_path, capsys, args, message):
-    code, err = run(["export", store, "-o", tmp_path / "x", *args], capsys)
-    assert code == 2 and message in err and err.startswith("error: ") and err.count("\n") == 1
+    code, err = run_main(["export", store, "-o", tmp_path / "x", *args], capsys)
+    assert code == 2 and message in err and one_error_line(err)
     assert not (tmp_path / "x").exists()
 
 
@@ -93,8 +86,8 @@ def test_gpt2_format_refuses_another_pattern(tmp_path, capsys):
     src.write_text((FIXTURES / "enwiki-1M.txt").read_text(encoding="utf-8")[:50_000], encoding="utf-8")
     db = tmp_path / "p.db"
     train([src], db, 300, [], workers=1, pattern=r"\p{L}+|\p{N}+|\s+|[^\s\p{L}\p{N}]+")
-    code, err = run(["export", db, "--format", "gpt2", "-o", tmp_path / "g"], capsys)
+    code, err = run_main(["export", db, "--format", "gpt2", "-o", tmp_path / "g"], capsys)
     assert code == 2 and "--format hf or tiktoken" in err
     assert not (tmp_path / "g").exists()
-    code, err = run(["export", db, "--format", "hf", "-o", tmp_path / "h"], capsys)
+    code, err = run_main(["export", db, "--format", "hf", "-o", tmp_path / "h"], capsys)
     assert code == 0, err

@@ -8,15 +8,14 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FIXTURES
+from cli_helpers import one_error_line, run_main
+from conftest import FIXTURES, tmpfs
 
 from bpe_store import outfiles
-from bpe_store.cli import main
 from bpe_store.errors import InputError
 from bpe_store.export import export_store
 from bpe_store.gpt2_files import Gpt2FileError, read_gpt2
@@ -36,17 +35,6 @@ def trained(tmp_path_factory) -> tuple[Path, Path]:
     return d / "run.db", src
 
 
-def run(args: list[str], capsys) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-        raise SystemExit(0)
-    return exc.value.code or 0, capsys.readouterr().err
-
-
-def one_error_line(err: str) -> bool:
-    return err.startswith("error: ") and err.count("\n") == 1
-
-
 # -- export --force replaces only the format's files ----------------------------------------------
 
 
@@ -56,7 +44,7 @@ def test_force_keeps_other_files(trained, tmp_path, capsys):
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     (out / "tokenizer.json").write_text("old")
-    code, err = run(["export", db, "--format", "hf", "-o", out, "--force"], capsys)
+    code, err = run_main(["export", db, "--format", "hf", "-o", out, "--force"], capsys)
     assert code == 0, err
     assert (out / "notes.txt").read_text() == "mine"
     assert json.loads((out / "tokenizer.json").read_text())["model"]["type"] == "BPE"
@@ -72,18 +60,18 @@ def test_force_dot_never_deletes_the_working_directory(trained, tmp_path, capsys
     local.write_bytes(db.read_bytes())
     (work / "data.txt").write_text("precious")
     monkeypatch.chdir(work)
-    code, err = run(["export", "run.db", "--format", "gpt2", "-o", ".", "--force"], capsys)
+    code, err = run_main(["export", "run.db", "--format", "gpt2", "-o", ".", "--force"], capsys)
     assert code == 2 and "holds the store" in err and one_error_line(err)
     assert sorted(p.name for p in work.iterdir() if not p.name.endswith(("-wal", "-shm"))) == ["data.txt", "run.db"]
-    code, err = run(["export", local, "--format", "gpt2", "-o", local, "--force"], capsys)
+    code, err = run_main(["export", local, "--format", "gpt2", "-o", local, "--force"], capsys)
     assert code == 2 and "is a file" in err and local.read_bytes() == db.read_bytes()
-    code, err = run(["export", local, "--format", "gpt2", "-o", tmp_path, "--force"], capsys)
+    code, err = run_main(["export", local, "--format", "gpt2", "-o", tmp_path, "--force"], capsys)
     assert code == 2 and "holds the store" in err
     other = tmp_path / "elsewhere"
     other.mkdir()
     (other / "data.txt").write_text("precious")
     monkeypatch.chdir(other)
-    code, err = run(["export", local, "--format", "gpt2", "-o", ".", "--force"], capsys)
+    code, err = run_main(["export", local, "--format", "gpt2", "-o", ".", "--force"], capsys)
     assert code == 0, err
     assert sorted(p.name for p in other.iterdir()) == ["data.txt", "merges.txt", "special_tokens_map.json",
                                                        "tokenizer_config.json", "vocab.json"]
@@ -94,7 +82,7 @@ def test_output_that_is_a_file_is_refused(trained, tmp_path, capsys):
     f = tmp_path / "tok"
     f.write_text("keep")
     for extra in ([], ["--force"]):
-        code, err = run(["export", db, "--format", "hf", "-o", f, *extra], capsys)
+        code, err = run_main(["export", db, "--format", "hf", "-o", f, *extra], capsys)
         assert code == 2 and "is a file" in err and one_error_line(err) and f.read_text() == "keep"
 
 
@@ -107,12 +95,12 @@ def test_force_onto_a_symlinked_directory_follows_it(trained, tmp_path, capsys):
     (target / "keep.txt").write_text("k")
     link = tmp_path / "link"
     link.symlink_to(target, target_is_directory=True)
-    code, err = run(["export", db, "--format", "tiktoken", "-o", link, "--force"], capsys)
+    code, err = run_main(["export", db, "--format", "tiktoken", "-o", link, "--force"], capsys)
     assert code == 0, err
     assert link.is_symlink() and (target / "tokenizer.tiktoken").is_file() and (target / "keep.txt").exists()
     dangling = tmp_path / "dangling"
     dangling.symlink_to(tmp_path / "nowhere")
-    code, err = run(["export", db, "--format", "hf", "-o", dangling, "--force"], capsys)
+    code, err = run_main(["export", db, "--format", "hf", "-o", dangling, "--force"], capsys)
     assert code == 2 and "symlink to nothing" in err and one_error_line(err)
 
 
@@ -121,7 +109,7 @@ def test_a_directory_where_a_file_goes_is_refused(trained, tmp_path, capsys):
     out = tmp_path / "tok"
     (out / "vocab.json").mkdir(parents=True)
     (out / "vocab.json" / "inside").write_text("x")
-    code, err = run(["export", db, "--format", "gpt2", "-o", out, "--force"], capsys)
+    code, err = run_main(["export", db, "--format", "gpt2", "-o", out, "--force"], capsys)
     assert code == 2 and "is a directory" in err
     assert (out / "vocab.json" / "inside").exists() and not (out / "merges.txt").exists()
 
@@ -164,7 +152,7 @@ def test_failed_export_leaves_nothing_that_looks_finished(trained, tmp_path, mon
 def test_injected_enospc_is_exit_4(trained, tmp_path, capsys, monkeypatch):
     db, _ = trained
     _fail_in_writer(monkeypatch, OSError(errno.ENOSPC, "No space left on device"))
-    code, err = run(["export", db, "--format", "hf", "-o", tmp_path / "tok"], capsys)
+    code, err = run_main(["export", db, "--format", "hf", "-o", tmp_path / "tok"], capsys)
     assert code == 4 and "no space left" in err and one_error_line(err)
     assert list(tmp_path.iterdir()) == []
 
@@ -172,22 +160,15 @@ def test_injected_enospc_is_exit_4(trained, tmp_path, capsys, monkeypatch):
 @pytest.fixture
 def tiny_disk(tmp_path):
     """An 8 KiB tmpfs (needs root and mount rights; skipped elsewhere, the injected test covers it)."""
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(mnt)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
+    with tmpfs(tmp_path / "tiny", "8k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=True)
 
 
 def test_real_full_disk(trained, tiny_disk, capsys):
     db, src = trained
-    code, err = run(["export", db, "--format", "hf", "-o", tiny_disk / "tok"], capsys)
+    code, err = run_main(["export", db, "--format", "hf", "-o", tiny_disk / "tok"], capsys)
     assert code == 4 and "no space left" in err and one_error_line(err)
-    code, err = run(["encode", db, src, "-o", tiny_disk / "ids.npy"], capsys)
+    code, err = run_main(["encode", db, src, "-o", tiny_disk / "ids.npy"], capsys)
     assert code == 4 and "no space left" in err
     assert list(tiny_disk.iterdir()) == []
 
@@ -203,7 +184,7 @@ def test_encode_never_follows_a_planted_symlink(trained, tmp_path, capsys):
     out = tmp_path / "ids.npy"
     for name in (out.name + ".tmp", "." + out.name + ".tmp"):
         (tmp_path / name).symlink_to(victim)
-    code, err = run(["encode", db, src, "-o", out], capsys)
+    code, err = run_main(["encode", db, src, "-o", out], capsys)
     assert code == 0, err
     assert victim.read_text() == "do not touch"
     assert np.load(out).tolist() == Tokenizer.from_store(db).encode(src.read_text(encoding="utf-8"))
@@ -220,7 +201,7 @@ def test_encode_failure_removes_its_temporary(trained, tmp_path, capsys):
     db, _ = trained
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"ok " * 100 + b"\xff")
-    code, err = run(["encode", db, bad, "-o", tmp_path / "ids.npy"], capsys)
+    code, err = run_main(["encode", db, bad, "-o", tmp_path / "ids.npy"], capsys)
     assert code == 2 and "invalid UTF-8" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt"]
 
@@ -229,7 +210,7 @@ def test_encode_output_may_not_be_an_input_or_the_store(trained, tmp_path, capsy
     db, src = trained
     copy = tmp_path / "in.npy"
     copy.write_bytes(src.read_bytes())
-    code, err = run(["encode", db, copy, "-o", copy, "--force"], capsys)
+    code, err = run_main(["encode", db, copy, "-o", copy, "--force"], capsys)
     assert code == 2 and "which this command reads" in err
     assert copy.read_bytes() == src.read_bytes()
 

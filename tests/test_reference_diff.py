@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from conftest import EN, RU, ZH, corpus_slice, fixture_text
+from conftest import EN, RU, ZH, corpus_slice, fixture_text, train_text
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +17,6 @@ from bpe_store import InputError
 from bpe_store.count import count_chunk, plan_chunks
 from bpe_store.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, count_words
 from bpe_store.reference import reference_train_bpe
-from bpe_store.train import train
 
 SPECIALS = ["<|endoftext|>", "<|a|>", "<|a|><|b|>", "\n\n"]
 
@@ -34,14 +33,6 @@ texts = st.one_of(
     st.lists(st.one_of(_pieces, st.text(max_size=8)), max_size=40).map("".join),
 )
 
-
-def _train(tmp_path, text: str, vocab_size: int, specials, **kw):
-    path = tmp_path / "corpus.txt"
-    path.write_bytes(text.encode("utf-8"))
-    db = tmp_path / "run.db"
-    for suffix in ("", "-wal", "-shm"):
-        (tmp_path / ("run.db" + suffix)).unlink(missing_ok=True)
-    return train([path], db, vocab_size, specials, **kw)
 
 
 @settings(max_examples=60)
@@ -69,14 +60,14 @@ def test_trainer_equals_reference_on_generated_text(tmp_path_factory, text, voca
     vocab_size = 256 + len(specials) + vocab_extra
     if not text:  # an empty input is refused by name (it used to return here, asserting nothing)
         with pytest.raises(InputError, match=r"corpus\.txt: is empty$"):
-            _train(tmp, text, vocab_size, specials, chunk_size=16, workers=1)
+            train_text(tmp, text, vocab_size, specials, chunk_size=16, workers=1)
         return
     if not count_words(text, specials):  # no pre-token: an error, not 0 merges
         with pytest.raises(InputError, match="nothing to train on"):
-            _train(tmp, text, vocab_size, specials, chunk_size=16, workers=1)
+            train_text(tmp, text, vocab_size, specials, chunk_size=16, workers=1)
         return
     ref_vocab, ref_merges = reference_train_bpe(text, vocab_size, specials)
-    got = _train(tmp, text, vocab_size, specials, checkpoint_merges=batch, chunk_size=16, workers=1)
+    got = train_text(tmp, text, vocab_size, specials, checkpoint_merges=batch, chunk_size=16, workers=1)
     assert got.merges == ref_merges
     assert got.vocab == ref_vocab
 
@@ -86,7 +77,7 @@ def test_trainer_equals_reference_on_corpus_slices(tmp_path, name, offset):
     text = fixture_text(name, 60_000, offset)
     specials = ["<|endoftext|>", "。", "\n\n"]
     ref_vocab, ref_merges = reference_train_bpe(text, 600, specials)
-    got = _train(tmp_path, text, 600, specials, chunk_size=4096, workers=2, checkpoint_merges=37)
+    got = train_text(tmp_path, text, 600, specials, chunk_size=4096, workers=2, checkpoint_merges=37)
     assert got.merges == ref_merges
     assert got.vocab == ref_vocab
 
@@ -97,13 +88,13 @@ def test_results_independent_of_workers_chunks_and_batches(tmp_path):
     for i, (workers, chunk, batch) in enumerate([(1, 8 << 20, 2000), (2, 300_000, 50), (2, 1 << 20, 1)]):
         d = tmp_path / str(i)
         d.mkdir()
-        r = _train(d, text, 400, ["<|endoftext|>"], workers=workers, chunk_size=chunk, checkpoint_merges=batch)
+        r = train_text(d, text, 400, ["<|endoftext|>"], workers=workers, chunk_size=chunk, checkpoint_merges=batch)
         runs.append((r.merges, r.merge_counts))
     assert runs[0] == runs[1] == runs[2]
 
 
 def test_stops_cleanly_when_no_pair_is_left(tmp_path):
-    r = _train(tmp_path, "ab ab<|endoftext|>ab", 1000, ["<|endoftext|>"])
+    r = train_text(tmp_path, "ab ab<|endoftext|>ab", 1000, ["<|endoftext|>"])
     assert r.stop_reason == "no_pairs"
     assert r.merges == [(b"a", b"b"), (b" ", b"ab")]
     assert r.merge_counts == [3, 1]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import SPECIAL, cli_cmd, env, run
-from conftest import ROOT, shared_file
+from conftest import ROOT, shared_file, tmpfs
 
 from bpe_store import Store, StoreError, Tokenizer, inspection, train
 from bpe_store.train import Interrupted
@@ -31,10 +31,8 @@ VOCAB = 300
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, corpus) -> Path:
-    db = tmp_path_factory.mktemp("trained") / "run.db"
-    train([corpus], db, VOCAB, [SPECIAL])
-    return db
+def trained(trained_store) -> Path:
+    return trained_store  # VOCAB tokens, [SPECIAL]
 
 
 def merges_of(db: Path) -> list:
@@ -134,14 +132,9 @@ def test_a_read_only_file_in_a_read_only_directory(trained, public_dir):
 
 @pytest.fixture
 def ro_mount(tmp_path):
-    """A tmpfs holding a copy of a store, remounted read-only (needs root; skipped elsewhere)."""
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    yield mnt
-    subprocess.run(["umount", str(mnt)], capture_output=True)
+    """A tmpfs for a copy of a store, which the test remounts read-only (needs root; skipped elsewhere)."""
+    with tmpfs(tmp_path / "mnt", "8m") as mnt:
+        yield mnt
 
 
 def test_a_store_on_a_read_only_mount(trained, ro_mount, tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import SPECIAL, cli_cmd, env, run
+from conftest import store_dump
 
 from bpe_store import ResumeMismatch, Store, StoreError, Tokenizer, inspection, train
 
@@ -23,10 +24,8 @@ VOCAB = 300
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory, corpus) -> Path:
-    db = tmp_path_factory.mktemp("pristine") / "run.db"
-    train([corpus], db, VOCAB, [SPECIAL])
-    return db
+def pristine(trained_store) -> Path:
+    return trained_store  # VOCAB tokens, [SPECIAL]; the tests tamper with copies
 
 
 def tampered(tmp_path: Path, pristine: Path, *statements: str) -> Path:
@@ -40,13 +39,6 @@ def tampered(tmp_path: Path, pristine: Path, *statements: str) -> Path:
     con.close()
     return db
 
-
-def dump(db: Path) -> list[str]:
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return list(con.iterdump())
-    finally:
-        con.close()
 
 
 # -- the schema ------------------------------------------------------------------------------------
@@ -67,7 +59,7 @@ HOSTILE_SCHEMA = {
 def test_a_schema_that_is_not_the_migrations_own_is_refused(tmp_path, pristine, corpus, kind):
     statements, what = HOSTILE_SCHEMA[kind]
     db = tampered(tmp_path, pristine, statements)
-    before = dump(db)
+    before = store_dump(db)
     for args in (["status", db], ["sql", db, "SELECT 1"], ["show", db, "merges"], ["why", db, "t"],
                  ["train", corpus, "--db", db, "--vocab-size", VOCAB, "--special", SPECIAL, "-q"],
                  ["train", corpus, "--db", db, "--vocab-size", VOCAB + 10, "--special", SPECIAL, "-q"]):
@@ -76,7 +68,7 @@ def test_a_schema_that_is_not_the_migrations_own_is_refused(tmp_path, pristine, 
         assert "schema is not bpe_store's" in r.stderr and what in r.stderr, r.stderr
     with pytest.raises(StoreError, match="schema is not"):
         Tokenizer.from_store(db)
-    assert dump(db) == before
+    assert store_dump(db) == before
 
 
 def test_schema_code_is_never_trusted(pristine):
@@ -112,7 +104,7 @@ DAMAGE = {
 def test_a_damaged_run_row_is_a_store_error(tmp_path, pristine, corpus, kind):
     statement, what = DAMAGE[kind]
     db = tampered(tmp_path, pristine, statement)
-    before = dump(db)
+    before = store_dump(db)
     t0 = time.monotonic()
     for args in (["status", db], ["show", db, "merges"],
                  ["train", corpus, "--db", db, "--vocab-size", VOCAB, "--special", SPECIAL, "-q"]):
@@ -122,7 +114,7 @@ def test_a_damaged_run_row_is_a_store_error(tmp_path, pristine, corpus, kind):
     with pytest.raises(StoreError, match="damaged|compile|backtracking"):
         Tokenizer.from_store(db)
     assert time.monotonic() - t0 < 30  # nothing hangs on it
-    assert dump(db) == before
+    assert store_dump(db) == before
 
 
 COUNTS = {
@@ -138,11 +130,11 @@ COUNTS = {
 @pytest.mark.parametrize("kind", list(COUNTS))
 def test_damaged_counts_are_a_store_error_and_change_nothing(tmp_path, pristine, corpus, kind):
     db = tampered(tmp_path, pristine, COUNTS[kind])
-    before = dump(db)
+    before = store_dump(db)
     r = run("train", corpus, "--db", db, "--vocab-size", VOCAB + 20, "--special", SPECIAL, "-q")
     assert r.exit_code == 4, r.output
     assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
-    assert dump(db) == before  # not even a sessions row, nor the larger vocab size
+    assert store_dump(db) == before  # not even a sessions row, nor the larger vocab size
 
 
 # -- a refused resume writes nothing ---------------------------------------------------------------
@@ -151,27 +143,27 @@ def test_a_resume_refused_for_inconsistency_writes_nothing(tmp_path, pristine, c
     db = tampered(tmp_path, pristine, "UPDATE run SET phase = 'merging', vocab_size = 320, stop_reason = NULL",
                   'UPDATE pair_counts SET count = count + 1 WHERE ("left", "right") IN '
                   '(SELECT "left", "right" FROM pair_counts LIMIT 1)')
-    before = dump(db)
+    before = store_dump(db)
     with pytest.raises(StoreError, match="inconsistent"):
         train([corpus], db, 320, [SPECIAL])
-    assert dump(db) == before
+    assert store_dump(db) == before
 
 
 def test_a_tampered_phase_is_refused_before_any_write(tmp_path, pristine, corpus):
     db = tampered(tmp_path, pristine, "UPDATE run SET phase = 'counting', stop_reason = NULL")
-    before = dump(db)
+    before = store_dump(db)
     with pytest.raises(StoreError, match="inconsistent"):
         train([corpus], db, VOCAB, [SPECIAL])
-    assert dump(db) == before  # the old code rewrote pair_counts first
+    assert store_dump(db) == before  # the old code rewrote pair_counts first
 
 
 def test_a_resume_with_other_parameters_writes_nothing(tmp_path, pristine, corpus):
     db = tmp_path / "run.db"
     shutil.copy(pristine, db)
-    before = dump(db)
+    before = store_dump(db)
     with pytest.raises(ResumeMismatch):
         train([corpus], db, VOCAB + 50, ["<|other|>"])
-    assert dump(db) == before
+    assert store_dump(db) == before
 
 
 # -- bpe-store sql -----------------------------------------------------------------------------------
@@ -189,12 +181,12 @@ def test_a_resume_with_other_parameters_writes_nothing(tmp_path, pristine, corpu
 def test_sql_creates_and_changes_no_file(tmp_path, pristine, statement, what):
     db = tmp_path / "run.db"
     shutil.copy(pristine, db)
-    before = dump(db)
+    before = store_dump(db)
     listing = sorted(os.listdir(tmp_path))
     r = run("sql", db, statement.format(dir=tmp_path))
     assert r.exit_code == 2, r.output
     assert r.stderr.startswith("error: ") and what in r.stderr and r.stderr.count("\n") == 1, r.stderr
-    assert dump(db) == before
+    assert store_dump(db) == before
     assert set(os.listdir(tmp_path)) - set(listing) <= {"run.db-wal", "run.db-shm"}
 
 

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_helpers import cli_cmd, env, json_lines
+from cli_helpers import cli_cmd, env, json_lines, one_error_line, run_main
 from conftest import FIXTURES
 
-from bpe_store.cli import main
 from bpe_store.token_files import EncodeStopped, choose_dtype, encode_to_file, is_val_document, val_path
 from bpe_store.tokenizer import Tokenizer
 from bpe_store.train import train
@@ -32,17 +31,6 @@ def trained(tmp_path_factory) -> tuple[Path, list[str]]:
     train([src], d / "run.db", 600, [EOT], workers=1)
     docs = [p for p in text[300_000:400_000].split("\n") if p.strip()][:30]
     return d / "run.db", docs
-
-
-def run(args: list, capsys) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-        raise SystemExit(0)
-    return exc.value.code or 0, capsys.readouterr().err
-
-
-def one_error_line(err: str) -> bool:
-    return err.startswith("error: ") and err.count("\n") == 1
 
 
 @pytest.fixture
@@ -65,19 +53,19 @@ def test_bin_refuses_a_vocab_past_uint16(trained, tmp_path, capsys, far_id):
     db, docs = trained
     src = tmp_path / "a.txt"
     src.write_text(docs[0], encoding="utf-8")
-    code, err = run(["encode", db, src, "-o", tmp_path / "train.bin"], capsys)
+    code, err = run_main(["encode", db, src, "-o", tmp_path / "train.bin"], capsys)
     assert code == 2 and one_error_line(err)
     assert "past the 65,535" in err and ".npy" in err and "--dtype uint32" in err
     assert not (tmp_path / "train.bin").exists()
-    code, err = run(["encode", db, src, "-o", tmp_path / "train.bin", "--dtype", "uint32"], capsys)
+    code, err = run_main(["encode", db, src, "-o", tmp_path / "train.bin", "--dtype", "uint32"], capsys)
     assert code == 2 and "must say so in its name" in err and "train.uint32.bin" in err
-    code, err = run(["encode", db, src, "-o", tmp_path / "train.uint32.bin", "--dtype", "uint32"], capsys)
+    code, err = run_main(["encode", db, src, "-o", tmp_path / "train.uint32.bin", "--dtype", "uint32"], capsys)
     assert code == 0, err
     want = Tokenizer.from_store(db).encode(docs[0])
     assert np.fromfile(tmp_path / "train.uint32.bin", dtype=np.uint32).tolist() == want
-    code, err = run(["encode", db, src, "-o", tmp_path / "ids.npy"], capsys)
+    code, err = run_main(["encode", db, src, "-o", tmp_path / "ids.npy"], capsys)
     assert code == 0 and np.load(tmp_path / "ids.npy").dtype == np.uint32
-    code, err = run(["encode", db, src, "-o", tmp_path / "x.npy", "--dtype", "uint16"], capsys)
+    code, err = run_main(["encode", db, src, "-o", tmp_path / "x.npy", "--dtype", "uint16"], capsys)
     assert code == 2 and "past the 65,535 uint16 holds" in err
 
 
@@ -116,11 +104,11 @@ def test_split_at_separators(trained, tmp_path, capsys):
     a.write_text(EOT.join(docs[:24]), encoding="utf-8")  # 24 documents, the last ended by encode's separator
     b.write_text(EOT.join(docs[24:]), encoding="utf-8")  # 6 more
     out = tmp_path / "train.bin"
-    code, err = run(["encode", db, a, b, "-o", out, "--separator", EOT, "--val-fraction", "0.1",
+    code, err = run_main(["encode", db, a, b, "-o", out, "--separator", EOT, "--val-fraction", "0.1",
                      "--threads", "1"], capsys)
     assert code == 0, err
     tok = Tokenizer.from_store(db)
-    sep = tok._special_id[EOT]
+    sep = tok.special_id(EOT)
     encoded = [tok.encode(d) + [sep] for d in docs]
     want_val = [i for i in range(30) if i % 10 == 9]
     assert np.memmap(tmp_path / "val.bin", dtype=np.uint16, mode="r").tolist() == \
@@ -128,7 +116,7 @@ def test_split_at_separators(trained, tmp_path, capsys):
     assert np.memmap(out, dtype=np.uint16, mode="r").tolist() == \
         [t for i in range(30) if i not in want_val for t in encoded[i]]
     first = (out.read_bytes(), (tmp_path / "val.bin").read_bytes())
-    code, err = run(["encode", db, a, b, "-o", out, "--separator", EOT, "--val-fraction", "0.1",
+    code, err = run_main(["encode", db, a, b, "-o", out, "--separator", EOT, "--val-fraction", "0.1",
                      "--threads", "2", "--force"], capsys)
     assert code == 0 and (out.read_bytes(), (tmp_path / "val.bin").read_bytes()) == first
 
@@ -153,11 +141,11 @@ def test_split_that_takes_nothing_is_refused(trained, tmp_path, capsys):
     db, docs = trained
     a = tmp_path / "a.txt"
     a.write_text(docs[0], encoding="utf-8")
-    code, err = run(["encode", db, a, "-o", tmp_path / "train.bin", "--val-fraction", "0.1", "-q"], capsys)
+    code, err = run_main(["encode", db, a, "-o", tmp_path / "train.bin", "--val-fraction", "0.1", "-q"], capsys)
     assert code == 2 and "takes no document" in err and one_error_line(err)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
     for bad in ("0", "1", "-0.5", "nan"):
-        code, err = run(["encode", db, a, "-o", tmp_path / "train.bin", "--val-fraction", bad], capsys)
+        code, err = run_main(["encode", db, a, "-o", tmp_path / "train.bin", "--val-fraction", bad], capsys)
         assert code == 2 and "--val-fraction" in err
 
 
@@ -166,7 +154,7 @@ def test_val_file_exists_needs_force(trained, tmp_path, capsys):
     a = tmp_path / "a.txt"
     a.write_text(EOT.join(docs), encoding="utf-8")
     (tmp_path / "val.bin").write_bytes(b"keep")
-    code, err = run(["encode", db, a, "-o", tmp_path / "train.bin", "--separator", EOT, "--val-fraction", "0.5"],
+    code, err = run_main(["encode", db, a, "-o", tmp_path / "train.bin", "--separator", EOT, "--val-fraction", "0.5"],
                     capsys)
     assert code == 2 and "val.bin: already exists" in err and (tmp_path / "val.bin").read_bytes() == b"keep"
 
@@ -178,7 +166,7 @@ def test_progress_json_and_quiet(trained, tmp_path, capsys):
     db, docs = trained
     a = tmp_path / "a.txt"
     a.write_text(EOT.join(docs), encoding="utf-8")
-    code, err = run(["encode", db, a, "-o", tmp_path / "o.npy", "--progress", "json"], capsys)
+    code, err = run_main(["encode", db, a, "-o", tmp_path / "o.npy", "--progress", "json"], capsys)
     assert code == 0
     events = json_lines(err)
     enc = [e for e in events if e["stage"] == "encoding"]
@@ -186,9 +174,9 @@ def test_progress_json_and_quiet(trained, tmp_path, capsys):
     assert enc and enc[-1]["done"] == enc[-1]["total"] == size and enc[-1]["unit"] == "bytes"
     assert all({"done", "total", "eta_s"} <= e.keys() for e in enc)
     assert events[-1]["stage"] == "done" and events[-1]["dtype"] == "uint16"
-    code, err = run(["encode", db, a, "-o", tmp_path / "o.npy", "--quiet", "--force"], capsys)
+    code, err = run_main(["encode", db, a, "-o", tmp_path / "o.npy", "--quiet", "--force"], capsys)
     assert code == 0 and err == ""
-    code, err = run(["encode", db, a, "-o", tmp_path / "o.npy", "--progress", "none", "--force"], capsys)
+    code, err = run_main(["encode", db, a, "-o", tmp_path / "o.npy", "--progress", "none", "--force"], capsys)
     assert code == 0 and err.startswith(f"{tmp_path / 'o.npy'}: ") and "uint16" in err
 
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 from cli_helpers import run as cli
-from conftest import FIXTURES, corpus_slice
+from conftest import FIXTURES, corpus_slice, train_text
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_merge_engine import KINDS, SPECIALS, as_bytes, byte_vocab, rows_of, words_st
@@ -100,14 +100,6 @@ def test_bad_rows_are_still_found_with_rare_words_left_out(kind):
 
 # -- training: the store, resume, independence ----------------------------------------------------
 
-def _train(tmp, text, vocab_size, specials, **kw):
-    path = tmp / "corpus.txt"
-    path.write_bytes(text.encode("utf-8"))
-    db = tmp / "run.db"
-    for suffix in ("", "-wal", "-shm"):
-        (tmp / ("run.db" + suffix)).unlink(missing_ok=True)
-    return train([path], db, vocab_size, specials, **kw)
-
 
 @settings(max_examples=40)
 @given(text=texts, vocab_extra=st.integers(0, 40), batch=st.sampled_from([1, 3, 2000]),
@@ -122,7 +114,7 @@ def test_trainer_equals_reference_with_options(tmp_path_factory, text, vocab_ext
     options = dict(min_frequency=min_frequency, max_token_length=max_token_length)
     ref_vocab, ref_merges = reference_train_bpe(text, vocab_size, specials, **options)
     try:
-        got = _train(tmp_path_factory.mktemp("opt"), text, vocab_size, specials, checkpoint_merges=batch,
+        got = train_text(tmp_path_factory.mktemp("opt"), text, vocab_size, specials, checkpoint_merges=batch,
                      chunk_size=16, workers=1, engine=engine, **options)
     except InputError as exc:  # nothing to train on (no pre-token at all)
         assert "nothing to train on" in str(exc) and not count_words(text, specials)

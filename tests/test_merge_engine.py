@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import array
 import sqlite3
+from collections import Counter
 
 import pytest
 from conftest import CS336, EN, RU, corpus_slice, fixture_text, shared_file
@@ -13,9 +14,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_store import train, train_bpe
-from bpe_store.merge import ENGINES, MergeEngine, native_available, new_engine, pair_digest_of
+from bpe_store.merge import (
+    ENGINES,
+    MergeEngine,
+    merge_pair,
+    merge_with_pairs,
+    native_available,
+    new_engine,
+    pair_digest_of,
+)
 from bpe_store.pretokenize import count_words
-from bpe_store.reference import train_from_counts
+from bpe_store.reference import merge_word, train_from_counts
 from bpe_store.store import Store
 
 needs_native = pytest.mark.skipif(not native_available(), reason="the native core is not built")
@@ -55,6 +64,25 @@ def run(word_counts: dict[bytes, int], kind: str, n: int, batch: int | None = No
     while len(merges) < n and not e.exhausted:
         merges += e.step(min(batch or n, n - len(merges)))
     return e, merges
+
+
+# -- one word: the Python engine's local pair diff --------------------------------------------------
+
+@given(st.lists(st.integers(0, 3), max_size=14), st.integers(0, 3), st.integers(0, 3))
+def test_a_merge_changes_only_the_pairs_around_it(tokens, a, b):
+    # the engine updates pair counts from merge_with_pairs' gone/made pairs alone; they must be
+    # exactly the difference between all pairs of the word before and after (repeats and overlaps:
+    # a == b, runs like 1 2 1 2, merges at both ends)
+    new, gone, made = merge_with_pairs(tokens, a, b, 9)
+    spell = [b"w", b"x", b"y", b"z"]
+    assert [(spell[t] if t < 4 else spell[a] + spell[b]) for t in new] == list(
+        merge_word(tuple(spell[t] for t in tokens), (spell[a], spell[b])))
+    assert new == merge_pair(tokens, a, b, 9)
+    diff = Counter(zip(new, new[1:]))
+    diff.subtract(Counter(zip(tokens, tokens[1:])))
+    expected = Counter(made)
+    expected.subtract(Counter(gone))
+    assert +diff == +expected and -diff == -expected
 
 
 # -- differential: native == Python == reference ---------------------------------------------------

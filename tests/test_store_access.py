@@ -97,16 +97,24 @@ def public_dir():
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
-def test_a_user_who_can_only_read_the_store_can_use_it(trained, public_dir):
+def _read_only_copy(trained: Path, public_dir: Path) -> tuple[Path, Path]:
+    """``(store, out)``: a 0444 copy of the store in a 0555 directory (no -shm can be made beside
+    it), and an empty directory for outputs."""
     store_dir = public_dir / "store"
     store_dir.mkdir()
     db = store_dir / "run.db"
     shutil.copy(trained, db)
     db.chmod(0o444)
-    store_dir.chmod(0o555)  # no -shm can be made beside it
+    store_dir.chmod(0o555)
     out = public_dir / "out"
     out.mkdir()
+    return db, out
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_a_user_who_can_only_read_the_store_can_use_it(trained, public_dir):
+    db, out = _read_only_copy(trained, public_dir)
+    store_dir = db.parent
     out.chmod(0o777)
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     _readers_work(db, out, nobody)
@@ -119,15 +127,7 @@ def test_a_user_who_can_only_read_the_store_can_use_it(trained, public_dir):
 
 def test_a_read_only_file_in_a_read_only_directory(trained, public_dir):
     """As whoever runs the tests (root ignores permissions: there the mount test below counts)."""
-    store_dir = public_dir / "store"
-    store_dir.mkdir()
-    db = store_dir / "run.db"
-    shutil.copy(trained, db)
-    db.chmod(0o444)
-    store_dir.chmod(0o555)
-    out = public_dir / "out"
-    out.mkdir()
-    _readers_work(db, out, [])
+    _readers_work(*_read_only_copy(trained, public_dir), [])
 
 
 @pytest.fixture

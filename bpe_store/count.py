@@ -9,19 +9,18 @@ For the GPT-2 pattern the map step is native (``bpe_store._core.count_words``, i
 ``concurrent=True``. Both release the GIL while scanning, so ``train`` runs either on threads
 (``count_chunks_threaded``); no worker processes.
 
-Chunk boundaries never change the result. A chunk starts either
+Chunk boundaries never change the result. Where a chunk may start is decided by the one native
+splitter (``pretokenize.native_splitter``; the rules and their proofs are in native/splitter.h):
 
-* at a special token the full left-to-right special-token scan would also find (no other special
-  occurrence overlaps it from the left), or
-* for the GPT-2 pattern only, between a printable ASCII character and a following space or
-  newline, outside any special token. No GPT-2 pre-token spans such a point: a pre-token holding a
-  non-whitespace character holds whitespace only as its leading space, and matching before the
-  point looks at most one character ahead, which is whitespace either way.
-* for the GPT-2 pattern only, where no such point is near (a line without whitespace, one
-  pre-token of hundreds of megabytes): between two pre-tokens of which the first ends in a
-  non-whitespace character, or inside a pre-token longer than the run's maximum pre-token length,
-  at one of the points where it is split anyway (``_cut_in_scan``; the proof is beside
-  ``plan_cut`` in native/scanner_impl.h).
+* at a special token that no other occurrence overlaps from the left (the full left-to-right
+  special-token scan finds it), or
+* for the GPT-2 pattern, between two characters that end one pre-token and start the next
+  whatever surrounds them (a non-whitespace character, not an apostrophe, then whitespace or a
+  character of another class), outside any special token: English has such points at every
+  space, Chinese at its punctuation;
+* for the GPT-2 pattern, where no such point is near (one pre-token of hundreds of megabytes):
+  found by scanning from the chunk's start, inside a pre-token longer than the run's maximum
+  pre-token length at one of the points where it is split anyway (``_cut_in_scan``).
 
 A pre-token longer than ``max_pretoken_bytes`` is counted as pieces of at most that many bytes
 (``pretokenize.split_long_pretoken``): cut from its own start, so the pieces do not depend on
@@ -40,10 +39,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from itertools import islice
 from pathlib import Path
 
-import regex
-
 from .errors import InputError
-from .pretokenize import GPT2_PATTERN, count_words
+from .pretokenize import GPT2_PATTERN, count_words, native_splitter
 from .sources import Source
 
 try:  # the native core is optional: without it every pattern goes through `regex`
@@ -52,21 +49,17 @@ try:  # the native core is optional: without it every pattern goes through `rege
     from ._core import count_chunk as _native_count_chunk
     from ._core import count_words as _native_count_words
     from ._core import pack_counts as _native_pack_counts
-    from ._core import plan_cut as _native_plan_cut
     from ._core import utf8_valid as _native_utf8_valid
 except ImportError:  # pragma: no cover - a source tree without the built extension
     ChunkCounts = WordCounter = None  # type: ignore[assignment,misc]
     _native_add_counts = _native_count_chunk = _native_count_words = _native_utf8_valid = None
     _native_pack_counts = None
-    _native_plan_cut = None
 
 #: Default chunk size: large enough that per-chunk overhead vanishes, small enough that a kill
 #: loses little counting and every core gets work.
 DEFAULT_CHUNK_SIZE = 8 << 20
 _READ_BLOCK = 16 << 20
 _SEARCH_WINDOW = 1 << 20
-
-_SAFE_WS = regex.compile(rb"[\x21-\x7e](?=[ \n])")
 
 
 _FILE_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
@@ -213,45 +206,24 @@ def _fingerprint_native(p: Path, f, block_size: int = 0) -> str | None:
     return sha.hexdigest()
 
 
-def _left_overlapped(data: bytes, pos: int, specials: Sequence[bytes]) -> bool:
-    """Whether some special token occurrence starts before ``pos`` and ends after it."""
-    # an occurrence starting in [pos - len + 1, pos - 1] ends inside (pos, pos + len - 1]
-    return any(data.find(s, max(pos - len(s) + 1, 0), pos + len(s) - 1) != -1 for s in specials)
+def cut_context(splitter) -> int:
+    """Bytes of context a safe cut needs after it (and before it): a special token, or a UTF-8
+    character, may go on that far."""
+    return max(splitter.max_len, 4)
 
 
-def _boundary_in(data: bytes, base: int, lo: int, specials: Sequence[bytes],
-                 special_re: regex.Pattern | None, safe_ws: bool) -> int | None:
-    """The first safe chunk start at or after ``lo`` within ``data`` (which begins at file offset
-    ``base``), as a file offset; None if this window has none."""
-    candidates = []
-    if special_re is not None:
-        for m in special_re.finditer(data, lo):
-            if not _left_overlapped(data, m.start(), specials):
-                candidates.append(m.start())
-                break
-    if safe_ws:
-        for m in _SAFE_WS.finditer(data, max(lo - 1, 0)):
-            p = m.start() + 1
-            if p >= lo and not _left_overlapped(data, p, specials):
-                candidates.append(p)
-                break
-    return base + min(candidates) if candidates else None
-
-
-def _cut_in_scan(f, start: int, target: int, size: int, specials: Sequence[bytes],
+def _cut_in_scan(f, start: int, target: int, size: int, splitter,
                  max_pretoken_bytes: int | None) -> int | None:
     """A chunk start at or after ``target`` found by scanning from the previous chunk start
-    ``start`` with the native GPT-2 scanner (``_core.plan_cut``); None if there is none nearby.
+    ``start`` (``Splitter.scan_cut``); None if there is none nearby.
 
-    The fallback when no cheap boundary (a special token, a printable character before a space or
-    newline) lies within a window after ``target``: a line without whitespace, or one pre-token
-    of hundreds of megabytes. It cuts between two pre-tokens where the first ends in a
-    non-whitespace character, or inside a pre-token longer than ``max_pretoken_bytes`` at one of
-    its split points (see scanner_impl.h, plan_cut), so such input is still chunked, and memory
-    stays bounded by chunk size + window + the maximum pre-token length. Reads at most that much.
+    The fallback when no local cut point lies within a window after ``target``: one pre-token of
+    hundreds of megabytes. It cuts inside a pre-token longer than ``max_pretoken_bytes`` at one
+    of its split points (see plan_cut in native/splitter.h), so such input is still chunked, and
+    memory stays bounded by chunk size + window + the maximum pre-token length. Reads at most that much.
     """
-    back = max((len(s) for s in specials), default=0)
-    end = min(size, target + _SEARCH_WINDOW + (max_pretoken_bytes or 0) + back + 64)
+    ctx = cut_context(splitter)
+    end = min(size, target + _SEARCH_WINDOW + (max_pretoken_bytes or 0) + ctx + 64)
     f.seek(start)
     data = f.read(end - start)
     if len(data) != end - start:
@@ -262,11 +234,9 @@ def _cut_in_scan(f, start: int, target: int, size: int, specials: Sequence[bytes
     # has invalid bytes, so offsets inside such stretches would not mean the same thing.
     if not _native_utf8_valid(data):
         return None
-    margin = 0 if end == size else back + 16  # what the read may have cut off at its end
-    q = _native_plan_cut(data, list(specials), target - start, max_pretoken_bytes or 0, margin)
-    if q < 0 or _left_overlapped(data, q, specials):
-        return None
-    return start + q
+    margin = 0 if end == size else ctx + 16  # what the read may have cut off at its end
+    q = splitter.scan_cut(data, target - start, max_pretoken_bytes or 0, margin)
+    return None if q < 0 else start + q
 
 
 def plan_chunks(path: str | os.PathLike, size: int, special_tokens: Sequence[str],
@@ -274,15 +244,14 @@ def plan_chunks(path: str | os.PathLike, size: int, special_tokens: Sequence[str
                 max_pretoken_bytes: int | None = None) -> list[tuple[int, int]]:
     """Split a file of ``size`` bytes into ``[(start, end)]`` chunks of about ``chunk_size``.
 
-    For the GPT-2 pattern (native core built) a chunk is at most about ``chunk_size`` + the search
-    window + ``max_pretoken_bytes`` long whatever the text, by the fallback ``_cut_in_scan``."""
-    specials = sorted({s.encode("utf-8") for s in special_tokens}, key=lambda s: (-len(s), s))
-    special_re = regex.compile(b"|".join(regex.escape(s) for s in specials)) if specials else None
-    safe_ws = pattern == GPT2_PATTERN
-    cut_in_scan = safe_ws and _native_plan_cut is not None
-    if special_re is None and not safe_ws:
+    For the GPT-2 pattern a chunk is at most about ``chunk_size`` + the search window +
+    ``max_pretoken_bytes`` long whatever the text, by the fallback ``_cut_in_scan``. Without
+    the native core, or for another pattern without special tokens, the file is one chunk."""
+    splitter = native_splitter(special_tokens, pattern)
+    gpt2 = pattern == GPT2_PATTERN
+    if splitter is None or (not special_tokens and not gpt2):
         return [(0, size)]
-    back = max((len(s) for s in specials), default=1)
+    ctx = cut_context(splitter)
     bounds = [0]
     target = chunk_size
     with open_regular(path) as f:
@@ -290,14 +259,16 @@ def plan_chunks(path: str | os.PathLike, size: int, special_tokens: Sequence[str
             found = None
             pos = target
             while found is None and pos < size:
-                base = max(pos - back, 0)
+                base = max(pos - ctx, 0)
                 f.seek(base)
-                data = f.read(_SEARCH_WINDOW + 2 * back)
-                found = _boundary_in(data, base, pos - base, specials, special_re, safe_ws)
-                if found is not None and found >= min(pos + _SEARCH_WINDOW, size):
-                    found = None  # beyond this window's own range: the next window decides
-                if found is None and cut_in_scan and pos == target:
-                    found = _cut_in_scan(f, bounds[-1], target, size, specials, max_pretoken_bytes)
+                data = f.read(_SEARCH_WINDOW + 2 * ctx)
+                # this window's own range; bytes after it are context for the cut rules
+                hi = min(pos + _SEARCH_WINDOW, size, base + len(data) - (0 if base + len(data) >= size else ctx))
+                q = splitter.first_cut(data, pos - base, hi - base)
+                if q >= 0:
+                    found = base + q
+                elif gpt2 and pos == target:
+                    found = _cut_in_scan(f, bounds[-1], target, size, splitter, max_pretoken_bytes)
                 pos += _SEARCH_WINDOW
             if found is None or found >= size:
                 break
@@ -467,7 +438,7 @@ def _count_unit_native(unit: object, special_tokens: Sequence[str], pattern: str
 
     specials = _block_specials(special_tokens, unit.has_documents)  # as count_units_threaded
     words, n = WordCounter(), 0
-    for block in unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size):
+    for block in unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size, max_bytes):
         counts = _native_count_chunk(block, specials, max_bytes or 0)
         n += counts.total
         words.add(counts)
@@ -487,7 +458,7 @@ def count_unit_task(args: tuple) -> tuple[int, dict[bytes, int], int]:
     if native_counts(pattern):
         words, n = _count_unit_native(unit, special_tokens, pattern, invalid_utf8, block_size, max_bytes)
         return cid, dict(words.items()), n
-    blocks = unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size)
+    blocks = unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size, max_bytes)
     total: Counter[bytes] = Counter()
     for block in blocks:
         total.update(count_block(block, special_tokens, pattern, unit.has_documents, max_bytes))
@@ -528,7 +499,8 @@ def count_units_threaded(tasks: Sequence[tuple[int, object]], workers: int, spec
         specials = _block_specials(special_tokens, unit.has_documents)
         n = 0
         try:
-            for block in unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size):
+            for block in unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size,
+                                     max_pretoken_bytes):
                 while not slots.acquire(timeout=0.1):
                     if stopping.is_set():
                         return

@@ -40,8 +40,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
-import regex
-
 from .errors import InputError, ResumeMismatch
 from .pretokenize import GPT2_PATTERN
 from .sources import Source
@@ -296,9 +294,10 @@ def _plan_lines(path: str, size: int, chunk_size: int) -> list[tuple[int, int]]:
 
 
 def unit_blocks(unit: Unit, special_tokens: Sequence[str], pattern: str, invalid_utf8: str,
-                block_size: int) -> Iterator[bytes]:
+                block_size: int, max_pretoken_bytes: int | None = None) -> Iterator[bytes]:
     """The text of ``unit`` as blocks of at most about ``block_size`` bytes of valid UTF-8
-    (documents joined by ``DOC_SEP`` when ``unit.has_documents``)."""
+    (documents joined by ``DOC_SEP`` when ``unit.has_documents``); ``max_pretoken_bytes`` lets
+    a text block be cut inside a giant pre-token (``text_blocks``)."""
     where = unit.path
     if unit.format == "parquet":
         yield from _parquet_blocks(unit, invalid_utf8, block_size)
@@ -311,7 +310,8 @@ def unit_blocks(unit: Unit, special_tokens: Sequence[str], pattern: str, invalid
             raise InputError(f"{where}: changed while training (shorter than when the run started)")
         if unit.format == "text":
             yield from text_blocks(io.BytesIO(data).read, special_tokens, pattern, len(data) + 1, where,
-                                   invalid_utf8, offset=unit.start, first_line=None, path=unit.path)
+                                   invalid_utf8, offset=unit.start, first_line=None, path=unit.path,
+                                   max_pretoken_bytes=max_pretoken_bytes)
         else:
             # the unit is in memory already: its lines in one native call, not one per _READ
             for block, _, _ in jsonl_blocks(io.BytesIO(data).read, unit.text_field, block_size, where,
@@ -323,7 +323,7 @@ def unit_blocks(unit: Unit, special_tokens: Sequence[str], pattern: str, invalid
         read = _reader(f, where, unit.compression)
         if unit.format == "text":
             yield from text_blocks(read, special_tokens, pattern, block_size, where, invalid_utf8,
-                                   decompressed=True)
+                                   decompressed=True, max_pretoken_bytes=max_pretoken_bytes)
         else:
             for block, _, _ in jsonl_blocks(read, unit.text_field, block_size, where, invalid_utf8):
                 yield block
@@ -367,19 +367,23 @@ def _checked_utf8(piece: bytes, invalid_utf8: str, where: str, offset: int, line
 def text_blocks(read: Callable[[int], bytes], special_tokens: Sequence[str], pattern: str, block_size: int,
                 where: str, invalid_utf8: str, *, offset: int = 0, first_line: int | None = 1,
                 path: str | None = None, decompressed: bool = False,
-                ends: list[int] | None = None) -> Iterator[bytes]:
-    """Blocks of the text read by ``read``, cut where ``count.plan_chunks`` would cut a file (at a
-    special token, or for the GPT-2 pattern between a printable ASCII character and a space or
-    newline), so cutting never changes a count. Without such points (another pattern and no
-    special tokens) the text is one block. ``ends``, when given, receives each block's end
-    offset (for streams)."""
-    from .count import _boundary_in
+                ends: list[int] | None = None, max_pretoken_bytes: int | None = None) -> Iterator[bytes]:
+    """Blocks of the text read by ``read``, cut where ``count.plan_chunks`` would cut a file (the
+    one splitter's safe cuts: at a special token, or for the GPT-2 pattern between characters
+    that end a pre-token whatever surrounds them), so cutting never changes a count. A line with
+    no such point (one pre-token of hundreds of megabytes) is cut, for the GPT-2 pattern, where
+    ``max_pretoken_bytes`` splits it anyway (found by a scan from the block's start), so memory
+    stays bounded by about twice ``block_size`` + ``max_pretoken_bytes``. Without any cut rule
+    (another pattern and no special tokens) the text is one block. ``ends``, when given,
+    receives each block's end offset (for streams)."""
+    from .count import _native_utf8_valid, _utf8_tail, cut_context
+    from .pretokenize import native_splitter
 
-    specials = sorted({s.encode("utf-8") for s in special_tokens}, key=lambda s: (-len(s), s))
-    special_re = regex.compile(b"|".join(regex.escape(s) for s in specials)) if specials else None
-    safe_ws = pattern == GPT2_PATTERN
-    cuttable = special_re is not None or safe_ws
-    back = max((len(s) for s in specials), default=1) + 1
+    gpt2 = pattern == GPT2_PATTERN
+    splitter = native_splitter(special_tokens, pattern) if (special_tokens or gpt2) else None
+    cuttable = splitter is not None
+    back = cut_context(splitter) + 1 if cuttable else 1
+    scan_at = block_size + (max_pretoken_bytes or 0) + _READ  # buffer size that tries a scan cut
     buf = bytearray()
     base = offset          # offset of buf[0]
     newlines = 0           # newlines between `offset` and buf[0] (for error messages)
@@ -401,6 +405,21 @@ def text_blocks(read: Callable[[int], bytes], special_tokens: Sequence[str], pat
             ends.append(base)
         return out
 
+    def scan_cut() -> int | None:
+        """A cut inside one giant pre-token (buf[0] is a chunk start); None if none yet."""
+        nonlocal scan_at
+        data = bytes(buf)
+        if not eof:
+            data = data[: len(data) - _utf8_tail(data)]
+        q = -1
+        if _native_utf8_valid is not None and _native_utf8_valid(data):  # see count._cut_in_scan
+            q = splitter.scan_cut(data, block_size, max_pretoken_bytes or 0, 0 if eof else back + 16)
+        if q <= 0:
+            scan_at = 2 * len(buf)  # try again once the buffer has doubled: linear overall
+            return None
+        scan_at = block_size + (max_pretoken_bytes or 0) + _READ
+        return q
+
     while not eof:
         data = read(_READ if cuttable else max(_READ, block_size))
         eof = not data
@@ -413,9 +432,11 @@ def text_blocks(read: Callable[[int], bytes], special_tokens: Sequence[str], pat
             if cuttable:
                 lo = min(search_from, len(buf))
                 s0 = max(lo - back, 0)  # a special token may start a little before `lo`
-                cut = _boundary_in(bytes(buf[s0:]), s0, lo - s0, specials, special_re, safe_ws)
-                if cut is not None and not eof and cut > len(buf) - back:
-                    cut = None  # too near the end: what follows may still change the verdict
+                window = bytes(buf[s0:])
+                q = splitter.first_cut(window, lo - s0, len(window) if eof else len(window) - back)
+                cut = None if q < 0 else s0 + q
+                if cut is None and gpt2 and len(buf) >= scan_at:
+                    cut = scan_cut()
             if cut is None:
                 if eof:
                     yield emit(len(buf))
@@ -734,7 +755,7 @@ class Stream:
         return Source(self.name, 0, 0, hashlib.sha256().hexdigest(), self.format, "none", self.text_field, 0)
 
     def blocks(self, resume: Source, special_tokens: Sequence[str], pattern: str, invalid_utf8: str,
-               block_size: int) -> Iterator[tuple[bytes, StreamPosition]]:
+               block_size: int, max_pretoken_bytes: int | None = None) -> Iterator[tuple[bytes, StreamPosition]]:
         """``(block, position after it)`` for the part of the stream not counted yet; first
         reads and checks the part that ``resume`` (the store's row) says was counted."""
         if self._documents is not None:
@@ -777,7 +798,7 @@ class Stream:
             ends: list[int] = []
             for block in text_blocks(read, special_tokens, pattern, block_size, where, invalid_utf8,
                                      offset=resume.size, first_line=1 if resume.size == 0 else None,
-                                     ends=ends):
+                                     ends=ends, max_pretoken_bytes=max_pretoken_bytes):
                 yield block, position(ends.pop(0), 1)
         else:
             first = resume.documents or 0

@@ -115,6 +115,21 @@ def count_words(
     return words
 
 
+def native_splitter(special_tokens: Sequence[str | bytes], pattern: str):
+    """The one native splitter (``bpe_store._core.Splitter``, rules in native/splitter.h) for text
+    split at ``special_tokens`` (str, or bytes such as the document separator 0xFF) and
+    pre-tokenized by ``pattern``: where such text may be cut without changing a count or an id.
+    For GPT-2's pattern, points decided by two neighbouring characters (English and CJK text
+    have them every few characters) and, from a known start, by a scan; for any other pattern
+    only the starts of special tokens. None without the native core."""
+    try:
+        from ._core import Splitter
+    except ImportError:  # pragma: no cover - a source tree without the built extension
+        return None
+    specials = [s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in special_tokens]
+    return Splitter(specials, pattern == GPT2_PATTERN)
+
+
 def split_long_pretoken(word: bytes, max_bytes: int | None) -> list[bytes]:
     """The pieces a pre-token is counted as: itself, or, when it is longer than ``max_bytes``
     bytes, pieces of at most ``max_bytes``, each cut at the last UTF-8 character start that fits.

@@ -38,7 +38,7 @@ import regex
 
 from .errors import InputError, StoreError
 from .merge import merge_pair
-from .pretokenize import GPT2_PATTERN, O200K_PATTERN, resolve_pattern
+from .pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, native_splitter, resolve_pattern
 
 if TYPE_CHECKING:
     import numpy as np
@@ -87,7 +87,8 @@ class Tokenizer:
         self.merges: list[tuple[bytes, bytes]] = [(bytes(a), bytes(b)) for a, b in merges]
         self.pattern = resolve_pattern(pattern)
         self._pat = regex.compile(self.pattern)
-        self._cut = _CUT_O200K if self.pattern == O200K_PATTERN else _CUT
+        # stream cut points shown safe for these patterns; a user's own regex is cut at special tokens only
+        self._cut = {GPT2_PATTERN: _CUT, CL100K_PATTERN: _CUT, O200K_PATTERN: _CUT_O200K}.get(self.pattern)
         self.special_tokens: list[str] = list(dict.fromkeys(special_tokens or ()))
 
         # first id of each byte string: {bytes: id}
@@ -224,8 +225,12 @@ class Tokenizer:
         """Stream the ids of the concatenation of ``iterable`` (e.g. a file's lines).
 
         Memory stays flat: text is encoded in blocks cut only where the cut changes nothing
-        (see ``safe_cut``), so the ids equal ``encode("".join(iterable))``.
+        (the native splitter for GPT-2's pattern, else ``safe_cut``), so the ids equal
+        ``encode("".join(iterable))``.
         """
+        if self._core is not None and self._core.native_split:
+            yield from self._encode_iterable_native(iterable)
+            return
         buf: list[str] = []
         size = 0
         want = _STREAM_BLOCK
@@ -248,15 +253,43 @@ class Tokenizer:
         if text:
             yield from self.encode(text)
 
-    def safe_cut(self, text: str) -> int:
-        """The last offset where ``text`` may be cut with no effect on its ids; 0 if none.
+    def _encode_iterable_native(self, iterable: Iterable[str]) -> Iterator[int]:
+        """``encode_iterable`` for GPT-2's pattern: UTF-8 blocks cut by the native splitter (which
+        finds cut points in CJK text too), each encoded on all cores."""
+        splitter = native_splitter(self.special_tokens, GPT2_PATTERN)
+        ctx = max(splitter.max_len, 4)
+        buf: list[bytes] = []
+        size = 0
+        want = _STREAM_BLOCK
+        for s in iterable:
+            b = s.encode("utf-8")
+            buf.append(b)
+            size += len(b)
+            if size >= want:
+                data = b"".join(buf)
+                cut = max(splitter.last_cut(data, 1, len(data) - ctx), 0)
+                if cut > 0:
+                    yield from self._core.encode(data[:cut], 0).tolist()
+                    data = data[cut:]
+                    want = _STREAM_BLOCK
+                else:
+                    want = 2 * len(data)  # one giant pre-token so far: linear joins, as above
+                buf, size = [data], len(data)
+        data = b"".join(buf)
+        if data:
+            yield from self._core.encode(data, 0).tolist()
 
-        A cut at ``i`` is safe when no special token spans it and ``text[i-1]`` is not
-        whitespace while ``text[i]`` is a space, or ``text[i-1]`` is a newline after a
+    def safe_cut(self, text: str) -> int:
+        """The last offset where ``text`` (which begins where encoding would begin) may be cut
+        with no effect on its ids; 0 if none.
+
+        A cut at the start of a special token that the left-to-right split finds is safe for any
+        pattern, and the only kind used for a user's own regex. For GPT-2's, GPT-4's and o200k's
+        patterns a cut at ``i`` is also safe when no special token spans it and ``text[i-1]`` is
+        not whitespace while ``text[i]`` is a space, or ``text[i-1]`` is a newline after a
         non-whitespace character and ``text[i]`` is not whitespace (for o200k's pattern, nor a
-        "/"). No pre-token of GPT-2's pattern (nor GPT-4's, nor o200k's) crosses such a point,
-        and matching before it looks at most one character ahead, which is the same on both
-        sides of the cut.
+        "/"): no pre-token of those patterns crosses such a point, and matching before it looks
+        at most one character ahead, which is the same on both sides of the cut.
         """
         limit = len(text) - max(self._max_special, 1)
         if limit <= 0:
@@ -264,6 +297,8 @@ class Tokenizer:
         blocked: list[tuple[int, int]] = []
         if self._special_re is not None:
             blocked = [m.span() for m in self._special_re.finditer(text)]
+        if self._cut is None:
+            return max((a for a, _ in blocked if a <= limit), default=0)
         # why: look near the end first; the whole text only when the tail has no cut point
         for lo in (max(limit - 4096, 0), 0):
             best = 0
@@ -413,34 +448,18 @@ class _BadUtf8(Exception):
         self.at = at
 
 
-# printable ASCII then a space or newline: no GPT-2 pre-token crosses the point between them
-_SAFE_BYTES = regex.compile(rb"(?<=[\x21-\x7e])(?=[ \n])")
-
-
 def _bytes_blocks(tok: Tokenizer, f, block: int) -> Iterator[tuple[bytes, int, int]]:
     """``(UTF-8 bytes to encode, bytes read, file offset of the chunk)`` for the native path: the text never becomes a
-    str (a str of mixed text takes 2-4 bytes a character and needs a UTF-8 copy natively)."""
-    specials = [s.encode("utf-8") for s in tok.special_tokens]
-    longest = max((len(s) for s in specials), default=1)
+    str (a str of mixed text takes 2-4 bytes a character and needs a UTF-8 copy natively). Cut at the
+    native splitter's last safe cut, so a block stays about ``block`` bytes in CJK text as in English."""
+    splitter = native_splitter(tok.special_tokens, GPT2_PATTERN)
+    ctx = max(splitter.max_len, 4)
     pending = b""
     offset = 0  # file offset of pending[0]
     while True:
         data = f.read(block)
         buf = pending + data if pending else data
-        if not data:
-            cut = len(buf)
-        else:
-            cut = 0
-            limit = len(buf) - longest
-            for lo in (max(limit - 65536, 0), 0):
-                for m in _SAFE_BYTES.finditer(buf, lo, max(limit, 0) + 1):
-                    i = m.start()
-                    # refuse a point inside any occurrence of a special token
-                    if i > 0 and not any(buf.rfind(s, max(i - len(s) + 1, 0), i + len(s) - 1) != -1
-                                         for s in specials):
-                        cut = i
-                if cut or lo == 0:
-                    break
+        cut = len(buf) if not data else max(splitter.last_cut(buf, 1, len(buf) - ctx), 0)
         yield buf[:cut], len(data), offset
         pending = buf[cut:]
         offset += cut

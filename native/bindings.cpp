@@ -8,6 +8,7 @@ void register_scanner(nb::module_ &m);       // scanner.cpp: GPT-2 pre-tokenizer
 void register_merge_engine(nb::module_ &m);  // merge_engine.cpp: the incremental merge loop
 void register_encoder(nb::module_ &m);       // encoder.cpp: BPE encoding by merge rank
 void register_jsonl(nb::module_ &m);         // jsonl.cpp: the text field of jsonl lines
+void register_splitter(nb::module_ &m);      // splitter.cpp: where text may be cut (specials, safe cuts)
 
 NB_MODULE(_core, m) {
     m.doc() = "bpe_store native core: hot loops only (scanning, counting, merging, encoding).";
@@ -16,4 +17,5 @@ NB_MODULE(_core, m) {
     register_merge_engine(m);
     register_encoder(m);
     register_jsonl(m);
+    register_splitter(m);
 }

@@ -13,13 +13,14 @@
 //   overwrites the slot. No locks (per thread), no allocation, bounded memory (4 MB).
 // * Pieces of up to 16 bytes are merged in a stack buffer; the O(n^2) rescan per merge costs
 //   nothing at that size.
-// * Pre-tokenization is bpe::gpt2_split (scanner.cpp), special tokens are matched here
-//   (leftmost, longest at a position), and everything between reading the arguments and
-//   building the result runs with the GIL released.
+// * Special tokens, the GPT-2 scan and the cut points come from the one splitter (splitter.h),
+//   and everything between reading the arguments and building the result runs with the GIL
+//   released.
 // * Pieces over 16 bytes (CJK runs, long numbers, whitespace) take a heap + linked-list path
 //   with the same rounds, O(n log n) instead of O(n^2) rescans.
-// * Parallelism: a text is cut into blocks at points no pre-token crosses (a printable ASCII
-//   byte followed by a space or newline, outside special tokens), blocks go to threads through
+// * Parallelism: a text is cut at its special tokens and into blocks at points no pre-token
+//   crosses (gpt2_local_cut: found every few characters in English and in Chinese alike, so
+//   CJK text runs on every thread in bounded blocks too), blocks go to threads through
 //   one atomic counter, and each block's ids are concatenated in order, so the result does not
 //   depend on the number of threads. The threads are a persistent pool, so their piece caches
 //   stay warm from one call (one 16 MB block of a file) to the next.
@@ -52,7 +53,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
-#include "scanner.h"
+#include "splitter.h"
 
 namespace nb = nanobind;
 
@@ -235,34 +236,14 @@ Pool &pool() {
     return *p;
 }
 
-// Leftmost occurrence of any special token; at one position the longest wins.
-struct Specials {
-    std::vector<std::pair<std::string, uint32_t>> toks;
-    size_t max_len = 0;
-    // (start, length, id) of the next special at or after `from`, or start = s.size().
-    // `at` caches each token's next occurrence so that a rare token is not searched again and
-    // again (the scan stays linear in the text).
-    std::tuple<size_t, size_t, uint32_t> next(std::string_view s, size_t from, std::vector<size_t> &at) const {
-        constexpr size_t kUnknown = ~size_t(0);
-        if (at.size() != toks.size()) at.assign(toks.size(), kUnknown);
-        size_t best = s.size(), best_len = 0;
-        uint32_t best_id = kNone;
-        for (size_t k = 0; k < toks.size(); ++k) {
-            const auto &[t, id] = toks[k];
-            if (at[k] == kUnknown || at[k] < from) {
-                size_t f = s.find(t, from);
-                at[k] = f == std::string_view::npos ? s.size() : f;
-            }
-            if (at[k] >= s.size()) continue;
-            if (at[k] < best || (at[k] == best && t.size() > best_len)) {
-                best = at[k];
-                best_len = t.size();
-                best_id = id;
-            }
-        }
-        return {best, best_len, best_id};
+std::vector<std::string> special_strings(const std::vector<std::pair<nb::bytes, uint32_t>> &specials) {
+    std::vector<std::string> out;
+    for (const auto &[b, id] : specials) {
+        if (b.size() == 0) throw std::invalid_argument("special tokens must be non-empty");
+        out.emplace_back(b.c_str(), b.size());
     }
-};
+    return out;
+}
 
 // A unit of parallel work: a special-free byte range, or one special token.
 struct Block {
@@ -275,7 +256,8 @@ class Encoder {
     Encoder(const std::vector<uint32_t> &byte_ids,
             const std::vector<std::tuple<uint32_t, uint32_t, uint32_t>> &merges,
             const std::vector<std::pair<nb::bytes, uint32_t>> &specials, bool native_split)
-        : native_split(native_split), uid(next_encoder_uid.fetch_add(1)) {
+        : native_split(native_split), uid(next_encoder_uid.fetch_add(1)), specials_(special_strings(specials)) {
+        for (const auto &sp : specials) special_ids_.push_back(sp.second);
         if (byte_ids.size() != 256) throw std::invalid_argument("byte_ids must hold 256 ids");
         std::copy(byte_ids.begin(), byte_ids.end(), byte_id_);
         table_.build(merges);
@@ -291,11 +273,6 @@ class Encoder {
         size_t n_ints = std::min<size_t>(size_t(top) + 1, 2 * given + 1024);
         ints_.reserve(n_ints);
         for (size_t i = 0; i < n_ints; ++i) ints_.push_back(nb::steal(PyLong_FromSize_t(i)));
-        for (const auto &[b, id] : specials) {
-            if (b.size() == 0) throw std::invalid_argument("special tokens must be non-empty");
-            specials_.toks.emplace_back(std::string(b.c_str(), b.size()), id);
-            specials_.max_len = std::max(specials_.max_len, size_t(b.size()));
-        }
     }
 
     const bool native_split;
@@ -422,7 +399,7 @@ class Encoder {
     void encode_plain(const uint8_t *s, size_t n, PieceCache &cache, std::vector<size_t> &ends,
                       std::vector<uint32_t> &out) const {
         ends.clear();
-        bpe::gpt2_split(std::string_view(reinterpret_cast<const char *>(s), n), ends);
+        bpe::detail::scan(s, n, [&](size_t, size_t e) { ends.push_back(e); });
         size_t prev = 0;
         for (size_t e : ends) {
             bpe(s + prev, e - prev, cache, out);
@@ -430,38 +407,29 @@ class Encoder {
         }
     }
 
-    // Cut text (specials included) into blocks of about `target` bytes at safe points.
+    // Cut text into its special tokens and, between them, blocks of about `target` bytes at
+    // GPT-2 local cuts (splitter.h). Text without one (a single pre-token) stays one block.
     std::vector<Block> plan(std::string_view s, size_t target) const {
         std::vector<Block> blocks;
-        std::vector<size_t> next_at;
-        size_t pos = 0;
-        while (pos <= s.size()) {
-            auto [at, len, id] = specials_.toks.empty() ? std::tuple<size_t, size_t, uint32_t>{s.size(), 0, kNone}
-                                                        : specials_.next(s, pos, next_at);
-            // text [pos, at) in blocks cut before a space/newline that follows printable ASCII:
-            // no GPT-2 pre-token crosses such a point
-            size_t a = pos;
-            while (at - a > target) {
-                size_t c = a + target, found = 0;
-                for (size_t i = c; i < at && i < c + target; ++i) {
-                    uint8_t x = uint8_t(s[i - 1]), y = uint8_t(s[i]);
-                    if (x >= 0x21 && x <= 0x7e && (y == ' ' || y == '\n')) {
-                        found = i;
-                        break;
+        const auto *u = reinterpret_cast<const uint8_t *>(s.data());
+        specials_.split(
+            u, s.size(),
+            [&](size_t a, size_t b) {
+                while (b - a > target) {
+                    size_t found = 0;
+                    for (size_t q = a + target; q < b; ++q) {
+                        if (bpe::detail::gpt2_local_cut(u + a, b - a, q - a)) {
+                            found = q;
+                            break;
+                        }
                     }
+                    if (!found) break;
+                    blocks.push_back({a, found, kNone});
+                    a = found;
                 }
-                if (!found) {
-                    // no cut point near: take the whole rest of the text as one block
-                    break;
-                }
-                blocks.push_back({a, found, kNone});
-                a = found;
-            }
-            if (at > a) blocks.push_back({a, at, kNone});
-            if (at >= s.size()) break;
-            blocks.push_back({at, at + len, id});
-            pos = at + len;
-        }
+                if (b > a) blocks.push_back({a, b, kNone});
+            },
+            [&](size_t at, size_t len, size_t k) { blocks.push_back({at, at + len, special_ids_[k]}); });
         return blocks;
     }
 
@@ -520,8 +488,6 @@ class Encoder {
         pool().run(n, std::function<void()>(std::ref(work)));
     }
 
-    const Specials &specials() const { return specials_; }
-
   private:
     std::vector<nb::object> ints_;
 
@@ -547,7 +513,8 @@ class Encoder {
   private:
     uint32_t byte_id_[256];
     MergeTable table_;
-    Specials specials_;
+    bpe::detail::SpecialSplitter specials_;
+    std::vector<uint32_t> special_ids_;  // the id of each special, in the order given
 };
 
 int default_threads(int threads) {

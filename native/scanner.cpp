@@ -24,6 +24,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "scanner_impl.h"
+#include "splitter.h"
 
 namespace nb = nanobind;
 
@@ -73,6 +74,10 @@ struct ChunkCounts {
     uint64_t total = 0;
 };
 
+}  // namespace
+
+// The special tokens of a Python call as strings; empty ones refused (they would match
+// everywhere). Shared with splitter.cpp.
 std::vector<std::string> special_list(const std::vector<nb::bytes> &specials) {
     std::vector<std::string> toks;
     toks.reserve(specials.size());
@@ -82,6 +87,8 @@ std::vector<std::string> special_list(const std::vector<nb::bytes> &specials) {
     }
     return toks;
 }
+
+namespace {
 
 ChunkCounts count_chunk(nb::bytes data, const std::vector<nb::bytes> &specials, size_t max_bytes) {
     std::vector<std::string> toks = special_list(specials);
@@ -325,21 +332,6 @@ void py_add_counts(nb::dict total, nb::dict counts) {
     }
 }
 
-// See bpe::detail::plan_cut; -1 when there is no cut.
-int64_t py_plan_cut(nb::bytes data, const std::vector<nb::bytes> &specials, size_t target, size_t max_bytes,
-                    size_t margin) {
-    std::vector<std::string> toks = special_list(specials);
-    const auto *s = static_cast<const uint8_t *>(data.data());
-    const size_t n = data.size();
-    size_t q;
-    {
-        nb::gil_scoped_release release;
-        const bpe::detail::SpecialSplitter splitter(std::move(toks));
-        q = bpe::detail::plan_cut(s, n, splitter, target, max_bytes, margin);
-    }
-    return q == SIZE_MAX ? -1 : int64_t(q);
-}
-
 int py_char_class(int64_t cp) {
     if (cp < 0 || cp >= 0x110000) throw nb::value_error("code point out of range 0..0x10FFFF");
     return bpe::detail::class_of(uint32_t(cp));
@@ -389,10 +381,6 @@ void register_scanner(nb::module_ &m) {
           "Whether ``data`` is well-formed UTF-8 (as ``bytes.decode('utf-8')`` accepts). Releases the GIL.");
     m.def("add_counts", &py_add_counts, nb::arg("total"), nb::arg("counts"),
           "``total[w] += c`` for each ``w, c`` in ``counts`` (dicts of bytes -> int; a Counter is a dict).");
-    m.def("plan_cut", &py_plan_cut, nb::arg("data"), nb::arg("specials"), nb::arg("target"),
-          nb::arg("max_bytes"), nb::arg("margin"),
-          "The first offset >= ``target`` of ``data`` (which begins at a chunk start) where a chunk may "
-          "start without changing any count, or -1; see scanner_impl.h. Releases the GIL.");
     m.def("char_class", &py_char_class, nb::arg("cp"),
           "GPT-2 class of a code point: 0 other, 1 \\p{L}, 2 \\p{N}, 3 \\s (as `regex` defines them).");
 }

@@ -9,39 +9,26 @@ import io
 from collections import Counter
 
 import pytest
-import tiktoken
-from conftest import CS336, ZH, fixture_text, shared_file
+import test_tokenizer
+from conftest import ZH, fixture_text
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpe_store import tokenizer as tokenizer_mod
 from bpe_store.count import _native_count_chunk
-from bpe_store.gpt2_files import read_gpt2
 from bpe_store.inputs import text_blocks
 from bpe_store.pretokenize import GPT2_PATTERN, count_words, native_splitter
 from bpe_store.tokenizer import Tokenizer, _bytes_blocks
 
 EOT = "<|endoftext|>"
+#: fixtures shared with test_tokenizer: GPT-2's vocab and merges, and tiktoken's encoder of them
+gpt2, reference = test_tokenizer.gpt2, test_tokenizer.reference
 
 
 def _zh_without_spaces(size: int) -> str:
     """Chinese text with every ASCII whitespace removed: no point of the old rule (printable
     ASCII before a space or newline) is left, but punctuation still ends pre-tokens."""
     return "".join(ch for ch in fixture_text(ZH, size) if ch not in " \n\r\t")
-
-
-@pytest.fixture(scope="module")
-def gpt2() -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
-    shared_file("cs336", "gpt2_vocab.json")
-    return read_gpt2(CS336 / "gpt2_vocab.json", CS336 / "gpt2_merges.txt")
-
-
-@pytest.fixture(scope="module")
-def tiktoken_gpt2(gpt2) -> tiktoken.Encoding:
-    vocab, _ = gpt2
-    ranks = {b: i for i, b in vocab.items() if b != EOT.encode()}
-    return tiktoken.Encoding("gpt2-offline", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
-                             special_tokens={EOT: 50256})
 
 
 # -- the cut points themselves ------------------------------------------------------------------
@@ -87,7 +74,7 @@ def test_special_tokens_with_many_first_bytes(parts: list[str], which: int) -> N
 # -- (a) encoding text without ASCII cut points -------------------------------------------------
 
 
-def test_file_encoding_blocks_stay_bounded_in_chinese(gpt2, tiktoken_gpt2, tmp_path) -> None:
+def test_file_encoding_blocks_stay_bounded_in_chinese(gpt2, reference, tmp_path) -> None:
     """``encode`` of a file reads it in blocks cut by the splitter: in Chinese without spaces a
     block is still about the read size (before: no cut point, the whole file was kept and
     encoded as one block on one thread), and the ids equal tiktoken's."""
@@ -103,10 +90,10 @@ def test_file_encoding_blocks_stay_bounded_in_chinese(gpt2, tiktoken_gpt2, tmp_p
     assert max(len(b) for b, _, _ in blocks) < 3 * 4096
     assert b"".join(b for b, _, _ in blocks) == text.encode()
     ids = [i for b, _, _ in blocks for i in tok.encode_to_array(b, 2).tolist()]
-    assert ids == tiktoken_gpt2.encode(text, allowed_special="all")
+    assert ids == reference.encode(text, allowed_special="all")
 
 
-def test_native_encoding_of_long_chinese_text_cut_into_blocks(gpt2, tiktoken_gpt2) -> None:
+def test_native_encoding_of_long_chinese_text_cut_into_blocks(gpt2, reference) -> None:
     """The native encoder cuts a text into 256 KB blocks for its threads at the splitter's
     points; 600 KB of Chinese without spaces (several blocks) encodes as tiktoken does."""
     vocab, merges = gpt2
@@ -114,11 +101,11 @@ def test_native_encoding_of_long_chinese_text_cut_into_blocks(gpt2, tiktoken_gpt
     if tok._core is None:
         pytest.skip("native encoder not built")
     text = _zh_without_spaces(599_000) + EOT + "尾"
-    assert tok.encode_to_array(text, 2).tolist() == tiktoken_gpt2.encode(text, allowed_special="all")
+    assert tok.encode_to_array(text, 2).tolist() == reference.encode(text, allowed_special="all")
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_encode_iterable_streams_chinese(gpt2, tiktoken_gpt2, monkeypatch, native: bool) -> None:
+def test_encode_iterable_streams_chinese(gpt2, reference, monkeypatch, native: bool) -> None:
     """``encode_iterable`` yields ids while Chinese text without spaces still streams in (before,
     with GPT-2's pattern, it found no cut point and held the whole stream)."""
     monkeypatch.setattr(tokenizer_mod, "_STREAM_BLOCK", 4096)
@@ -140,7 +127,7 @@ def test_encode_iterable_streams_chinese(gpt2, tiktoken_gpt2, monkeypatch, nativ
     first = next(it)
     if native:
         assert consumed < len(lines) // 4, "no ids before most of the stream was read"
-    assert [first, *it] == tiktoken_gpt2.encode(text, allowed_special="all")
+    assert [first, *it] == reference.encode(text, allowed_special="all")
 
 
 # -- (b) a user's own pattern is cut only where that is provably safe ---------------------------

@@ -17,7 +17,8 @@ splitter (``pretokenize.native_splitter``; the rules and their proofs are in nat
 * for the GPT-2 pattern, between two characters that end one pre-token and start the next
   whatever surrounds them (a non-whitespace character, not an apostrophe, then whitespace or a
   character of another class), outside any special token: English has such points at every
-  space, Chinese at its punctuation;
+  space, Chinese at its punctuation; for GPT-4's and o200k's patterns, before a space after a
+  non-whitespace character and after such a character's newline (a narrower rule);
 * for the GPT-2 pattern, where no such point is near (one pre-token of hundreds of megabytes):
   found by scanning from the chunk's start, inside a pre-token longer than the run's maximum
   pre-token length at one of the points where it is split anyway (``_cut_in_scan``).
@@ -246,10 +247,10 @@ def plan_chunks(path: str | os.PathLike, size: int, special_tokens: Sequence[str
 
     For the GPT-2 pattern a chunk is at most about ``chunk_size`` + the search window +
     ``max_pretoken_bytes`` long whatever the text, by the fallback ``_cut_in_scan``. Without
-    the native core, or for another pattern without special tokens, the file is one chunk."""
+    the native core, or for a user's own pattern without special tokens, the file is one chunk."""
     splitter = native_splitter(special_tokens, pattern)
     gpt2 = pattern == GPT2_PATTERN
-    if splitter is None or (not special_tokens and not gpt2):
+    if splitter is None or (not special_tokens and not splitter.has_local_rule):
         return [(0, size)]
     ctx = cut_context(splitter)
     bounds = [0]

@@ -369,19 +369,19 @@ def text_blocks(read: Callable[[int], bytes], special_tokens: Sequence[str], pat
                 path: str | None = None, decompressed: bool = False,
                 ends: list[int] | None = None, max_pretoken_bytes: int | None = None) -> Iterator[bytes]:
     """Blocks of the text read by ``read``, cut where ``count.plan_chunks`` would cut a file (the
-    one splitter's safe cuts: at a special token, or for the GPT-2 pattern between characters
-    that end a pre-token whatever surrounds them), so cutting never changes a count. A line with
+    one splitter's safe cuts: at a special token, or by the pattern's local rule), so cutting
+    never changes a count. A line with
     no such point (one pre-token of hundreds of megabytes) is cut, for the GPT-2 pattern, where
     ``max_pretoken_bytes`` splits it anyway (found by a scan from the block's start), so memory
     stays bounded by about twice ``block_size`` + ``max_pretoken_bytes``. Without any cut rule
-    (another pattern and no special tokens) the text is one block. ``ends``, when given,
+    (a user's own pattern and no special tokens) the text is one block. ``ends``, when given,
     receives each block's end offset (for streams)."""
     from .count import _native_utf8_valid, _utf8_tail, cut_context
     from .pretokenize import native_splitter
 
     gpt2 = pattern == GPT2_PATTERN
-    splitter = native_splitter(special_tokens, pattern) if (special_tokens or gpt2) else None
-    cuttable = splitter is not None
+    splitter = native_splitter(special_tokens, pattern)
+    cuttable = splitter is not None and (bool(special_tokens) or splitter.has_local_rule)
     back = cut_context(splitter) + 1 if cuttable else 1
     scan_at = block_size + (max_pretoken_bytes or 0) + _READ  # buffer size that tries a scan cut
     buf = bytearray()

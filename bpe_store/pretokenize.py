@@ -119,15 +119,20 @@ def native_splitter(special_tokens: Sequence[str | bytes], pattern: str):
     """The one native splitter (``bpe_store._core.Splitter``, rules in native/splitter.h) for text
     split at ``special_tokens`` (str, or bytes such as the document separator 0xFF) and
     pre-tokenized by ``pattern``: where such text may be cut without changing a count or an id.
-    For GPT-2's pattern, points decided by two neighbouring characters (English and CJK text
-    have them every few characters) and, from a known start, by a scan; for any other pattern
-    only the starts of special tokens. None without the native core."""
+    GPT-2's, GPT-4's and o200k's patterns have local rules (points decided by the neighbouring
+    characters; GPT-2's finds points in CJK text too, and a scan from a known start finds points
+    inside a pre-token longer than the maximum length); a user's own regex is cut only at
+    special tokens, the one cut that is safe for any pattern. None without the native core."""
     try:
         from ._core import Splitter
     except ImportError:  # pragma: no cover - a source tree without the built extension
         return None
     specials = [s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in special_tokens]
-    return Splitter(specials, pattern == GPT2_PATTERN)
+    return Splitter(specials, _CUT_RULE.get(pattern, ""))
+
+
+#: The native splitter's local cut rule of each known pattern (any other: special tokens only).
+_CUT_RULE = {GPT2_PATTERN: "gpt2", CL100K_PATTERN: "cl100k", O200K_PATTERN: "o200k"}
 
 
 def split_long_pretoken(word: bytes, max_bytes: int | None) -> list[bytes]:

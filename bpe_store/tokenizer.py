@@ -38,7 +38,7 @@ import regex
 
 from .errors import InputError, StoreError
 from .merge import merge_pair
-from .pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, native_splitter, resolve_pattern
+from .pretokenize import GPT2_PATTERN, native_splitter, resolve_pattern
 
 if TYPE_CHECKING:
     import numpy as np
@@ -87,8 +87,6 @@ class Tokenizer:
         self.merges: list[tuple[bytes, bytes]] = [(bytes(a), bytes(b)) for a, b in merges]
         self.pattern = resolve_pattern(pattern)
         self._pat = regex.compile(self.pattern)
-        # stream cut points shown safe for these patterns; a user's own regex is cut at special tokens only
-        self._cut = {GPT2_PATTERN: _CUT, CL100K_PATTERN: _CUT, O200K_PATTERN: _CUT_O200K}.get(self.pattern)
         self.special_tokens: list[str] = list(dict.fromkeys(special_tokens or ()))
 
         # first id of each byte string: {bytes: id}
@@ -107,6 +105,8 @@ class Tokenizer:
         self._special_re = (regex.compile("(" + "|".join(regex.escape(s) for s in ordered) + ")")
                             if ordered else None)
         self._max_special = max((len(s) for s in ordered), default=0)
+        # where a stream or a file may be cut (None without the native core: at specials only)
+        self._splitter = native_splitter(self.special_tokens, self.pattern)
 
         missing = [b for b in range(256) if bytes([b]) not in self._id_of]
         if missing:
@@ -225,8 +225,7 @@ class Tokenizer:
         """Stream the ids of the concatenation of ``iterable`` (e.g. a file's lines).
 
         Memory stays flat: text is encoded in blocks cut only where the cut changes nothing
-        (the native splitter for GPT-2's pattern, else ``safe_cut``), so the ids equal
-        ``encode("".join(iterable))``.
+        (``safe_cut``; natively for GPT-2's pattern), so the ids equal ``encode("".join(iterable))``.
         """
         if self._core is not None and self._core.native_split:
             yield from self._encode_iterable_native(iterable)
@@ -256,7 +255,7 @@ class Tokenizer:
     def _encode_iterable_native(self, iterable: Iterable[str]) -> Iterator[int]:
         """``encode_iterable`` for GPT-2's pattern: UTF-8 blocks cut by the native splitter (which
         finds cut points in CJK text too), each encoded on all cores."""
-        splitter = native_splitter(self.special_tokens, GPT2_PATTERN)
+        splitter = self._splitter
         ctx = max(splitter.max_len, 4)
         buf: list[bytes] = []
         size = 0
@@ -283,33 +282,19 @@ class Tokenizer:
         """The last offset where ``text`` (which begins where encoding would begin) may be cut
         with no effect on its ids; 0 if none.
 
-        A cut at the start of a special token that the left-to-right split finds is safe for any
-        pattern, and the only kind used for a user's own regex. For GPT-2's, GPT-4's and o200k's
-        patterns a cut at ``i`` is also safe when no special token spans it and ``text[i-1]`` is
-        not whitespace while ``text[i]`` is a space, or ``text[i-1]`` is a newline after a
-        non-whitespace character and ``text[i]`` is not whitespace (for o200k's pattern, nor a
-        "/"): no pre-token of those patterns crosses such a point, and matching before it looks
-        at most one character ahead, which is the same on both sides of the cut.
+        The native splitter decides (``pretokenize.native_splitter``): at the start of a special
+        token, which is safe for any pattern and the only cut for a user's own regex, or by the
+        pattern's local rule (GPT-2, GPT-4, o200k). Without the native core, at special tokens only.
         """
         limit = len(text) - max(self._max_special, 1)
         if limit <= 0:
             return 0
-        blocked: list[tuple[int, int]] = []
-        if self._special_re is not None:
-            blocked = [m.span() for m in self._special_re.finditer(text)]
-        if self._cut is None:
-            return max((a for a, _ in blocked if a <= limit), default=0)
-        # why: look near the end first; the whole text only when the tail has no cut point
-        for lo in (max(limit - 4096, 0), 0):
-            best = 0
-            near = [(a, b) for a, b in blocked if b > lo]
-            for m in self._cut.finditer(text, lo, limit + 1):
-                i = m.start()
-                if 0 < i <= limit and not any(a < i < b for a, b in near):
-                    best = i
-            if best or lo == 0:
-                return best
-        return 0
+        if self._splitter is None:  # pragma: no cover - the package is always built with its core
+            found = self._special_re.finditer(text) if self._special_re is not None else ()
+            return max((m.start() for m in found if 0 < m.start() <= limit), default=0)
+        data = text.encode("utf-8", "surrogatepass")
+        q = self._splitter.last_cut(data, 1, len(data) - max(self._splitter.max_len, 4))
+        return len(data[:q].decode("utf-8", "surrogatepass")) if q > 0 else 0
 
     # -- decoding ------------------------------------------------------------------------------
 
@@ -342,14 +327,6 @@ class Tokenizer:
     def __repr__(self) -> str:
         return (f"Tokenizer(vocab_size={len(self.vocab)}, merges={len(self.merges)}, "
                 f"special_tokens={self.special_tokens!r})")
-
-
-# safe cut points (empty matches): before a space that follows a non-whitespace character, or
-# between a newline that follows a non-whitespace character and a non-whitespace character
-_CUT = regex.compile(r"(?<=\S)(?= )|(?<=\S\n)(?=\S)")
-# o200k's punctuation pre-token takes the newlines AND slashes after it (" ?[^\s\p{L}\p{N}]+[\r\n/]*"):
-# ".\n/" is one pre-token, so a newline followed by "/" is no cut point there
-_CUT_O200K = regex.compile(r"(?<=\S)(?= )|(?<=\S\n)(?=[^\s/])")
 
 
 def load_store(db_path: str | os.PathLike, vocab_size: int | None = None
@@ -452,7 +429,7 @@ def _bytes_blocks(tok: Tokenizer, f, block: int) -> Iterator[tuple[bytes, int, i
     """``(UTF-8 bytes to encode, bytes read, file offset of the chunk)`` for the native path: the text never becomes a
     str (a str of mixed text takes 2-4 bytes a character and needs a UTF-8 copy natively). Cut at the
     native splitter's last safe cut, so a block stays about ``block`` bytes in CJK text as in English."""
-    splitter = native_splitter(tok.special_tokens, GPT2_PATTERN)
+    splitter = tok._splitter
     ctx = max(splitter.max_len, 4)
     pending = b""
     offset = 0  # file offset of pending[0]

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include "splitter.h"
@@ -19,8 +20,8 @@ namespace {
 
 class Splitter {
   public:
-    Splitter(const std::vector<nb::bytes> &specials, bool gpt2)
-        : specials_(special_list(specials)), cutter_(specials_, gpt2), gpt2_(gpt2) {}
+    Splitter(const std::vector<nb::bytes> &specials, const std::string &rule)
+        : specials_(special_list(specials)), cutter_(specials_, rule_of(rule)), gpt2_(rule == "gpt2") {}
     Splitter(const Splitter &) = delete;  // cutter_ refers to this object's specials_
     Splitter &operator=(const Splitter &) = delete;
 
@@ -50,8 +51,17 @@ class Splitter {
     }
 
     size_t max_len() const { return specials_.max_len(); }
+    bool has_local_rule() const { return cutter_.has_local_rule(); }
 
   private:
+    static bpe::detail::CutRule rule_of(const std::string &rule) {
+        using bpe::detail::CutRule;
+        if (rule == "gpt2") return CutRule::kGpt2;
+        if (rule == "cl100k") return CutRule::kCl100k;
+        if (rule == "o200k") return CutRule::kO200k;
+        if (rule.empty()) return CutRule::kSpecialsOnly;
+        throw nb::value_error("rule must be 'gpt2', 'cl100k', 'o200k' or '' (special tokens only)");
+    }
     static size_t clamp(int64_t v, size_t n) { return v < 0 ? 0 : std::min(size_t(v), n); }
     static int64_t as_int(size_t q) { return q == SIZE_MAX ? -1 : int64_t(q); }
     bpe::detail::SpecialSplitter specials_;
@@ -65,14 +75,17 @@ void register_splitter(nb::module_ &m) {
     nb::class_<Splitter>(m, "Splitter",
                          "Where text may be cut without changing pre-tokens or the special-token split "
                          "(native/splitter.h states the rules).")
-        .def(nb::init<const std::vector<nb::bytes> &, bool>(), nb::arg("specials"), nb::arg("gpt2"),
+        .def(nb::init<const std::vector<nb::bytes> &, const std::string &>(), nb::arg("specials"), nb::arg("rule"),
              "``specials``: the special tokens as UTF-8 bytes (the document separator 0xFF may be one); "
-             "``gpt2``: the text is pre-tokenized by GPT-2's pattern (else only special tokens are cut points).")
+             "``rule``: the pattern's local cut rule, 'gpt2', 'cl100k' (GPT-4) or 'o200k', or '' for a "
+             "pattern without one (only special tokens are cut points).")
         .def_prop_ro("max_len", &Splitter::max_len, "Length of the longest special token (0: none).")
         .def("first_cut", &Splitter::first_cut, nb::arg("data"), nb::arg("lo"), nb::arg("hi"),
              "The first safe cut q of ``data`` with lo <= q < hi, or -1: the start of a special token, or "
-             "for GPT-2 a point decided by its two neighbouring characters; never inside an occurrence "
+             "a point its pattern's rule decides from the neighbouring characters; never inside an occurrence "
              "of a special. ``data`` may begin anywhere; bytes from hi on are context only.")
+        .def_prop_ro("has_local_rule", &Splitter::has_local_rule,
+                     "Whether the pattern has cut points besides special tokens.")
         .def("last_cut", &Splitter::last_cut, nb::arg("data"), nb::arg("lo"), nb::arg("hi"),
              "As ``first_cut``, the last such q.")
         .def("scan_cut", &Splitter::scan_cut, nb::arg("data"), nb::arg("target"), nb::arg("max_bytes"),

@@ -10,7 +10,8 @@
 //  * safe cut points, where text may be cut without changing any pre-token:
 //      - the start of a special token that no other occurrence overlaps from the left;
 //      - for GPT-2's pattern, `gpt2_local_cut`: decided by the two characters around the point,
-//        so it needs no scan from a known start (any window of a file will do);
+//        so it needs no scan from a known start (any window of a file will do); for GPT-4's
+//        and o200k's patterns, `tiktoken_local_cut`, a narrower rule of the same kind;
 //      - `plan_cut`: a scan from a known chunk start, for text with no such point nearby (one
 //        pre-token of hundreds of megabytes, cut where the maximum length splits it anyway).
 // Header-only, free of Python, so tests/test_scanner.py builds it alone under ASan/UBSan.
@@ -152,6 +153,15 @@ class SpecialSplitter {
 
 // ---- cut points without a scan (GPT-2's pattern) --------------------------------------------
 
+// The character ending at q (q > 0) if it is whole (well-formed UTF-8), else nullopt-like
+// {kOther, 0}: no rule cuts after a broken character.
+inline Char char_before(const uint8_t *s, size_t q) {
+    size_t k = q - 1;
+    while (k > 0 && q - k < 4 && is_cont(s[k])) --k;
+    const Char c = decode(s + k, s + q);
+    return k + c.len == q ? c : Char{kOther, 0};
+}
+
 // Whether GPT-2's pre-tokens of special-free text s[0, n) are unchanged by cutting it at q
 // (0 < q < n), judged from the two characters c1 (ending at q) and c2 (starting at q):
 // c1 is not whitespace, not an apostrophe, and c2 is whitespace or of another class than c1.
@@ -169,25 +179,56 @@ inline bool gpt2_local_cut(const uint8_t *s, size_t n, size_t q) {
         const uint8_t k1 = tables::kClassStage2[b1], k2 = tables::kClassStage2[b2];
         return k1 != kSpace && b1 != '\'' && (k2 == kSpace || k2 != k1);
     }
-    size_t k = q - 1;
-    while (k > 0 && q - k < 4 && is_cont(s[k])) --k;
-    const Char c1 = decode(s + k, s + q);
-    if (k + c1.len != q || c1.cls == kSpace || (c1.len == 1 && s[k] == '\'')) return false;
+    const Char c1 = char_before(s, q);
+    if (c1.len == 0 || c1.cls == kSpace || b1 == '\'') return false;
     const Char c2 = decode(s + q, s + n);
     return c2.cls == kSpace || c2.cls != c1.cls;
 }
 
+// The rule for tiktoken's cl100k (GPT-4) and o200k patterns, the one bpe_store has streamed them
+// with since they were added (tests/test_patterns.py): cut before a space that follows a
+// non-whitespace character, or between a newline that follows a non-whitespace character and a
+// non-whitespace character (for o200k, not "/": its punctuation pre-token takes the newlines
+// and slashes after it, so ".\n/" is one pre-token). No pre-token of either pattern spans such
+// a point (letter, number and punctuation runs stop at whitespace; a newline after a
+// non-whitespace character ends the run it joins), and matching before it looks at most at the
+// next character, which is whitespace, or non-whitespace, on both sides of the cut.
+inline bool tiktoken_local_cut(const uint8_t *s, size_t n, size_t q, bool o200k) {
+    if (q == 0 || q >= n) return false;
+    if (s[q] == ' ') {
+        const Char c1 = char_before(s, q);
+        return c1.len != 0 && c1.cls != kSpace;
+    }
+    if (s[q - 1] != '\n' || q < 2 || is_cont(s[q]) || (o200k && s[q] == '/')) return false;
+    const Char c0 = char_before(s, q - 1);
+    return c0.len != 0 && c0.cls != kSpace && decode(s + q, s + n).cls != kSpace;
+}
+
+// Which local rule a pattern has: none (only special tokens cut), GPT-2's, or tiktoken's.
+enum class CutRule : uint8_t { kSpecialsOnly, kGpt2, kCl100k, kO200k };
+
 // Safe cut points of text whose start need not be known (a window of a file, a buffer):
-// the start of a special token, or (gpt2) a local cut, in either case spanned by no occurrence
+// the start of a special token, or a local cut of the pattern, in either case spanned by no occurrence
 // of a special token. `margin` bytes at the end are context only (a special or a character
 // may go on past them).
 class Cutter {
   public:
-    Cutter(const SpecialSplitter &specials, bool gpt2) : specials_(specials), gpt2_(gpt2) {}
+    Cutter(const SpecialSplitter &specials, CutRule rule) : specials_(specials), rule_(rule) {}
+
+    bool has_local_rule() const { return rule_ != CutRule::kSpecialsOnly; }
+
+    bool local_cut(const uint8_t *s, size_t n, size_t q) const {
+        switch (rule_) {
+            case CutRule::kGpt2: return gpt2_local_cut(s, n, q);
+            case CutRule::kCl100k: return tiktoken_local_cut(s, n, q, false);
+            case CutRule::kO200k: return tiktoken_local_cut(s, n, q, true);
+            default: return false;
+        }
+    }
 
     bool is_cut(const uint8_t *s, size_t n, size_t q) const {
         const bool candidate = (!specials_.empty() && specials_.match_at(s, n, q) != SpecialSplitter::kNone) ||
-                               (gpt2_ && gpt2_local_cut(s, n, q));
+                               local_cut(s, n, q);
         return candidate && !specials_.spans(s, n, q);
     }
 
@@ -208,7 +249,7 @@ class Cutter {
 
   private:
     const SpecialSplitter &specials_;
-    const bool gpt2_;
+    const CutRule rule_;
 };
 
 // ---- long pre-tokens and chunk cuts ---------------------------------------------------------

@@ -302,11 +302,11 @@ int main() {
         const size_t target = n ? rng() % (n + 1) : 0;
         const size_t cut = plan_cut(buf.get(), n, splitter, target, rng() % 2 ? m : 0, rng() % 8);
         // the cut points without a scan: in range, never before a continuation byte
-        const Cutter cutter(splitter, true);
+        const Cutter cutter(splitter, CutRule(iter % 4));
         const size_t lo = n ? rng() % n : 0, hi = n ? rng() % (n + 1) : 0;
         const size_t first = cutter.first(buf.get(), n, lo, hi), last = cutter.last(buf.get(), n, lo, hi);
         for (size_t q : {first, last})
-            ok = ok && (q == SIZE_MAX || (q >= lo && q < hi && q > 0 && !is_cont(buf[q])));
+            ok = ok && (q == SIZE_MAX || (q >= lo && q < hi && q > 0 && (iter % 4 == 0 || !is_cont(buf[q]))));
         if (!ok || prev != n || (cut != SIZE_MAX && (cut < target || cut > n))) {
             std::printf("bad long split or cut at iteration %d\n", iter);
             return 1;

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpe_store import tokenizer as tokenizer_mod
-from bpe_store.count import _native_count_chunk
+from bpe_store.count import _native_count_chunk, plan_chunks
 from bpe_store.inputs import text_blocks
-from bpe_store.pretokenize import GPT2_PATTERN, count_words, native_splitter
+from bpe_store.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, count_words, native_splitter
 from bpe_store.tokenizer import Tokenizer, _bytes_blocks
 
 EOT = "<|endoftext|>"
@@ -52,6 +52,37 @@ def test_every_cut_point_changes_no_count(parts: list[str]) -> None:
     for q in cuts:
         left, right = data[:q].decode(), data[q:].decode()
         assert count_words(left, specials) + count_words(right, specials) == whole, (text, q)
+
+
+@settings(max_examples=100, deadline=None)
+@given(parts=st.lists(_ALPHABET | st.sampled_from(["\n/", ".\n", "\r\n", "A", "Ab", "'S", "123"]), max_size=40),
+       pattern=st.sampled_from([CL100K_PATTERN, O200K_PATTERN]))
+def test_every_cut_point_of_gpt4_and_o200k_changes_no_count(parts: list[str], pattern: str) -> None:
+    """The same for GPT-4's and o200k's patterns and their narrower rule (before a space after a
+    non-whitespace character; after such a character's newline, for o200k not before "/")."""
+    specials = ["<|e|>", "<|e|><|f|>"]
+    text = "".join(parts)
+    data = text.encode()
+    splitter = native_splitter(specials, pattern)
+    whole = count_words(text, specials, pattern)
+    for q in (q for q in range(len(data)) if splitter.first_cut(data, q, q + 1) == q):
+        left, right = data[:q].decode(), data[q:].decode()
+        assert count_words(left, specials, pattern) + count_words(right, specials, pattern) == whole, (text, q)
+
+
+def test_a_gpt4_pattern_file_is_chunked_without_special_tokens(tmp_path) -> None:
+    """GPT-4's pattern has cut points of its own, so a file without special tokens is counted in
+    many chunks (before: one chunk, the whole file in memory on one thread), same counts."""
+    text = fixture_text("enwiki-128K.txt", 100_000)
+    path = tmp_path / "en.txt"
+    path.write_bytes(text.encode())
+    chunks = plan_chunks(path, path.stat().st_size, [], CL100K_PATTERN, 4096)
+    assert len(chunks) > 10
+    data = path.read_bytes()
+    total: Counter = Counter()
+    for a, b in chunks:
+        total.update(count_words(data[a:b].decode(), [], CL100K_PATTERN))
+    assert total == count_words(text, [], CL100K_PATTERN)
 
 
 @settings(max_examples=100, deadline=None)

@@ -1,7 +1,7 @@
 // The GPT-2 scanner and word-counting pieces, free of Python so they can be tested alone
-// (tests/test_scanner.py builds them under AddressSanitizer/UBSan) and shared by the counter
-// (scanner.cpp) and, through `bpe::gpt2_split`, the encoder. Header-only so that `scan` and
-// the table's `add` inline into the callers' loops.
+// (tests/test_scanner.py builds them under AddressSanitizer/UBSan); the one splitter
+// (splitter.h) builds on `scan`, and the counter (scanner.cpp) and the encoder (encoder.cpp) use
+// both. Header-only so that `scan` and the table's `add` inline into the callers' loops.
 //
 // Performance notes (why the code looks the way it does):
 // * The pattern is a fixed alternation, so instead of a backtracking regex engine we run a

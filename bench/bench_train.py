@@ -2,9 +2,12 @@
 
 Each trainer runs in its own subprocess; this parent measures wall time and the peak RSS of the
 whole process tree (polled every 20 ms with psutil), and prints a markdown table with the ratio
-bpe_store / peer. Peers get the corpus streamed from the file as documents split at
-``<|endoftext|>`` (none of them knows special tokens); thread pools are capped with
-RAYON_NUM_THREADS. bpe_store trains with its defaults (checkpoints on), from the file.
+bpe_store / peer, and its CPU seconds (user + sys of the child and everything it waited for, from
+``wait4``). Peers get the corpus streamed from the file as documents split at ``<|endoftext|>``
+(rustbpe and bpeasy know no special tokens), except gigabpe, which reads the file itself; thread
+pools are capped with RAYON_NUM_THREADS. bpe_store trains with its defaults (checkpoints on), from
+the file. ffbpe is the one peer with CS336's tie-break (``tie_break="largest_content"``): the
+``same vocab`` column says whether its vocabulary, in id order, equals bpe_store's.
 
     python bench/bench_train.py --corpus enwiki --vocab 32000 --threads 2
     python bench/bench_train.py --corpus zh --vocab 10000 --threads 2 --tools bpe_store,rustbpe
@@ -13,6 +16,7 @@ RAYON_NUM_THREADS. bpe_store trains with its defaults (checkpoints on), from the
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -34,7 +38,7 @@ CORPORA = {
 }
 GPT2 = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 EOT = "<|endoftext|>"
-TOOLS = ["bpe_store", "bpe_store_one_checkpoint", "rustbpe", "hf_tokenizers", "bpeasy"]
+TOOLS = ["bpe_store", "bpe_store_one_checkpoint", "gigabpe", "ffbpe", "rustbpe", "hf_tokenizers", "bpeasy"]
 
 
 # -- the trainers (each runs in a child process) ---------------------------------------------------
@@ -66,7 +70,35 @@ def run_bpe_store(path: Path, vocab: int, threads: int, one_checkpoint: bool) ->
         db_mb = (Path(d) / "bench.db").stat().st_size / 1e6
         total = time.perf_counter() - t0
     return {"merges": len(r.merges), "count_s": marks.get("count_s"), "merge_s": total - marks.get("count_s", 0),
-            "db_mb": round(db_mb, 1)}
+            "db_mb": round(db_mb, 1), "vocab_digest": _vocab_digest(r.vocab[i] for i in sorted(r.vocab))}
+
+
+def _vocab_digest(tokens) -> str:
+    """SHA-256 of the vocabulary's tokens in id order (length-prefixed, so no two lists collide)."""
+    h = hashlib.sha256()
+    for t in tokens:
+        h.update(len(t).to_bytes(4, "little") + t)
+    return h.hexdigest()
+
+
+def run_gigabpe(path: Path, vocab: int, threads: int) -> dict:
+    import gigabpe
+
+    # bytelevel: the GPT-2 byte-level pre-tokenizer (its default splits at whitespace, unlike the others)
+    _, merges = gigabpe.train_bpe([str(path)], vocab, special_tokens=[EOT], threads=threads, pretokenizer="bytelevel")
+    return {"merges": len(merges)}
+
+
+def run_ffbpe(path: Path, vocab: int, threads: int) -> dict:
+    from ffbpe import BpeTrainer, PreTokenizer
+
+    counter = PreTokenizer([EOT], eot_token=EOT).word_counter()
+    counter.add_source(_docs(path))
+    trainer = BpeTrainer([EOT], tie_break="largest_content")
+    trainer.add_word_counter(counter)
+    trainer.train(vocab)
+    ids = trainer.vocab
+    return {"merges": len(ids) - 257, "vocab_digest": _vocab_digest(sorted(ids, key=ids.__getitem__))}
 
 
 def run_rustbpe(path: Path, vocab: int, threads: int) -> dict:
@@ -115,7 +147,8 @@ def measure(tool: str, path: Path, vocab: int, threads: int) -> dict:
                              str(vocab), "--threads", str(threads)], stdout=subprocess.PIPE, text=True, env=env)
     ps = psutil.Process(proc.pid)
     peak = 0
-    while proc.poll() is None:
+    # wait4, not poll(): the child's rusage (CPU seconds, its own max RSS) is only there at the reap.
+    while (reaped := os.wait4(proc.pid, os.WNOHANG))[0] == 0:
         try:
             rss = sum(p.memory_info().rss for p in [ps, *ps.children(recursive=True)])
             peak = max(peak, rss)
@@ -123,12 +156,17 @@ def measure(tool: str, path: Path, vocab: int, threads: int) -> dict:
             pass
         time.sleep(0.02)
     wall = time.perf_counter() - t0
+    _, status, usage = reaped
+    proc.returncode = os.waitstatus_to_exitcode(status)
     out = proc.stdout.read()
     proc.stdout.close()
     result = next((json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")), None)
     if proc.returncode != 0 or result is None:
         return {"tool": tool, "error": f"exit {proc.returncode}"}
-    return {"tool": tool, "wall_s": wall, "peak_rss_mb": peak / 1e6, **result}
+    # ru_maxrss is KiB: the largest single process; the poll above sums the tree but can miss a spike.
+    peak = max(peak, usage.ru_maxrss * 1024)
+    return {"tool": tool, "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": peak / 1e6,
+            **result}
 
 
 def machine() -> str:
@@ -149,25 +187,29 @@ def main() -> None:
     if a.child:
         return child(a.child, Path(a.path), a.vocab, a.threads)
     path = CORPORA.get(a.corpus, Path(a.corpus))
+    load = os.getloadavg()
     rows = [measure(t, path, a.vocab, a.threads) for t in a.tools.split(",")]
     ours = next((r for r in rows if r["tool"] == "bpe_store" and "wall_s" in r), None)
     print(f"\n{path.name} ({path.stat().st_size / 1e6:.1f} MB) -> vocab {a.vocab}, {a.threads} threads; {machine()}")
     print(f"command: python bench/bench_train.py --corpus {a.corpus} --vocab {a.vocab} --threads {a.threads}"
           f" --tools {a.tools}\n")
-    print("| trainer | wall s | counting s | merging s | peak RSS MB | merges | bpe_store time / this"
-          " | bpe_store RSS / this |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in load)}; after: "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
+    print("| trainer | wall s | CPU s | counting s | merging s | peak RSS MB | merges | same vocab"
+          " | bpe_store wall / this | bpe_store CPU / this | bpe_store RSS / this |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     def fmt(v: float | None) -> str:
         return "" if v is None else f"{v:.2f}"
 
     for r in rows:
         if "error" in r:
-            print(f"| {r['tool']} | {r['error']} | | | | | | |")
+            print(f"| {r['tool']} | {r['error']} | | | | | | | | | |")
             continue
-        ratio_t = fmt(ours["wall_s"] / r["wall_s"]) if ours else ""
-        ratio_m = fmt(ours["peak_rss_mb"] / r["peak_rss_mb"]) if ours else ""
-        print(f"| {r['tool']} | {r['wall_s']:.2f} | {fmt(r.get('count_s'))} | {fmt(r.get('merge_s'))} | "
-              f"{r['peak_rss_mb']:.0f} | {r['merges']} | {ratio_t} | {ratio_m} |")
+        ratios = [fmt(ours[k] / r[k]) if ours else "" for k in ("wall_s", "cpu_s", "peak_rss_mb")]
+        same = "" if "vocab_digest" not in r or not ours else "yes" if r["vocab_digest"] == ours["vocab_digest"] else "NO"
+        cells = [r["tool"], f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}", fmt(r.get("count_s")), fmt(r.get("merge_s")),
+                 f"{r['peak_rss_mb']:.0f}", str(r["merges"]), same, *ratios]
+        print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,10 @@ import gc
 import heapq
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._core import WordCounter
 
 Pair = tuple[int, int]
 #: A row of the store's ``words`` table: ``(word id, bytes, count, packed tokens or None)``;
@@ -162,6 +165,7 @@ class Engine(Protocol):
     @property
     def first_merge_id(self) -> int: ...
     def step(self, max_merges: int) -> list[Merge]: ...
+    def finish(self) -> None: ...
     def take_changes(self) -> tuple[dict[int, list[int]], dict[Pair, int]]: ...
     def take_checkpoint_rows(self) -> CheckpointRows: ...
     def pair_counts(self) -> dict[Pair, int]: ...
@@ -341,6 +345,12 @@ class MergeEngine:
             if cnt:
                 heapq.heappush(self.heap, (-cnt, _Desc((tb[p[0]], tb[p[1]])), p[0], p[1]))
 
+    def finish(self) -> None:
+        """Merging is over: drop what only merging needs (the pair -> words sets and the heap),
+        so the final checkpoint is written with less memory held; ``step`` learns nothing after."""
+        self.where, self.heap = {}, []
+        self.exhausted = True
+
     def take_changes(self) -> tuple[dict[int, list[int]], dict[Pair, int]]:
         """What changed since the last call: ``({word index: tokens}, {pair: count, 0 if gone})``."""
         words = {w: self.words[w] for w in self._changed_words}
@@ -395,6 +405,12 @@ class NativeMergeEngine:
                  max_token_length: int | None = None):
         from . import _core
 
+        if hasattr(rows, "pack"):  # a WordCounter: its words as ids 1, 2, ... (see new_engine)
+            self._e = _core.MergeEngine(rows.pack(), 1, list(token_bytes), n_specials, first_merge_id, next_rank,
+                                        min_frequency, max_token_length or 0)
+            self.token_bytes = {i: b for i, b in enumerate(token_bytes) if b is not None}
+            self.bad_word = -1
+            return
         if not isinstance(rows, list):
             rows = list(rows)
         # sqlite3 returns tuples; other row types (SQLAlchemy Row) are converted once here
@@ -426,6 +442,9 @@ class NativeMergeEngine:
             out.append(Merge(rank, left, right, token, count))
         return out
 
+    def finish(self) -> None:
+        self._e.finish()
+
     def take_changes(self) -> tuple[dict[int, list[int]], dict[Pair, int]]:
         return self._e.take_changes()
 
@@ -445,6 +464,18 @@ class NativeMergeEngine:
         return self._e.pair_digest()
 
 
+def release_free_memory() -> None:
+    """Give the memory malloc holds free back to the OS, and from the first call on have large
+    blocks mapped on their own, so that what a phase frees does not stay resident through the
+    next (glibc; see native/merge_engine.cpp). ``train`` calls it as it starts and between
+    phases; the native engine's ``finish`` calls it too."""
+    try:
+        from . import _core
+    except ImportError:
+        return
+    _core.release_free_memory()
+
+
 def native_available() -> bool:
     """Whether the native engine is built into this installation."""
     try:
@@ -454,12 +485,15 @@ def native_available() -> bool:
     return hasattr(_core, "MergeEngine")
 
 
-def new_engine(rows: list[WordRow], token_bytes: Sequence[bytes | None], n_specials: int,
+def new_engine(rows: list[WordRow] | WordCounter, token_bytes: Sequence[bytes | None], n_specials: int,
                first_merge_id: int, next_rank: int, engine: str = "auto", *, min_frequency: int = 1,
                max_token_length: int | None = None) -> Engine:
     """A merge engine over the store's word rows (in id order); ``engine`` is one of ``ENGINES``:
     "native" requires the C++ core, "python" forces the fallback, "auto" prefers native.
-    ``min_frequency`` and ``max_token_length``: see the module doc."""
+    ``rows`` may also be the native ``WordCounter`` a first counting flush wrote (words still single
+    bytes, ids 1, 2, ... in its order; ``Store.take_fresh_word_rows``): the native engine then
+    reads it without a Python object per word. ``min_frequency`` and ``max_token_length``: see the
+    module doc."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if engine == "native" or (engine == "auto" and native_available()):
@@ -467,5 +501,7 @@ def new_engine(rows: list[WordRow], token_bytes: Sequence[bytes | None], n_speci
             raise RuntimeError("the native merge engine is not built here (use engine='python')")
         return NativeMergeEngine(rows, token_bytes, n_specials, first_merge_id, next_rank, min_frequency,
                                  max_token_length)
+    if hasattr(rows, "pack"):
+        rows = rows.rows(1)
     return MergeEngine.from_rows(rows, token_bytes, n_specials, first_merge_id, next_rank, min_frequency,
                                  max_token_length)

@@ -58,12 +58,17 @@ from .sources import Source
 if TYPE_CHECKING:  # pragma: no cover
     from sqlalchemy.engine import Connection
 
+    from .count import WordCounter
+
 #: ``PRAGMA application_id`` of every bpe_store file ("BPE1"): tells our stores from other SQLite files.
 APPLICATION_ID = 0x42504531
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
-#: SQLite page cache (KiB) while writing merge checkpoints; see ``write_merge_rows``.
-CHECKPOINT_CACHE_KIB = 256 << 10
+#: SQLite page cache (KiB) while writing merge checkpoints; see ``write_merge_rows``. Why 16 MiB,
+#: not more: a checkpoint's rows come sorted by key, so `words` and the `pair_counts` table are
+#: walked in order and only the count index is touched at random (5.6 MB for enwiki-100M -> 32K);
+#: a 256 MiB cache cost the final checkpoint ~25 MB more resident memory for the same CPU time.
+CHECKPOINT_CACHE_KIB = 16 << 10
 #: Milliseconds a statement waits for another connection's lock before failing.
 BUSY_TIMEOUT_MS = 10_000
 #: The WAL is truncated to this size whenever it is reset (``PRAGMA journal_size_limit``); after
@@ -322,7 +327,7 @@ class Store:
         self._guard = _Guard()
         db.set_progress_handler(self._guard, _Guard.STEPS)
         self._word_ids: dict[bytes, int] | None = None
-        self._fresh_rows: list[tuple[int, bytes | bytearray, int]] | None = None
+        self._fresh_rows: list[tuple[int, bytes | bytearray, int]] | WordCounter | None = None
         #: after each write: ``{"wal_bytes": int, "wal_blocked": bool}`` (see ``_truncate_wal``)
         self.wal: dict[str, Any] = {"wal_bytes": 0, "wal_blocked": False}
 
@@ -709,15 +714,18 @@ class Store:
         if not native and hasattr(counts, "items"):
             counts = counts.items()  # a Counter / dict
         if self._word_ids is None and self._fresh_rows is None and self._words_empty():
-            rows = counts.rows(1) if native else [(i, w, c) for i, (w, c) in enumerate(counts, 1)]
+            # native: rows made one at a time as the INSERT binds them, and the counter itself kept
+            # for the merge engine (a list of 445 K rows was ~90 MB, enwiki-100M's peak)
+            rows = counts.row_stream(1) if native else [(i, w, c) for i, (w, c) in enumerate(counts, 1)]
             self._write_word_counts(rows, [], chunk_done, elapsed_s, stream_at)
-            self._fresh_rows = rows  # only once committed: the rows are then what the store holds
+            self._fresh_rows = counts if native else rows  # only once committed: then it is what the store holds
             return
         if native:
             counts = counts.items()
         if self._word_ids is None:
             if self._fresh_rows is not None:
-                self._word_ids = {bytes(r[1]): r[0] for r in self._fresh_rows}
+                fresh = self._fresh_rows
+                self._word_ids = {bytes(r[1]): r[0] for r in (fresh.rows(1) if hasattr(fresh, "rows") else fresh)}
             else:
                 self._word_ids = {b: i for i, b in self.sql("SELECT id, bytes FROM words")}
         self._fresh_rows = None  # this flush changes counts: the kept rows would be stale
@@ -758,10 +766,12 @@ class Store:
             self.sql("UPDATE run SET updated_at = ? WHERE id = 1", (now(),))
             self.add_checkpoint_row("counting", 0, elapsed_s, None)
 
-    def take_fresh_word_rows(self) -> list[tuple[int, bytes | bytearray, int]] | None:
+    def take_fresh_word_rows(self) -> list[tuple[int, bytes | bytearray, int]] | WordCounter | None:
         """The rows ``(id, word, count)`` of the one flush that wrote every word (see
         ``add_word_counts``): ``load_word_rows`` without the tokens column, which is NULL for all
-        of them; None when the store must be read. Handed over once: the store forgets them."""
+        of them; None when the store must be read. A native flush keeps its ``WordCounter``
+        instead, whose words are those rows (ids 1, 2, ... in its order; ``merge.new_engine``
+        takes either). Handed over once: the store forgets them."""
         rows, self._fresh_rows = self._fresh_rows, None
         return rows
 
@@ -847,7 +857,8 @@ class Store:
             try:
                 # Why: a checkpoint rewrites rows all over `words` and `pair_counts`; with
                 # SQLite's default 2 MB page cache the same pages are evicted and re-read many
-                # times (enwiki-100M: 8.3 -> 6.3 s of writes). The cache only grows as used.
+                # times (enwiki-100M: 8.3 -> 6.3 s of writes). The cache only grows as used;
+                # CHECKPOINT_CACHE_KIB says why it is bounded.
                 raw.execute(f"PRAGMA cache_size = -{CHECKPOINT_CACHE_KIB}")
                 self._write_merge_rows(raw, merges, new_vocab, word_rows, pair_deletes, pair_inserts,
                                        pair_updates)

@@ -66,7 +66,7 @@ from .inputs import (
     scan_input,
     unit_of,
 )
-from .merge import Engine, new_engine
+from .merge import Engine, new_engine, release_free_memory
 from .options import (
     DEFAULT_MAX_PRETOKEN_BYTES,
     check_engines,
@@ -263,6 +263,7 @@ def train(
                  progress=progress, stop=stop, engine=engine, durable=durable, format=format,
                  text_field=text_field, min_frequency=min_frequency, max_token_length=max_token_length,
                  count_engine=count_engine, ray_address=ray_address, max_pretoken_bytes=max_pretoken_bytes)
+    release_free_memory()  # from here on, large blocks one phase frees are not kept resident by the next
     merger = _plan(job)                                    # 2. plan (or check a resume)
     with _session(job):
         if job.store.run_row()["phase"] == "counting":
@@ -713,6 +714,7 @@ def _pairs(job: _Job) -> Engine:
     except (TypeError, ValueError, OverflowError) as exc:  # a count or blob of the wrong type or sign
         raise StoreError(f"{store.path}: the store's words are damaged ({exc}); start over with --restart") from None
     del rows  # the engine holds its own copy; free ~1M tuples before the pair rows are made
+    release_free_memory()  # what counting freed would otherwise stay resident through merging
     store.start_merging(merger.pair_counts(), job.elapsed())
     return merger
 
@@ -775,6 +777,8 @@ def _checkpoint(job: _Job, merger: Engine, merges: list) -> str | None:
         reason = "no_pairs"
     else:
         reason = None
+    if reason is not None:
+        merger.finish()  # free what only merging needs before the last rows and SQLite's cache
     word_rows, deletes, inserts, updates = merger.take_checkpoint_rows()
     first = merger.first_merge_id
     job.emit(stage="writing", phase="merging", done=merger.next_rank, total=target,

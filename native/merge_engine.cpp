@@ -41,11 +41,20 @@
 // Native code never prints; errors surface as Python exceptions.
 #include <nanobind/nanobind.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+#include "scanner.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <stdexcept>
+#include <type_traits>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -54,6 +63,20 @@
 namespace nb = nanobind;
 
 namespace {
+
+// Gives the free memory malloc keeps back to the OS, and from the first call on has blocks of
+// 1 MiB or more mapped on their own. Why: glibc raises its mmap threshold (up to 32 MiB) each
+// time a large block is freed, so later large blocks (a counter's tables, the engine's arrays as
+// they grow) come from the heap, where they stay resident once freed, and realloc must copy
+// them: on enwiki-100M -> 32K, 75 MB of the process's RSS was free heap when merging began, and
+// the peak fell from 215 to 151 MB with the threshold fixed. Cheap: a walk over the free lists.
+void release_free_memory() {
+#if defined(__GLIBC__)
+    static const bool fixed = mallopt(M_MMAP_THRESHOLD, 1 << 20) == 1;
+    (void)fixed;
+    malloc_trim(0);
+#endif
+}
 
 using u8 = uint8_t;
 using u32 = uint32_t;
@@ -70,72 +93,245 @@ constexpr i64 kDigestP2 = 1000000007;
 
 inline u64 pair_key(u32 a, u32 b) { return (u64(a) << 32) | b; }
 
-// Open addressing with linear probing over a power-of-two table; the key ~0 marks an empty cell
-// (token ids are checked to stay below 0xFFFFFFFF, so no real pair has that key).
+// A growable array of trivially copyable T on malloc/realloc. Why not std::vector for the arrays
+// that grow while merging (pair slots, heap): a vector grows by copying into a new buffer while
+// the old one is still held, which made the peak of a run (22 MB of slots copied at once on
+// enwiki-100M); realloc moves a large block by remapping its pages (glibc mremap), and capacity
+// not yet written is not resident.
+template <class T>
+class PodVec {
+    static_assert(std::is_trivially_copyable_v<T>, "PodVec moves elements with realloc");
+
+  public:
+    PodVec() = default;
+    PodVec(const PodVec &) = delete;
+    PodVec &operator=(const PodVec &) = delete;
+    ~PodVec() { std::free(p_); }
+
+    size_t size() const { return n_; }
+    size_t capacity() const { return cap_; }
+    bool empty() const { return n_ == 0; }
+    T &operator[](size_t i) { return p_[i]; }
+    const T &operator[](size_t i) const { return p_[i]; }
+    T *begin() { return p_; }
+    T *end() { return p_ + n_; }
+    const T *begin() const { return p_; }
+    const T *end() const { return p_ + n_; }
+    T &back() { return p_[n_ - 1]; }
+    void pop_back() { --n_; }
+    void push_back(const T &v) {
+        if (n_ == cap_) reserve(cap_ + cap_ / 2 + 1024);
+        p_[n_++] = v;
+    }
+    void reserve(size_t cap) {
+        if (cap <= cap_) return;
+        T *q = static_cast<T *>(std::realloc(p_, cap * sizeof(T)));
+        if (q == nullptr) throw std::bad_alloc();
+        p_ = q;
+        cap_ = cap;
+    }
+    void release() {
+        std::free(p_);
+        p_ = nullptr;
+        n_ = cap_ = 0;
+    }
+
+  private:
+    T *p_ = nullptr;
+    size_t n_ = 0, cap_ = 0;
+};
+
+// Open addressing with linear probing over a power-of-two table of 8-byte cells: the slot a pair
+// lives in, and 32 bits of its hash as a tag. The key itself is read from the slot (`key_of`)
+// only when the tag matches, and a caller about to update that slot reads it anyway, so the
+// check costs no extra cache miss. Why not (key, slot) cells: at 16 bytes and load <= 1/2 the
+// table was 32 MB of enwiki-100M's ~555 K pairs; this is 8 MB (load <= 3/4).
 class PairIndex {
   public:
-    PairIndex() { rehash(1 << 16); }
+    PairIndex() { cells_.assign(1 << 16, Cell{0, kNone}); mask_ = cells_.size() - 1; }
 
-    u32 find(u64 key) const {
-        size_t i = hash(key) & mask_;
+    // The slot of `key`, or kNone; key_of(slot) gives a slot's key.
+    template <class KeyOf>
+    u32 find(u64 key, const KeyOf &key_of) const {
+        const u64 h = hash(key);
+        const u32 tag = u32(h >> 32);
+        size_t i = h & mask_;
         while (true) {
-            u64 k = cells_[i].key;
-            if (k == key) return cells_[i].val;
-            if (k == kEmpty) return kNone;
+            const Cell &c = cells_[i];
+            if (c.slot == kNone) return kNone;
+            if (c.tag == tag && key_of(c.slot) == key) return c.slot;
             i = (i + 1) & mask_;
         }
     }
 
     // The slot of `key`, inserting `fresh` if absent (`inserted` tells which happened).
-    u32 find_or_insert(u64 key, u32 fresh, bool &inserted) {
-        if ((size_ + 1) * 2 > cells_.size()) rehash(cells_.size() * 2);  // load factor <= 1/2
-        size_t i = hash(key) & mask_;
+    template <class KeyOf>
+    u32 find_or_insert(u64 key, u32 fresh, bool &inserted, const KeyOf &key_of) {
+        if ((size_ + 1) * 4 > cells_.size() * 3) rehash(cells_.size() * 2, key_of);  // load <= 3/4
+        const u64 h = hash(key);
+        const u32 tag = u32(h >> 32);
+        size_t i = h & mask_;
         while (true) {
-            u64 k = cells_[i].key;
-            if (k == key) {
-                inserted = false;
-                return cells_[i].val;
-            }
-            if (k == kEmpty) {
-                cells_[i] = {key, fresh};
+            Cell &c = cells_[i];
+            if (c.slot == kNone) {
+                c = Cell{tag, fresh};
                 ++size_;
                 inserted = true;
                 return fresh;
+            }
+            if (c.tag == tag && key_of(c.slot) == key) {
+                inserted = false;
+                return c.slot;
             }
             i = (i + 1) & mask_;
         }
     }
 
+    size_t bytes() const { return cells_.capacity() * sizeof(Cell); }
+    void clear() { std::vector<Cell>().swap(cells_); size_ = 0; mask_ = 0; }
+
   private:
-    static constexpr u64 kEmpty = ~u64(0);
-    static size_t hash(u64 key) {
-        // Fibonacci hashing; the high bits are well mixed, the table index takes them.
+    static u64 hash(u64 key) {
+        // Fibonacci hashing, folded: the low bits index the table, the high 32 are the tag.
         u64 h = key * 0x9E3779B97F4A7C15ull;
-        return size_t(h ^ (h >> 29));
+        return h ^ (h >> 29);
     }
-    void rehash(size_t cap) {
+    template <class KeyOf>
+    void rehash(size_t cap, const KeyOf &key_of) {
         std::vector<Cell> old;
         old.swap(cells_);
-        cells_.assign(cap, Cell{kEmpty, 0});
+        cells_.assign(cap, Cell{0, kNone});
         mask_ = cap - 1;
-        size_ = 0;
         for (const Cell &c : old) {
-            if (c.key == kEmpty) continue;
-            size_t i = hash(c.key) & mask_;
-            while (cells_[i].key != kEmpty) i = (i + 1) & mask_;
+            if (c.slot == kNone) continue;
+            size_t i = hash(key_of(c.slot)) & mask_;
+            while (cells_[i].slot != kNone) i = (i + 1) & mask_;
             cells_[i] = c;
-            ++size_;
         }
     }
 
-    // key and value side by side: a probe touches one cache line, not two arrays
     struct Cell {
-        u64 key;
-        u32 val;
+        u32 tag;
+        u32 slot;  // kNone: empty
     };
     std::vector<Cell> cells_;
     size_t mask_ = 0;
     size_t size_ = 0;
+};
+
+// The pair -> words lists of all slots in ONE pool of u32, in blocks of 2^k entries recycled
+// through a free list per size. Why not a std::vector per slot: 24 bytes of header in every slot
+// plus a heap allocation (16 more bytes and a pointer chase) per pair; enwiki-100M has ~555 K
+// pairs and 3.2 M list entries, zhwiki-20M 2.65 M pairs and 13.5 M entries.
+class WordLists {
+  public:
+    struct List {
+        u32 off = 0;   // first entry in the pool
+        u32 len = 0;   // entries in use
+        u8 cls = 0;    // capacity 2^cls entries; 0 with len 0: no block
+        bool has_block() const { return len != 0 || cls != 0; }
+    };
+
+    WordLists() = default;
+    WordLists(const WordLists &) = delete;
+    WordLists &operator=(const WordLists &) = delete;
+    ~WordLists() { std::free(pool_); }
+
+    const u32 *data(const List &l) const { return pool_ + l.off; }
+
+    // Appends w unless it is already the last entry (a word adding several pairs in one visit).
+    void add(List &l, u32 w) {
+        if (l.len != 0 && pool_[l.off + l.len - 1] == w) return;
+        if (!l.has_block() || l.len == (u32(1) << l.cls)) grow(l);
+        pool_[l.off + l.len++] = w;
+    }
+
+    // Gives the list's block back (the list is empty after).
+    void release(List &l) {
+        if (l.has_block()) give_back(l);
+        l = List{};
+    }
+
+    // Whether the pool holds more than twice the entries of the blocks in use (freed blocks are
+    // only reused by lists of their own size, so merging leaves many behind).
+    bool fragmented() const { return size_ > (size_t(1) << 20) && size_ > 2 * in_use_; }
+
+    // Packs the blocks of `lists` (every list with a block, each exactly once, none being
+    // iterated) to the front of the pool, each in the smallest block that holds it, and gives
+    // the rest of the pool back to the OS. In place: blocks only move down, in pool order.
+    void compact(const std::vector<List *> &lists) {
+        std::vector<List *> order(lists);
+        std::sort(order.begin(), order.end(), [](const List *x, const List *y) { return x->off < y->off; });
+        size_t at = 0;
+        for (List *l : order) {
+            u8 cls = 1;
+            while ((u32(1) << cls) < l->len) ++cls;
+            if (l->len != 0) std::memmove(pool_ + at, pool_ + l->off, size_t(l->len) * sizeof(u32));
+            l->off = u32(at);
+            l->cls = cls;
+            at += size_t(1) << cls;
+        }
+        for (auto &f : free_) std::vector<u32>().swap(f);
+        size_ = in_use_ = at;
+        reserve(std::max<size_t>(size_ + size_ / 4, 1024));  // shrinks: the tail pages are unmapped
+    }
+
+    void clear() {
+        std::free(pool_);
+        pool_ = nullptr;
+        size_ = cap_ = in_use_ = 0;
+        for (auto &f : free_) std::vector<u32>().swap(f);
+    }
+
+    size_t bytes() const {
+        size_t n = size_ * sizeof(u32);
+        for (const auto &f : free_) n += f.capacity() * sizeof(u32);
+        return n;
+    }
+
+  private:
+    static constexpr u8 kMaxClass = 31;
+    void grow(List &l) {
+        // first block: 2 entries (cls 1; cls 0 with len 0 means "no block"); then doubling
+        const u8 cls = l.has_block() ? u8(l.cls + 1) : u8(1);
+        if (cls > kMaxClass) throw std::overflow_error("a pair held by more than 2^31 words");
+        u32 off;
+        if (!free_[cls].empty()) {
+            off = free_[cls].back();
+            free_[cls].pop_back();
+        } else {
+            const size_t size = size_t(1) << cls;
+            if (size_ + size > kNone) throw std::overflow_error("more than 2^32 - 1 pair -> word entries");
+            if (size_ + size > cap_) reserve(std::max(size_ + size, cap_ + cap_ / 2 + 1024));
+            off = u32(size_);
+            size_ += size;
+        }
+        if (l.len != 0) std::memcpy(&pool_[off], &pool_[l.off], size_t(l.len) * sizeof(u32));
+        if (l.has_block()) give_back(l);
+        l.off = off;
+        l.cls = cls;
+        in_use_ += size_t(1) << cls;
+    }
+
+    void give_back(const List &l) {
+        free_[l.cls].push_back(l.off);
+        in_use_ -= size_t(1) << l.cls;
+    }
+
+    // Why malloc/realloc and not a std::vector: the pool is tens of MB, and realloc moves a large
+    // block by remapping its pages (glibc mremap), while a vector copies it into a new buffer,
+    // holding both at once; capacity not yet written is not resident either way.
+    void reserve(size_t cap) {
+        u32 *p = static_cast<u32 *>(std::realloc(pool_, cap * sizeof(u32)));
+        if (p == nullptr) throw std::bad_alloc();
+        pool_ = p;
+        cap_ = cap;
+    }
+
+    u32 *pool_ = nullptr;
+    size_t size_ = 0, cap_ = 0;
+    size_t in_use_ = 0;  // entries in blocks that lists hold (size_ - in_use_ are in free_)
+    std::vector<u32> free_[kMaxClass + 1];
 };
 
 struct HeapEntry {
@@ -160,6 +356,22 @@ const u8 *blob_data(PyObject *o) {
 
 [[noreturn]] void bad_row(size_t i, const char *what) {
     throw nb::value_error(("word row " + std::to_string(i) + ": " + what).c_str());
+}
+
+// A new tuple of the given new references (stolen, even on failure); NULL if any is NULL.
+// Why not Py_BuildValue: it parses its format string for every one of ~900 K checkpoint rows.
+template <class... Items>
+PyObject *tuple_of(Items... items) {
+    PyObject *all[] = {items...};
+    PyObject *t = PyTuple_New(Py_ssize_t(sizeof...(items)));
+    bool ok = t != nullptr;
+    for (size_t k = 0; k < sizeof...(items); ++k) {
+        ok = ok && all[k] != nullptr;
+        if (t != nullptr) PyTuple_SET_ITEM(t, Py_ssize_t(k), all[k]);  // a NULL item is fine in a freed tuple
+        else Py_XDECREF(all[k]);
+    }
+    if (!ok) Py_XDECREF(t);
+    return ok ? t : nullptr;
 }
 
 // The rows of one checkpoint statement, kept as flat C++ arrays; iterating makes one Python tuple
@@ -198,13 +410,15 @@ struct RowStream {
                 *out++ = u8(t >> 16);
                 *out++ = u8(t >> 24);
             }
-            row = Py_BuildValue("(NL)", blob, (long long)c[i]);
+            row = tuple_of(blob, PyLong_FromLongLong((long long)c[i]));
         } else if (kind == kDeletes) {
-            row = Py_BuildValue("(kk)", (unsigned long)a[i], (unsigned long)b[i]);
+            row = tuple_of(PyLong_FromUnsignedLong((unsigned long)a[i]), PyLong_FromUnsignedLong((unsigned long)b[i]));
         } else if (kind == kInserts) {
-            row = Py_BuildValue("(kkL)", (unsigned long)a[i], (unsigned long)b[i], (long long)c[i]);
+            row = tuple_of(PyLong_FromUnsignedLong((unsigned long)a[i]), PyLong_FromUnsignedLong((unsigned long)b[i]),
+                           PyLong_FromLongLong((long long)c[i]));
         } else {
-            row = Py_BuildValue("(Lkk)", (long long)c[i], (unsigned long)a[i], (unsigned long)b[i]);
+            row = tuple_of(PyLong_FromLongLong((long long)c[i]), PyLong_FromUnsignedLong((unsigned long)a[i]),
+                           PyLong_FromUnsignedLong((unsigned long)b[i]));
         }
         if (row == nullptr) throw nb::python_error();
         return nb::steal(row);
@@ -227,10 +441,25 @@ class MergeEngine {
         build_pairs();
     }
 
+    // The same from packed counts (``WordCounter.pack``: a first counting flush's words, every
+    // one still single bytes, ids first_id, first_id + 1, ... in their order). Why: as Python
+    // rows, enwiki-100M's 445 K words cost ~90 MB, which the process kept after freeing them.
+    MergeEngine(nb::bytes packed, i64 first_id, nb::list token_bytes, u32 n_specials, u32 first_merge_id,
+                i64 next_rank, i64 min_count, u64 max_token_length)
+        : first_merge_id_(first_merge_id), next_rank_(next_rank), min_count_(min_count),
+          max_len_(max_token_length) {
+        if (next_rank < 0) throw nb::value_error("next_rank must be >= 0");
+        if (min_count < 1) throw nb::value_error("min_count must be >= 1");
+        load_vocab(token_bytes);
+        load_packed(static_cast<const u8 *>(packed.data()), packed.size(), first_id, n_specials);
+        build_pairs();
+    }
+
     // ---- the merge loop --------------------------------------------------------------------
 
     nb::list step(i64 max_merges) {
         Busy busy(this);
+        if (finished_) throw std::runtime_error("MergeEngine.step after finish()");
         std::vector<MergeOut> out;
         {
             nb::gil_scoped_release unlocked;  // pure C++ from here: no Python object is touched
@@ -262,6 +491,7 @@ class MergeEngine {
                     tlen_[token] = u32(tb_[token].size());
                 }
                 apply(slot, a, b, token);
+                if (lists_.fragmented()) compact_lists();
                 out.push_back({next_rank_, a, b, token, count});
                 ++next_rank_;
             }
@@ -270,6 +500,28 @@ class MergeEngine {
         for (const MergeOut &m : out)
             result.append(nb::make_tuple(m.rank, m.left, m.right, m.token, m.count));
         return result;
+    }
+
+    void compact_lists_now() {
+        Busy busy(this);
+        compact_lists();
+    }
+
+    // Merging is over: frees what only merging needs (the pair -> words lists, the heap, the pair
+    // index, ~55 MB for enwiki-100M -> 32K) before the final checkpoint is written, which is
+    // then the peak of a run. Checkpoint rows, digests and inspection still work; step() refuses.
+    void finish() {
+        Busy busy(this);
+        finished_ = true;
+        for (Slot &s : slots_) s.where = WordLists::List{};
+        lists_.clear();
+        heap_.release();
+        index_.clear();
+        std::vector<u32>().swap(increased_);
+        std::vector<u32>().swap(old_);
+        std::vector<u8>().swap(consumed_);
+        std::vector<u8>().swap(fresh_);
+        release_free_memory();
     }
 
     // ---- changes since the last take, for checkpoints --------------------------------------
@@ -371,9 +623,20 @@ class MergeEngine {
     size_t num_words() const { return words_.size(); }
     size_t pair_slots() const { return slots_.size(); }
     size_t heap_size() const { return heap_.size(); }
+    // Bytes held by each part of the engine (capacity, not size: what the process pays for).
+    nb::dict memory() const {
+        nb::dict d;
+        d["tokens"] = tok_.capacity() * sizeof(u32);
+        d["words"] = words_.capacity() * sizeof(Word) + ids_.capacity() * sizeof(i64);
+        d["slots"] = slots_.capacity() * sizeof(Slot);
+        d["word_lists"] = lists_.bytes();
+        d["pair_index"] = index_.bytes();
+        d["heap"] = heap_.capacity() * sizeof(HeapEntry);
+        return d;
+    }
     size_t index_entries() const {
         size_t n = 0;
-        for (const Slot &s : slots_) n += s.where.size();
+        for (const Slot &s : slots_) n += s.where.len;
         return n;
     }
 
@@ -407,6 +670,40 @@ class MergeEngine {
             tb_ok_[i] = 1;
             id_of_.emplace(tb_[i], u32(i));  // ascending ids: the lowest id of some bytes wins
         }
+    }
+
+    void load_packed(const u8 *data, size_t size, i64 first_id, u32 n_specials) {
+        if (n_specials + 256 > tb_.size()) throw nb::value_error("the vocabulary lacks the 256 bytes");
+        size_t total = 0, kept = 0, n = 0;
+        auto check = [&](const u8 *, size_t len, uint64_t count) {
+            if (len >= kNone) bad_row(n, "a word of 4 GiB or more");  // lengths are 32-bit
+            if (count < 1 || count > uint64_t(INT64_MAX)) bad_row(n, "word counts must be positive 64-bit");
+            ++n;
+            if (i64(count) < min_count_) return;
+            ++kept;
+            total += len;
+        };
+        try {
+            bpe::unpack_counts(data, size, check);
+        } catch (const std::invalid_argument &e) {
+            throw nb::value_error(e.what());
+        }
+        if (n >= kNone) throw nb::value_error("too many words");
+        tok_.resize(total);
+        words_.resize(kept);
+        ids_.resize(kept);
+        size_t pos = 0, w = 0, i = 0;
+        bpe::unpack_counts(data, size, [&](const u8 *bytes, size_t len, uint64_t count) {
+            const i64 id = first_id + i64(i++);
+            if (i64(count) < min_count_) return;
+            words_[w].off = pos;
+            words_[w].count = i64(count);
+            words_[w].len = u32(len);
+            ids_[w] = id;
+            for (size_t k = 0; k < len; ++k) tok_[pos + k] = n_specials + bytes[k];
+            pos += len;
+            ++w;
+        });
     }
 
     // Words whose count is below min_count_ are skipped: words_[w] is the w-th row kept, and
@@ -514,20 +811,26 @@ class MergeEngine {
             if (slots_[s].count > 0) heap_.push_back({slots_[s].count, s});
         }
         std::make_heap(heap_.begin(), heap_.end(), HeapLess{this});
+        if (lists_.fragmented()) compact_lists();
     }
 
     u32 slot_of(u32 a, u32 b) {
         bool inserted;
         // slots are 32-bit (kNone marks "none"): checked before u32(slots_.size()) could wrap
         if (slots_.size() >= kNone) throw std::overflow_error("more than 2^32 - 1 distinct pairs");
-        u32 s = index_.find_or_insert(pair_key(a, b), u32(slots_.size()), inserted);
-        if (inserted) slots_.push_back(Slot{a, b, 0, 0, 0, {}});
+        u32 s = index_.find_or_insert(pair_key(a, b), u32(slots_.size()), inserted, KeyOf{&slots_});
+        if (inserted) slots_.push_back(Slot{a, b, 0, 0, {}, 0});
         return s;
     }
 
-    void add_where(u32 s, u32 w) {
-        std::vector<u32> &v = slots_[s].where;
-        if (v.empty() || v.back() != w) v.push_back(w);
+    void add_where(u32 s, u32 w) { lists_.add(slots_[s].where, w); }
+
+    // Only between merges: apply() holds a list outside its slot while it runs.
+    void compact_lists() {
+        std::vector<WordLists::List *> lists;
+        for (Slot &s : slots_)
+            if (s.where.has_block()) lists.push_back(&s.where);
+        lists_.compact(lists);
     }
 
     // Heap order: count, then (bytes_left, bytes_right) compared as a pair (CS336 tie-break).
@@ -583,29 +886,35 @@ class MergeEngine {
             }
         } else if (c == 0) {
             // no word holds the pair any more: its word list is all stale
-            std::vector<u32>().swap(slots_[s].where);
+            lists_.release(slots_[s].where);
         }
     }
 
     // Merges (a, b) -> t in every word holding it, updating pair counts, the index and the heap.
     void apply(u32 slot, u32 a, u32 b, u32 t) {
-        std::vector<u32> where;
-        where.swap(slots_[slot].where);
+        // The list is taken out of the slot, and its block given back only at the end: merging
+        // adds to other pairs' lists, which may move the pool (so entries are read by index),
+        // but never reuses a block still in use.
+        const WordLists::List where = slots_[slot].where;
+        slots_[slot].where = WordLists::List{};
         // The index may list a word more than once (a pair that left and came back); the stamp
         // skips repeats, which matter for long words (Chinese text has pre-tokens of 100s of bytes).
         ++stamp_;
         // Why prefetch: the holders of a frequent pair are scattered over a large word array, and
         // each visit starts with two cache misses (the word's record, then its tokens). Fetching
         // the record 16 words ahead and the tokens 8 ahead overlaps those misses.
-        const size_t nw = where.size();
+        const size_t nw = where.len;
         for (size_t k = 0; k < nw; ++k) {
-            if (k + 16 < nw) __builtin_prefetch(&words_[where[k + 16]]);
-            if (k + 8 < nw) __builtin_prefetch(&tok_[words_[where[k + 8]].off]);
-            u32 w = where[k];
+            const u32 *ws = lists_.data(where);
+            if (k + 16 < nw) __builtin_prefetch(&words_[ws[k + 16]]);
+            if (k + 8 < nw) __builtin_prefetch(&tok_[words_[ws[k + 8]].off]);
+            u32 w = ws[k];
             if (words_[w].stamp == stamp_) continue;
             words_[w].stamp = stamp_;
             merge_word(w, a, b, t);
         }
+        WordLists::List done = where;
+        lists_.release(done);
         slots_[slot].count = 0;  // every holder was visited, so this is already 0; be exact anyway
         mark_changed_pair(slot);
         // one push per pair that grew in this step keeps "every live pair has an entry >= its count"
@@ -644,7 +953,7 @@ class MergeEngine {
         // Every other pair maps one to one between old and new words and keeps its count.
         for (u32 j = first == 0 ? 0 : first - 1; j + 1 < n; ++j)
             if ((consumed_[j] | consumed_[j + 1]) && !too_long(old_[j], old_[j + 1]))
-                add_count(index_.find(pair_key(old_[j], old_[j + 1])), -c);
+                add_count(index_.find(pair_key(old_[j], old_[j + 1]), KeyOf{&slots_}), -c);
         for (u32 k = first == 0 ? 0 : first - 1; k + 1 < m; ++k) {
             if ((fresh_[k] | fresh_[k + 1]) && !too_long(p[k], p[k + 1])) {
                 u32 s = slot_of(p[k], p[k + 1]);
@@ -696,6 +1005,7 @@ class MergeEngine {
     i64 min_count_;  // words counted fewer times are not loaded
     u64 max_len_;    // the longest token a merge may make, in bytes; 0 = no limit
     bool exhausted_ = false;
+    bool finished_ = false;  // finish() was called: no more merging
     i64 bad_word_ = -1;
 
     // words: the tokens of word w are tok_[words_[w].off : words_[w].off + words_[w].len].
@@ -719,13 +1029,18 @@ class MergeEngine {
         u32 left, right;
         i64 count;   // weighted by word counts; 0 = no word holds the pair
         i64 stored;  // the count the store holds (as of the last take)
+        WordLists::List where;  // words holding the pair (a superset, see the notes on top)
         u8 mark;     // kChanged | kIncreased
-        std::vector<u32> where;  // words holding the pair (a superset, see the notes on top)
     };
+    struct KeyOf {
+        const PodVec<Slot> *slots;
+        u64 operator()(u32 s) const { return pair_key((*slots)[s].left, (*slots)[s].right); }
+    };
+    WordLists lists_;
     PairIndex index_;
-    std::vector<Slot> slots_;
+    PodVec<Slot> slots_;
     std::vector<u32> changed_pairs_, increased_;
-    std::vector<HeapEntry> heap_;
+    PodVec<HeapEntry> heap_;
 
     // scratch for merge_word, reused to avoid allocations
     std::vector<u32> old_;
@@ -737,6 +1052,9 @@ class MergeEngine {
 }  // namespace
 
 void register_merge_engine(nb::module_ &m) {
+    m.def("release_free_memory", &release_free_memory,
+          "Give the free memory malloc keeps back to the OS; from the first call on, blocks of 1 MiB "
+          "or more are mapped on their own (glibc: malloc_trim, M_MMAP_THRESHOLD; elsewhere nothing).");
     nb::class_<RowStream>(m, "RowStream", "One checkpoint statement's rows, made as they are iterated (once).")
         .def("__len__", &RowStream::size)
         .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
@@ -749,11 +1067,19 @@ void register_merge_engine(nb::module_ &m) {
              "rows: [(word id, bytes, count, packed tokens or None)]; token_bytes[id]: bytes or None; "
              "rows counted fewer than min_count times are left out; no merge makes a token longer than "
              "max_token_length bytes (0: no limit).")
+        .def(nb::init<nb::bytes, i64, nb::list, u32, u32, i64, i64, u64>(), nb::arg("packed"), nb::arg("first_id"),
+             nb::arg("token_bytes"), nb::arg("n_specials"), nb::arg("first_merge_id"), nb::arg("next_rank"),
+             nb::arg("min_count") = 1, nb::arg("max_token_length") = 0,
+             "The same from packed counts (WordCounter.pack): words still single bytes, ids from first_id.")
         .def("step", &MergeEngine::step, nb::arg("max_merges"),
              "Learn up to max_merges merges: [(rank, left, right, token, count)]; fewer only when exhausted.")
         .def("take_checkpoint_rows", &MergeEngine::take_checkpoint_rows,
              "Changes since the last take as executemany rows: (words [(blob, id)], pair deletes "
              "[(l, r)], pair inserts [(l, r, count)], pair updates [(count, l, r)]).")
+        .def("compact_lists", &MergeEngine::compact_lists_now,
+             "Pack the pair -> words lists (done on its own when the pool is mostly free blocks).")
+        .def("finish", &MergeEngine::finish,
+             "Merging is over: free the structures only merging needs (step() refuses after).")
         .def("take_changes", &MergeEngine::take_changes,
              "Changes since the last take: ({word index: tokens}, {(left, right): count, 0 if gone}).")
         .def("pair_counts", &MergeEngine::pair_counts, "{(left, right): count} of every live pair.")
@@ -768,5 +1094,6 @@ void register_merge_engine(nb::module_ &m) {
         .def_prop_ro("num_words", &MergeEngine::num_words)
         .def_prop_ro("pair_slots", &MergeEngine::pair_slots, "Pairs ever seen (live or not): memory use.")
         .def_prop_ro("heap_size", &MergeEngine::heap_size, "Heap entries, stale ones included.")
-        .def_prop_ro("index_entries", &MergeEngine::index_entries, "Entries of the pair -> words lists.");
+        .def_prop_ro("index_entries", &MergeEngine::index_entries, "Entries of the pair -> words lists.")
+        .def_prop_ro("memory", &MergeEngine::memory, "{part: bytes} of the engine's large arrays.");
 }

@@ -296,6 +296,40 @@ class WordCounter {
         return nb::borrow<nb::list>(out);
     }
 
+    // The same rows as ``rows``, made one at a time as they are iterated: an executemany over
+    // them never holds more than one row (as a list, enwiki-100M's 445 K rows were ~90 MB).
+    // The counter must not change while its rows are iterated (each row checks).
+    class RowStream {
+      public:
+        RowStream(nb::object owner, const WordCounter &counter, int64_t first_id)
+            : owner_(std::move(owner)), counter_(counter), first_id_(first_id), size_(counter.size()) {}
+        size_t size() const { return size_; }
+        nb::object next() {
+            std::lock_guard<std::mutex> lock(counter_.mutex_);
+            const auto &entries = counter_.table_.entries();
+            if (entries.size() != size_) throw std::runtime_error("WordCounter changed while its rows were read");
+            if (pos_ >= size_) throw nb::stop_iteration();
+            const auto &e = entries[pos_];
+            nb::object row = nb::steal(PyTuple_New(3));
+            if (!row.is_valid()) throw nb::python_error();
+            PyObject *items[3] = {
+                PyLong_FromLongLong(first_id_ + int64_t(pos_)),
+                // bytearray, as ``rows`` makes: sqlite3 binds it without the adapter lookup
+                PyByteArray_FromStringAndSize(reinterpret_cast<const char *>(e.ptr), Py_ssize_t(e.len)),
+                PyLong_FromUnsignedLongLong(e.count)};
+            for (int k = 0; k < 3; ++k) PyTuple_SET_ITEM(row.ptr(), k, items[k]);  // NULLs are fine in a tuple freed below
+            if (!items[0] || !items[1] || !items[2]) throw nb::python_error();
+            ++pos_;
+            return row;
+        }
+
+      private:
+        nb::object owner_;  // keeps the counter alive
+        const WordCounter &counter_;
+        int64_t first_id_;
+        size_t size_, pos_ = 0;
+    };
+
     size_t size() const {
         std::lock_guard<std::mutex> lock(mutex_);
         return table_.entries().size();
@@ -339,6 +373,12 @@ int py_char_class(int64_t cp) {
 
 }  // namespace
 
+void bpe::unpack_counts(const uint8_t *p, size_t n,
+                        const std::function<void(const uint8_t *, size_t, uint64_t)> &f) {
+    unpack(p, n, [](const uint8_t *, size_t, uint64_t) {});  // validate first: all or nothing
+    unpack(p, n, f);
+}
+
 void register_scanner(nb::module_ &m) {
     m.def("pretokenize", &py_pretokenize, nb::arg("data"),
           "GPT-2 pre-tokens of special-free UTF-8 ``data``, as ``regex.finditer(GPT2_PATTERN)`` "
@@ -363,6 +403,10 @@ void register_scanner(nb::module_ &m) {
              "The counts as one compact bytes object (see ``WordCounter.add_packed``). Releases the GIL.");
     m.def("count_chunk", &count_chunk, nb::arg("data"), nb::arg("specials"), nb::arg("max_bytes") = 0,
           "``count_words`` without building the dict: a ChunkCounts. Releases the GIL.");
+    nb::class_<WordCounter::RowStream>(m, "WordRowStream", "WordCounter.row_stream: rows made as they are iterated.")
+        .def("__len__", &WordCounter::RowStream::size)
+        .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
+        .def("__next__", &WordCounter::RowStream::next);
     nb::class_<WordCounter>(m, "WordCounter", "Sum of ChunkCounts, native; Python sees words at ``items()``.")
         .def(nb::init<>())
         .def("add", &WordCounter::add, nb::arg("chunk"), "Add a chunk's counts (releases the GIL).")
@@ -371,6 +415,10 @@ void register_scanner(nb::module_ &m) {
         .def("items", &WordCounter::items, "``[(word bytes, count)]`` in first-seen order.")
         .def("rows", &WordCounter::rows, nb::arg("first_id"),
              "``[(id, word bytearray, count)]`` in first-seen order, ids counting from ``first_id``.")
+        .def("row_stream", [](nb::handle self, int64_t first_id) {
+                 return WordCounter::RowStream(nb::borrow(self), nb::cast<const WordCounter &>(self), first_id);
+             }, nb::arg("first_id"),
+             "The rows of ``rows(first_id)``, made one at a time as they are iterated (once).")
         .def("add_packed", &WordCounter::add_packed, nb::arg("packed"),
              "Add packed counts (``ChunkCounts.pack``, ``pack_counts``, ``pack``); ValueError if malformed.")
         .def("pack", &WordCounter::pack, "All counts as one compact bytes object, first-seen order.")

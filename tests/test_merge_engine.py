@@ -215,6 +215,76 @@ def test_checkpoint_rows_keep_a_store_exact(kind, en_counts):
     assert again.bad_word == -1 and again.pair_counts() == table
 
 
+def listed(checkpoint_rows) -> list[list[tuple]]:
+    """Checkpoint rows as lists (the native engine gives row streams, made as they are read)."""
+    return [[tuple(r) for r in rows] for rows in checkpoint_rows]
+
+
+def _counter(word_counts: dict[bytes, int]):
+    from bpe_store import _core
+
+    counter = _core.WordCounter()
+    counter.add_packed(_core.pack_counts(word_counts))
+    return counter
+
+
+@needs_native
+@pytest.mark.parametrize("kind", ["python", "native"])
+@pytest.mark.parametrize("min_frequency", [1, 3])
+def test_an_engine_built_from_a_word_counter_equals_one_built_from_rows(kind, min_frequency, en_counts):
+    """A first counting flush hands its WordCounter to the engine (no Python row per word)."""
+    counter = _counter(en_counts)
+    rows = [(i, bytes(w), c, None) for i, w, c in counter.rows(1)]  # the ids the flush wrote
+    assert [tuple(r) for r in counter.row_stream(1)] == [tuple(r) for r in counter.rows(1)]
+    assert len(counter.row_stream(1)) == len(counter)
+    args = (byte_vocab(), SPECIALS, SPECIALS + 256, 0, kind)
+    a = new_engine(counter, *args, min_frequency=min_frequency)
+    b = new_engine(rows, *args, min_frequency=min_frequency)
+    assert a.pair_counts() == b.pair_counts() and a.bad_word == -1
+    assert a.step(800) == b.step(800)
+    assert listed(a.take_checkpoint_rows()) == listed(b.take_checkpoint_rows())  # the same store word ids
+
+
+@needs_native
+def test_a_malformed_packed_counter_is_a_value_error():
+    from bpe_store import _core
+
+    with pytest.raises(ValueError, match="packed counts"):
+        _core.MergeEngine(b"BPC1\x05", 1, byte_vocab(), SPECIALS, SPECIALS + 256, 0)
+
+
+@needs_native
+def test_compacting_the_pair_word_lists_changes_no_merge(en_counts):
+    """The lists of words holding each pair share one pool, compacted in place when it is mostly
+    freed blocks (automatically only past 1 Mi entries: here forced after every merge)."""
+    _, straight = run(en_counts, "native", 400)
+    e = engine_for(en_counts, "native")
+    merges = []
+    for _ in range(400):
+        merges += e.step(1)
+        before = e._e.index_entries
+        e._e.compact_lists()
+        assert e._e.index_entries == before
+    assert merges == straight
+    assert e.pair_digest() == run(en_counts, "python", 400)[0].pair_digest()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_finish_frees_the_merging_state_and_the_checkpoint_is_the_same(kind, en_counts):
+    a, _ = run(en_counts, kind, 500)
+    b, _ = run(en_counts, kind, 500)
+    b.finish()
+    assert listed(b.take_checkpoint_rows()) == listed(a.take_checkpoint_rows())
+    assert b.pair_digest() == a.pair_digest()
+    if kind == "native":
+        memory = b._e.memory
+        assert memory["word_lists"] == memory["heap"] == memory["pair_index"] == 0
+        with pytest.raises(RuntimeError, match="finish"):
+            b.step(1)
+    else:
+        assert b.step(1) == [] and b.exhausted
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_corrupt_word_rows_are_reported_not_crashed(kind):
     tb = byte_vocab()

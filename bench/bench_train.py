@@ -206,7 +206,9 @@ def main() -> None:
             print(f"| {r['tool']} | {r['error']} | | | | | | | | | |")
             continue
         ratios = [fmt(ours[k] / r[k]) if ours else "" for k in ("wall_s", "cpu_s", "peak_rss_mb")]
-        same = "" if "vocab_digest" not in r or not ours else "yes" if r["vocab_digest"] == ours["vocab_digest"] else "NO"
+        same = ""
+        if ours and "vocab_digest" in r:
+            same = "yes" if r["vocab_digest"] == ours["vocab_digest"] else "NO"
         cells = [r["tool"], f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}", fmt(r.get("count_s")), fmt(r.get("merge_s")),
                  f"{r['peak_rss_mb']:.0f}", str(r["merges"]), same, *ratios]
         print("| " + " | ".join(cells) + " |")

@@ -48,7 +48,8 @@ def test_fresh_rows_from_the_native_counter_equal_the_stored_rows(tmp_path):
     store = _new_store(tmp_path)
     try:
         store.add_word_counts(counter, [(1, 5)], 1.0)
-        fresh = store.take_fresh_word_rows()
+        assert store.take_fresh_word_rows() is counter  # kept whole for the engine: no Python row per word
+        fresh = counter.rows(1)
         assert [(i, bytes(w), c, None) for i, w, c in fresh] == store.load_word_rows()
         assert [r[0] for r in fresh] == list(range(1, len(fresh) + 1))
         assert {bytes(w): c for _, w, c in fresh} == dict(counter.items())

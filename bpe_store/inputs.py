@@ -579,6 +579,7 @@ def jsonl_blocks(read: Callable[[int], bytes], field: str | None, block_size: in
         joined, n, n_lines = jsonl_lines_documents(content, field, where, line, invalid_utf8, native_field)
         lines_seen += n_lines
         consumed += len(content) + (0 if eof else 1)
+        del content  # not held while a block waits to be counted (a whole range unit's lines)
         if n:
             pieces.append(joined)
             n_docs += n

@@ -79,7 +79,7 @@ def test_directly_imported_third_party_packages_are_declared():
             if m:
                 imported.add(m.group(1))
     third_party = {m for m in imported if m not in sys.stdlib_module_names and m not in {"bpe_store", "__future__"}}
-    optional = {"tiktoken", "tokenizers", "transformers", "matplotlib", "ray", "pyarrow", "zstandard"}
+    optional = {"tiktoken", "tokenizers", "transformers", "matplotlib", "ray", "pyarrow", "zstandard", "isal"}
     missing = {m for m in third_party - optional if m.lower() not in deps}
     assert not missing, f"imported but not in [project] dependencies: {sorted(missing)}"
 

@@ -33,9 +33,12 @@ import io
 import json
 import lzma
 import os
+import queue
 import sys
+import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
@@ -145,35 +148,45 @@ def _open_gzip(path: str | os.PathLike) -> BinaryIO:
 class _ZstdReader(io.RawIOBase):
     """Zstandard frames (one or several, concatenated) as a stream. Why not
     ``ZstdDecompressor.stream_reader``: it ends quietly at a truncated frame; this says so
-    (EOFError, as gzip does), so a cut-off file is an error, not a shorter corpus."""
+    (EOFError, as gzip does), so a cut-off file is an error, not a shorter corpus.
+
+    Why the offset into ``_out``: a read returns a slice of what one decompress call gave, so
+    each byte is copied once; slicing off the rest at every read copied it again and again."""
 
     def __init__(self, raw: BinaryIO, zstd):
         self._raw = raw
         self._zstd = zstd
         self._dec = zstd.ZstdDecompressor().decompressobj()
         self._fed = False   # bytes given to the current frame's decompressor
-        self._out = b""
+        self._out = b""     # decompressed, returned up to _at
+        self._at = 0
 
     def readable(self) -> bool:
         return True
 
     def read(self, n: int = -1) -> bytes:
-        while not self._out:
-            data = self._raw.read(_READ)
+        while self._at == len(self._out):
+            data = self._raw.read(_READ // 4)  # ~1 MB decompressed: most reads return it whole
             if not data:
                 if self._fed and not self._dec.eof:
                     raise EOFError("the file ends inside a zstd frame (truncated)")
                 return b""
+            parts = []
             while data:
                 self._fed = True
-                self._out += self._dec.decompress(data)
+                parts.append(self._dec.decompress(data))
                 data = b""
                 if self._dec.eof:  # a frame ended: the rest starts the next one
                     data = self._dec.unused_data
                     self._dec = self._zstd.ZstdDecompressor().decompressobj()
                     self._fed = False
-        k = len(self._out) if n is None or n < 0 else n
-        out, self._out = self._out[:k], self._out[k:]
+            self._out, self._at = b"".join(parts), 0  # one part: no copy
+        k = len(self._out) - self._at if n is None or n < 0 else min(n, len(self._out) - self._at)
+        if self._at == 0 and k == len(self._out):
+            out = self._out
+        else:
+            out = self._out[self._at:self._at + k]
+        self._at += k
         return out
 
     def close(self) -> None:
@@ -212,6 +225,56 @@ def _reader(f: BinaryIO, where: str, compression: str) -> Callable[[int], bytes]
         return data
 
     return read
+
+
+@contextmanager
+def _read_ahead(read: Callable[[int], bytes], depth: int = 4) -> Iterator[Callable[[int], bytes]]:
+    """``read`` run ahead on its own thread: the reader given gets the next piece already read
+    (of ``_READ`` bytes, whatever size it asks for; empty at the end; an error where ``read``
+    raised it, re-raised here). At most ``depth`` pieces wait.
+
+    Why: a compressed file is one work unit, read by one thread; inflating (zlib, ISA-L, zstd,
+    bz2 and lzma all release the GIL) then overlaps parsing its JSON or cutting its text on
+    that thread, instead of taking turns with it, so one big .jsonl.gz does not leave counting
+    threads waiting on a reader that does both. Leaving the ``with`` early (an error, a closed
+    generator) stops the thread and waits for it, so it never reads a closed file."""
+    pieces: queue.Queue[tuple[bytes, BaseException | None]] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            while not stop.is_set():
+                data = read(_READ)
+                pieces.put((data, None))
+                if not data:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the reader, raised there
+            pieces.put((b"", exc))
+
+    thread = threading.Thread(target=run, name="bpe-read-ahead", daemon=True)
+    thread.start()
+    ended = False
+
+    def next_piece(n: int) -> bytes:
+        nonlocal ended
+        if ended:
+            return b""
+        data, exc = pieces.get()
+        if exc is not None:
+            ended = True
+            raise exc
+        ended = not data
+        return data
+
+    try:
+        yield next_piece
+    finally:
+        stop.set()
+        while thread.is_alive():  # free a put blocked on a full queue; the thread then sees `stop`
+            try:
+                pieces.get_nowait()
+            except queue.Empty:
+                thread.join(0.01)
 
 
 def scan_input(item: FileInput, invalid_utf8: str = "strict") -> Source:
@@ -343,8 +406,8 @@ def unit_blocks(unit: Unit, special_tokens: Sequence[str], pattern: str, invalid
                                             read_size=len(data) + 1):
                 yield block
         return
-    with open_decompressed(unit.path, unit.compression) as f:
-        read = _reader(f, where, unit.compression)
+    with open_decompressed(unit.path, unit.compression) as f, \
+            _read_ahead(_reader(f, where, unit.compression)) as read:
         if unit.format == "text":
             yield from text_blocks(read, special_tokens, pattern, block_size, where, invalid_utf8,
                                    decompressed=True, max_pretoken_bytes=max_pretoken_bytes)

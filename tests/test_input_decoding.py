@@ -8,6 +8,8 @@ import json
 import re
 import sqlite3
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,71 @@ def test_jsonl_gz_trains_the_same_with_either_inflater(tmp_path, gzip_backend):
     a = train([gz], tmp_path / "gz.db", **params)
     b = train([plain], tmp_path / "plain.db", **params)
     assert a.merges == b.merges and a.merge_counts == b.merge_counts
+
+
+# -- zstd -----------------------------------------------------------------------------------------
+
+
+def test_zstd_frames_read_whole_in_any_read_size(tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    c = zstandard.ZstdCompressor()
+    frames = [TEXT[:400_000], b"", TEXT[400_000:401_000], TEXT[401_000:]]
+    path = tmp_path / "a.txt.zst"
+    path.write_bytes(b"".join(c.compress(f) for f in frames))
+    for n in (777, 1 << 16, 1 << 22):
+        assert read_all(path, "zst", n=n) == TEXT
+
+
+# -- reading ahead --------------------------------------------------------------------------------
+
+
+def read_ahead_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "bpe-read-ahead"]
+
+
+def test_a_compressed_unit_is_inflated_ahead_on_its_own_thread_and_the_thread_ends_with_it(tmp_path):
+    """Inflating overlaps parsing (one thread each), and leaving the unit early (as a failing
+    count does) stops the inflating thread: no thread outlives its unit."""
+    from bpe_store.inputs import file_input, plan_units, scan_input, unit_blocks, unit_of
+    from bpe_store.pretokenize import GPT2_PATTERN
+
+    path = tmp_path / "a.txt.gz"
+    path.write_bytes(gzip.compress(TEXT * 3))
+    src = scan_input(file_input(path))
+    (start, end, kind, part), = plan_units(src, [], GPT2_PATTERN, 1 << 20)
+    blocks = unit_blocks(unit_of(src, kind, start, end, part), [], GPT2_PATTERN, "strict", 100_000)
+    first = next(blocks)
+    assert len(read_ahead_threads()) == 1
+    blocks.close()
+    assert read_ahead_threads() == []
+    whole = b"".join(unit_blocks(unit_of(src, kind, start, end, part), [], GPT2_PATTERN, "strict", 100_000))
+    assert whole.startswith(first) and whole == TEXT * 3 and read_ahead_threads() == []
+
+
+def test_read_ahead_gives_the_pieces_in_order_then_the_error_and_stays_bounded():
+    from bpe_store.inputs import InputError, _read_ahead
+
+    calls = []
+    release = threading.Event()
+
+    def read(n: int) -> bytes:
+        calls.append(n)
+        if len(calls) == 10:
+            release.wait(5)
+            raise InputError("x.gz: truncated or corrupt gz data")
+        return bytes([len(calls)]) * 3
+
+    with _read_ahead(read, depth=2) as ahead:
+        assert ahead(1) == b"\x01\x01\x01"
+        deadline = time.monotonic() + 5
+        while len(calls) < 4 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.05)
+        assert len(calls) <= 4  # one taken, two waiting, one blocked on the full queue
+        got = [ahead(1) for _ in range(8)]
+        assert got == [bytes([i]) * 3 for i in range(2, 10)]
+        release.set()
+        with pytest.raises(InputError, match="truncated"):
+            ahead(1)
+        assert ahead(1) == b""  # after the error: nothing more
+    assert read_ahead_threads() == []

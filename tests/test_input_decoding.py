@@ -146,7 +146,8 @@ def test_a_compressed_unit_is_inflated_ahead_on_its_own_thread_and_the_thread_en
     from bpe_store.pretokenize import GPT2_PATTERN
 
     path = tmp_path / "a.txt.gz"
-    path.write_bytes(gzip.compress(TEXT * 3))
+    data = TEXT * 8  # more than the 4 pieces of 1 MB read ahead: the thread waits for the reader
+    path.write_bytes(gzip.compress(data))
     src = scan_input(file_input(path))
     (start, end, kind, part), = plan_units(src, [], GPT2_PATTERN, 1 << 20)
     blocks = unit_blocks(unit_of(src, kind, start, end, part), [], GPT2_PATTERN, "strict", 100_000)
@@ -155,7 +156,7 @@ def test_a_compressed_unit_is_inflated_ahead_on_its_own_thread_and_the_thread_en
     blocks.close()
     assert read_ahead_threads() == []
     whole = b"".join(unit_blocks(unit_of(src, kind, start, end, part), [], GPT2_PATTERN, "strict", 100_000))
-    assert whole.startswith(first) and whole == TEXT * 3 and read_ahead_threads() == []
+    assert whole.startswith(first) and whole == data and read_ahead_threads() == []
 
 
 def test_read_ahead_gives_the_pieces_in_order_then_the_error_and_stays_bounded():
@@ -185,3 +186,94 @@ def test_read_ahead_gives_the_pieces_in_order_then_the_error_and_stays_bounded()
             ahead(1)
         assert ahead(1) == b""  # after the error: nothing more
     assert read_ahead_threads() == []
+
+
+# -- parquet --------------------------------------------------------------------------------------
+
+DOCS = ["abc", "", "naïve café", "日本語", "", "x\n", "<|endoftext|>", " y"]
+
+
+def arrow_columns() -> dict[str, object]:
+    pa = pytest.importorskip("pyarrow")
+    cols = {
+        "string": pa.array(DOCS, pa.string()),
+        "large_string": pa.array(DOCS, pa.large_string()),
+        "dictionary": pa.array(DOCS, pa.string()).dictionary_encode(),
+        "sliced": pa.array(["before", *DOCS, "after"], pa.string()).slice(1, len(DOCS)),
+        "chunked": pa.chunked_array([pa.array(DOCS[:3]), pa.array([], pa.string()), pa.array(DOCS[3:])]),
+        "chunked large_string": pa.chunked_array([pa.array(d, pa.large_string()) for d in (DOCS[:1], DOCS[1:])]),
+    }
+    if hasattr(pa, "string_view"):
+        cols["string_view"] = pa.array(DOCS, pa.string_view())
+    return cols
+
+
+@pytest.mark.parametrize("kind", ["string", "large_string", "dictionary", "sliced", "chunked", "chunked large_string",
+                                  "string_view"])
+def test_parquet_strings_join_from_arrow_buffers(kind):
+    from bpe_store.inputs import DOC_SEP, _parquet_documents
+
+    cols = arrow_columns()
+    if kind not in cols:
+        pytest.skip("this pyarrow has no string_view")
+    got = _parquet_documents(cols[kind], "f.parquet: row group 0", 0, "text", "strict")
+    assert got == DOC_SEP.join(d.encode("utf-8") for d in DOCS)
+
+
+def test_parquet_null_names_its_row_across_chunks():
+    pa = pytest.importorskip("pyarrow")
+    from bpe_store.inputs import InputError, _parquet_documents
+
+    arr = pa.chunked_array([pa.array(["a", "b"]), pa.array(["c", None, "d"])])
+    with pytest.raises(InputError, match=r"^f.parquet: row group 3, row 13: 'text' is null, not a string$"):
+        _parquet_documents(arr, "f.parquet: row group 3", 10, "text", "strict")
+
+
+def write_invalid_utf8_parquet(path: Path) -> Path:
+    """A string column holding invalid UTF-8 (pyarrow writes what it is given)."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    raw = pa.array([b"good one", b"bad \xff byte", b"caf\xc3", b"\xa9 split"], pa.binary())
+    pq.write_table(pa.table({"text": pa.Array.from_buffers(pa.string(), len(raw), raw.buffers())}), path)
+    return path
+
+
+def test_parquet_invalid_utf8_is_refused_naming_the_row_or_replaced(tmp_path):
+    path = write_invalid_utf8_parquet(tmp_path / "bad.parquet")
+    result = run("train", path, "--db", tmp_path / "a.db", "--vocab-size", 300, "--progress", "none")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == ("error: " + str(path) + ": row group 0, row 1: invalid UTF-8 at byte 4: "
+                                     "invalid start byte; fix the file or pass --invalid-utf8 replace")
+    # replaced per document: a character cut between two rows is two U+FFFD, never rejoined
+    from bpe_store import train
+    from bpe_store.inputs import DOC_SEP, _parquet_documents
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    replaced = ["good one", "bad \ufffd byte", "caf\ufffd", "\ufffd split"]
+    col = pq.read_table(path).column("text")
+    assert _parquet_documents(col, "x", 0, "text", "replace") == DOC_SEP.join(d.encode("utf-8") for d in replaced)
+    text = tmp_path / "same.txt"
+    text.write_text("<|endoftext|>".join(replaced), encoding="utf-8")
+    params = dict(vocab_size=270, special_tokens=["<|endoftext|>"], invalid_utf8="replace")
+    a = train([path], tmp_path / "b.db", **params)
+    b = train([text], tmp_path / "c.db", **params)
+    assert a.merges == b.merges and a.merge_counts == b.merge_counts
+
+
+def test_large_string_and_dictionary_parquet_columns_train_as_the_text(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from bpe_store import train
+
+    docs = TEXT.decode("utf-8").split("<|endoftext|>")[:60] + DOCS
+    text = tmp_path / "same.txt"
+    text.write_text("<|endoftext|>".join(docs), encoding="utf-8")
+    params = dict(vocab_size=350, special_tokens=["<|endoftext|>"], chunk_size=20_000, workers=2)
+    expected = train([text], tmp_path / "t.db", **params)
+    for name, col in [("large", pa.array(docs, pa.large_string())),
+                      ("dict", pa.array(docs, pa.string()).dictionary_encode())]:
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.table({"text": col}), path, row_group_size=16)
+        assert pq.read_schema(path).field("text").type == col.type  # read back as written
+        got = train([path], tmp_path / f"{name}.db", **params)
+        assert got.merges == expected.merges and got.merge_counts == expected.merge_counts

@@ -1,5 +1,6 @@
 """Counting throughput per input kind: the same documents as plain text (with <|endoftext|>),
-jsonl, jsonl.gz (one file, and shards), zstd jsonl and parquet.
+jsonl, jsonl.gz (one file, and shards; inflated by ISA-L when isal is installed, and as
+``jsonl.gz, zlib`` by the standard library's fallback), zstd jsonl and parquet.
 
     python bench/bench_inputs.py --make /tmp/bench-inputs     # write the conversions (once)
     python bench/bench_inputs.py /tmp/bench-inputs --workers 2 --repeat 3
@@ -12,14 +13,17 @@ time (user + sys, the least of the runs: on a shared machine the stable figure) 
 its peak resident memory. MB/s are of the documents' text (the plain text file's size), so every
 kind is measured against the same work. ``--read-only``: CPU seconds of one thread turning every
 work unit into the blocks counting consumes (``inputs.unit_blocks``: decompressing, parsing,
-checking UTF-8), without counting. Results: bench/RESULTS-inputs.md.
+checking UTF-8), without counting; it also reads bz2 and xz conversions (``--make`` writes them;
+they inflate too slowly to be worth a counting run). Results: bench/RESULTS-inputs.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import bz2
 import gzip
 import json
+import lzma
 import subprocess
 import sys
 import tempfile
@@ -32,10 +36,15 @@ KINDS = {
     "text": ["enwiki.txt"],
     "jsonl": ["enwiki.jsonl"],
     "jsonl.gz": ["enwiki.jsonl.gz"],
+    "jsonl.gz, zlib": ["enwiki.jsonl.gz"],  # isal hidden: the standard library's inflater
     "jsonl.gz x4 shards": [f"shards/part-{i}.jsonl.gz" for i in range(4)],
     "jsonl.zst": ["enwiki.jsonl.zst"],
     "parquet": ["enwiki.parquet"],
 }
+#: read by --read-only only
+SLOW_KINDS = {"jsonl.bz2": ["enwiki.jsonl.bz2"], "jsonl.xz": ["enwiki.jsonl.xz"]}
+#: run first in a child of a ", zlib" kind: importing isal fails as if it were not installed
+NO_ISAL = 'import sys; sys.modules["isal"] = sys.modules["isal.igzip"] = None\n'
 
 CHILD = """
 import json, resource, sys, time
@@ -69,6 +78,8 @@ def make(out: Path, corpus: Path) -> None:
     (out / "enwiki.jsonl").write_bytes(data)
     (out / "enwiki.jsonl.gz").write_bytes(gzip.compress(data, compresslevel=6))
     (out / "enwiki.jsonl.zst").write_bytes(zstandard.ZstdCompressor(level=3).compress(data))
+    (out / "enwiki.jsonl.bz2").write_bytes(bz2.compress(data, 9))
+    (out / "enwiki.jsonl.xz").write_bytes(lzma.compress(data, preset=6))
     (out / "shards").mkdir(exist_ok=True)
     n = len(lines)
     for i in range(4):
@@ -95,16 +106,22 @@ print(json.dumps({"read_cpu_s": cpu, "rss_mb": resource.getrusage(resource.RUSAG
 """
 
 
-def read_only(inputs: list[Path]) -> dict:
-    out = subprocess.run([sys.executable, "-c", READ_ONLY, json.dumps({"inputs": [str(p) for p in inputs]})],
-                         capture_output=True, text=True, check=True)
+def child_code(code: str, kind: str) -> str:
+    return (NO_ISAL if kind.endswith(", zlib") else "") + code
+
+
+def read_only(inputs: list[Path], kind: str) -> dict:
+    arg = json.dumps({"inputs": [str(p) for p in inputs]})
+    out = subprocess.run([sys.executable, "-c", child_code(READ_ONLY, kind), arg], capture_output=True, text=True,
+                         check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run(inputs: list[Path], workers: int) -> dict:
+def run(inputs: list[Path], workers: int, kind: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         arg = json.dumps({"inputs": [str(p) for p in inputs], "db": str(Path(tmp) / "b.db"), "workers": workers})
-        out = subprocess.run([sys.executable, "-c", CHILD, arg], capture_output=True, text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", child_code(CHILD, kind), arg], capture_output=True, text=True,
+                             check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -115,7 +132,7 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=CORPUS)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--kinds", nargs="*", default=list(KINDS))
+    ap.add_argument("--kinds", nargs="*", help="default: all (--read-only: also bz2 and xz)")
     ap.add_argument("--read-only", action="store_true", help="time reading alone (one thread, no counting)")
     a = ap.parse_args()
     if a.make:
@@ -125,8 +142,8 @@ def main() -> None:
     if a.read_only:
         print(f"| kind | reading CPU s (least of {a.repeat}) | per 100 MB of text | peak RSS MB |")
         print("|---|---:|---:|---:|")
-        for kind in a.kinds:
-            runs = [read_only([a.dir / p for p in KINDS[kind]]) for _ in range(a.repeat)]
+        for kind in a.kinds or [*KINDS, *SLOW_KINDS]:
+            runs = [read_only([a.dir / p for p in {**KINDS, **SLOW_KINDS}[kind]], kind) for _ in range(a.repeat)]
             cpu = min(r["read_cpu_s"] for r in runs)
             print(f"| {kind} | {cpu:.2f} | {cpu * 100 / text_mb:.2f} | {max(r['rss_mb'] for r in runs):.0f} |",
                   flush=True)
@@ -135,9 +152,9 @@ def main() -> None:
           " | CPU vs text | peak RSS MB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     base = base_cpu = None
-    for kind in a.kinds:
+    for kind in a.kinds or list(KINDS):
         inputs = [a.dir / p for p in KINDS[kind]]
-        runs = [run(inputs, a.workers) for _ in range(a.repeat)]
+        runs = [run(inputs, a.workers, kind) for _ in range(a.repeat)]
         best = min(runs, key=lambda r: r["count_s"])
         cpu = min(r["cpu_s"] for r in runs)
         rate = text_mb / best["count_s"]

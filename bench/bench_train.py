@@ -143,7 +143,10 @@ def measure(tool: str, path: Path, vocab: int, threads: int) -> dict:
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
                TOKENIZERS_PARALLELISM="true")
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, __file__, "--child", tool, "--path", str(path), "--vocab",
+    # -S passes on: `python -S` with PYTHONPATH measures another checkout (an editable install's
+    # import hook, set up by site, would otherwise win over PYTHONPATH)
+    flags = ["-S"] if sys.flags.no_site else []
+    proc = subprocess.Popen([sys.executable, *flags, __file__, "--child", tool, "--path", str(path), "--vocab",
                              str(vocab), "--threads", str(threads)], stdout=subprocess.PIPE, text=True, env=env)
     ps = psutil.Process(proc.pid)
     peak = 0

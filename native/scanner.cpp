@@ -280,20 +280,23 @@ class WordCounter {
         if (!out.is_valid()) throw nb::python_error();
         Py_ssize_t k = 0;
         for (const auto &e : entries) {
-            PyObject *row = PyTuple_New(3);
-            if (row == nullptr) throw nb::python_error();
-            PyList_SET_ITEM(out.ptr(), k++, row);  // owned by the list from here, even on error
-            PyObject *id = PyLong_FromLongLong(first_id + int64_t(k - 1));
-            if (id == nullptr) throw nb::python_error();
-            PyTuple_SET_ITEM(row, 0, id);
-            PyObject *word = PyByteArray_FromStringAndSize(reinterpret_cast<const char *>(e.ptr), Py_ssize_t(e.len));
-            if (word == nullptr) throw nb::python_error();
-            PyTuple_SET_ITEM(row, 1, word);
-            PyObject *count = PyLong_FromUnsignedLongLong(e.count);
-            if (count == nullptr) throw nb::python_error();
-            PyTuple_SET_ITEM(row, 2, count);
+            PyObject *row = row_of(e, first_id + int64_t(k)).release().ptr();
+            PyList_SET_ITEM(out.ptr(), k++, row);
         }
         return nb::borrow<nb::list>(out);
+    }
+
+    // One row (id, word as bytearray, count); the tuple is freed if any part fails.
+    static nb::object row_of(const bpe::detail::WordTable::Entry &e, int64_t id) {
+        nb::object row = nb::steal(PyTuple_New(3));
+        if (!row.is_valid()) throw nb::python_error();
+        PyObject *items[3] = {
+            PyLong_FromLongLong(id),
+            PyByteArray_FromStringAndSize(reinterpret_cast<const char *>(e.ptr), Py_ssize_t(e.len)),
+            PyLong_FromUnsignedLongLong(e.count)};
+        for (int k = 0; k < 3; ++k) PyTuple_SET_ITEM(row.ptr(), k, items[k]);  // a NULL is fine in a freed tuple
+        if (!items[0] || !items[1] || !items[2]) throw nb::python_error();
+        return row;
     }
 
     // The same rows as ``rows``, made one at a time as they are iterated: an executemany over
@@ -310,15 +313,7 @@ class WordCounter {
             if (entries.size() != size_) throw std::runtime_error("WordCounter changed while its rows were read");
             if (pos_ >= size_) throw nb::stop_iteration();
             const auto &e = entries[pos_];
-            nb::object row = nb::steal(PyTuple_New(3));
-            if (!row.is_valid()) throw nb::python_error();
-            PyObject *items[3] = {
-                PyLong_FromLongLong(first_id_ + int64_t(pos_)),
-                // bytearray, as ``rows`` makes: sqlite3 binds it without the adapter lookup
-                PyByteArray_FromStringAndSize(reinterpret_cast<const char *>(e.ptr), Py_ssize_t(e.len)),
-                PyLong_FromUnsignedLongLong(e.count)};
-            for (int k = 0; k < 3; ++k) PyTuple_SET_ITEM(row.ptr(), k, items[k]);  // NULLs are fine in a tuple freed below
-            if (!items[0] || !items[1] || !items[2]) throw nb::python_error();
+            nb::object row = row_of(e, first_id_ + int64_t(pos_));
             ++pos_;
             return row;
         }

@@ -58,6 +58,7 @@ from .sources import Source
 if TYPE_CHECKING:  # pragma: no cover
     from sqlalchemy.engine import Connection
 
+    from ._core import WordIds
     from .count import WordCounter
 
 #: ``PRAGMA application_id`` of every bpe_store file ("BPE1"): tells our stores from other SQLite files.
@@ -156,6 +157,16 @@ def unpack_tokens(blob: bytes) -> list[int]:
     a = array.array("I")
     a.frombytes(blob)
     return a.tolist()
+
+
+def _test_pause(point: str) -> None:
+    """Tests only: when ``BPE_STORE_TEST_PAUSE`` names ``point`` (``create``; ``flush:N``, inside
+    the N-th counting flush's transaction), say so on stderr and sleep, for a kill -9 just there."""
+    if os.environ.get("BPE_STORE_TEST_PAUSE") == point:
+        import sys
+
+        print(f"bpe_store: paused at {point}", file=sys.stderr, flush=True)
+        time.sleep(120)
 
 
 def is_db_error(exc: BaseException) -> bool:
@@ -326,7 +337,8 @@ class Store:
         self._run_checked = False
         self._guard = _Guard()
         db.set_progress_handler(self._guard, _Guard.STEPS)
-        self._word_ids: dict[bytes, int] | None = None
+        self._words: Any = None  # a native WordIds while counting (see add_word_counts)
+        self._flushes = 0  # counting flushes written by this connection
         self._fresh_rows: list[tuple[int, bytes | bytearray, int]] | WordCounter | None = None
         #: after each write: ``{"wal_bytes": int, "wal_blocked": bool}`` (see ``_truncate_wal``)
         self.wal: dict[str, Any] = {"wal_bytes": 0, "wal_blocked": False}
@@ -423,11 +435,7 @@ class Store:
             store.revision = HEAD
             if init is not None:
                 init(store)
-            if os.environ.get("BPE_STORE_TEST_PAUSE") == "create":  # tests: kill a creation half-way
-                import sys
-
-                print("bpe_store: paused while creating the store", file=sys.stderr, flush=True)
-                time.sleep(120)
+            _test_pause("create")  # tests: kill a creation half-way
         finally:
             store.close()
         if not durable:
@@ -700,52 +708,61 @@ class Store:
                         elapsed_s: float, stream_at: StreamMark | None = None) -> None:
         """One transaction: add ``(word, count)`` deltas and mark ``(chunk id, pre-tokens)`` counted.
 
-        Word ids are assigned here from an in-memory ``{bytes: id}`` map (loaded from the store on
-        first use), so a new word is a rowid append and a known one an update by rowid.
-        ``counts`` may also be a native ``WordCounter``. ``stream_at``: where a stream's counting
-        stands once these counts are in (written in the same transaction).
+        ``counts``: a native ``WordCounter``, a ``{bytes: count}`` dict, or ``(word, count)`` pairs.
+        ``stream_at``: where a stream's counting stands once these counts are in (written in the
+        same transaction).
 
-        The first flush into an empty ``words`` table needs no map: every word is new, ids are
-        1, 2, ... in order. Its rows are kept (``take_fresh_word_rows``) while no later flush
-        changes the table, so the merge phase starts from them instead of reading ~1M rows back
-        (enwiki-100M: load_word_rows cost 0.3 s, the map 0.25 s and ~100 MB).
+        Word ids come from ``self._words`` (a native ``WordIds``: every word of the store with
+        its id and total, loaded from the store on first use), so a new word is a rowid append
+        and a known one an update by rowid, the updates sorted by id so SQLite walks ``words``
+        once, in order. Why: at OpenWebText scale (~7 M words, ~1-2 M per flush) the Python
+        ``{bytes: id}`` map and an UPDATE per word in hash order cost 6-9 CPU-s and ~20 s of
+        wall per flush (page cache misses, WAL spills) and ~0.85 GB (bench/RESULTS-scale.md).
+
+        The first flush into an empty ``words`` table needs no map: every word is new, ids 1, 2,
+        ... in order. A native counter streams its rows into the INSERT and is kept as it is for
+        the merge engine (``take_fresh_word_rows``; a list of enwiki-100M's 445 K rows was ~90 MB,
+        its peak) while no later flush changes the table; a later flush reads the map from the store.
         """
-        native = hasattr(counts, "rows")
-        if not native and hasattr(counts, "items"):
-            counts = counts.items()  # a Counter / dict
-        if self._word_ids is None and self._fresh_rows is None and self._words_empty():
-            # native: rows made one at a time as the INSERT binds them, and the counter itself kept
-            # for the merge engine (a list of 445 K rows was ~90 MB, enwiki-100M's peak)
-            rows = counts.row_stream(1) if native else [(i, w, c) for i, (w, c) in enumerate(counts, 1)]
+        native = hasattr(counts, "row_stream")
+        if not native and not isinstance(counts, dict):
+            counts = dict(counts)  # pairs (a word may repeat: summed, as the store would)
+        if self._words is None and self._fresh_rows is None and self._words_empty():
+            rows = counts.row_stream(1) if native else [(i, w, c) for i, (w, c) in enumerate(counts.items(), 1)]
             self._write_word_counts(rows, [], chunk_done, elapsed_s, stream_at)
             self._fresh_rows = counts if native else rows  # only once committed: then it is what the store holds
             return
-        if native:
-            counts = counts.items()
-        if self._word_ids is None:
-            if self._fresh_rows is not None:
-                fresh = self._fresh_rows
-                self._word_ids = {bytes(r[1]): r[0] for r in (fresh.rows(1) if hasattr(fresh, "rows") else fresh)}
-            else:
-                self._word_ids = {b: i for i, b in self.sql("SELECT id, bytes FROM words")}
         self._fresh_rows = None  # this flush changes counts: the kept rows would be stale
-        ids = self._word_ids
-        new: list[tuple[int, bytes, int]] = []
-        old: list[tuple[int, int]] = []
-        next_id = len(ids) + 1
-        for word, count in counts:
-            i = ids.get(word)
-            if i is None:
-                new.append((next_id, word, count))
-                next_id += 1
-            else:
-                old.append((count, i))
-        self._write_word_counts(new, old, chunk_done, elapsed_s, stream_at)
-        for i, word, _ in new:  # only once committed: a failed flush leaves the map as the store
-            ids[word] = i
+        words = self._words if self._words is not None else self._load_words()
+        try:
+            new, old = words.add(counts)
+            self._write_word_counts(new, old, chunk_done, elapsed_s, stream_at)
+        except BaseException:
+            self._words = None  # the store is the truth: reloaded from it if counting goes on
+            raise
+        self._words = words
 
     def _words_empty(self) -> bool:
         return self.sql("SELECT NOT EXISTS (SELECT 1 FROM words)").scalar() == 1
+
+    def _load_words(self) -> Any:
+        """A ``WordIds`` holding the store's words (read in batches: one Python row at a time
+        is never more than a batch)."""
+        try:
+            from ._core import WordIds
+        except ImportError:  # no native core in this installation
+            WordIds = PyWordIds  # noqa: N806
+        words = WordIds()
+        cur = self.db.execute("SELECT id, bytes, count FROM words ORDER BY id")
+        try:
+            while batch := cur.fetchmany(100_000):
+                words.load(batch)
+        except (TypeError, ValueError) as exc:
+            msg = f"{self.path}: the store's words are damaged ({exc}); start over with --restart"
+            raise StoreError(msg) from None
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        return words
 
     def _write_word_counts(self, new: list[tuple[int, bytes, int]], old: list[tuple[int, int]],
                            chunk_done: Sequence[tuple[int, int]], elapsed_s: float,
@@ -765,14 +782,20 @@ class Store:
                          " WHERE id = ?", (m.bytes, int(m.finished), m.pretokens, m.chunk_id))
             self.sql("UPDATE run SET updated_at = ? WHERE id = 1", (now(),))
             self.add_checkpoint_row("counting", 0, elapsed_s, None)
+            self._flushes += 1
+            _test_pause(f"flush:{self._flushes}")  # tests: kill inside a flush's transaction
 
-    def take_fresh_word_rows(self) -> list[tuple[int, bytes | bytearray, int]] | WordCounter | None:
-        """The rows ``(id, word, count)`` of the one flush that wrote every word (see
-        ``add_word_counts``): ``load_word_rows`` without the tokens column, which is NULL for all
-        of them; None when the store must be read. A native flush keeps its ``WordCounter``
-        instead, whose words are those rows (ids 1, 2, ... in its order; ``merge.new_engine``
-        takes either). Handed over once: the store forgets them."""
-        rows, self._fresh_rows = self._fresh_rows, None
+    def take_fresh_word_rows(self) -> list[tuple[int, bytes | bytearray, int]] | WordCounter | WordIds | None:
+        """Every word from what this session's flushes left in memory (see ``add_word_counts``),
+        for ``merge.new_engine``: the one flush's rows ``(id, word, count)`` (``load_word_rows``
+        without the tokens column, NULL while counting) or its native ``WordCounter``, or after
+        more flushes the native ``WordIds`` (both: words in id order 1, 2, ..., read by the
+        native engine without a Python object per word); None when nothing was flushed here and
+        the store must be read. Handed over once: the store forgets them (and the word map)."""
+        rows, words = self._fresh_rows, self._words
+        self._fresh_rows = self._words = None
+        if rows is None and words is not None:
+            rows = words if hasattr(words, "pack") else words.rows()
         return rows
 
     def load_word_rows(self) -> list[tuple[int, bytes, int, bytes | None]]:
@@ -798,7 +821,7 @@ class Store:
                              [(a, b, c) for (a, b), c in pairs.items()])
             self.sql("UPDATE run SET phase = 'merging', updated_at = ? WHERE id = 1", (now(),))
             self.add_checkpoint_row("merging", 0, elapsed_s, None)
-        self._word_ids = None  # counting is over; free the map
+        self._words = None  # counting is over; free the map
         self._fresh_rows = None
 
     # -- merging -------------------------------------------------------------------------------
@@ -888,6 +911,52 @@ class Store:
             raw.executemany('UPDATE pair_counts SET count = ? WHERE "left" = ? AND "right" = ?', pair_updates)
         if pair_inserts:
             raw.executemany('INSERT INTO pair_counts ("left", "right", count) VALUES (?, ?, ?)', pair_inserts)
+
+
+class PyWordIds:
+    """``_core.WordIds`` in Python, for an installation without the native core: the same
+    methods and rows (word -> dense id in first-seen order, and its total count)."""
+
+    def __init__(self) -> None:
+        self._index: dict[bytes, int] = {}  # word -> entry number (id - 1)
+        self._words: list[bytes] = []
+        self._counts: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._words)
+
+    def load(self, rows: list[tuple[int, bytes, int]]) -> None:
+        for i, word, count in rows:
+            if i != len(self._words) + 1:
+                raise ValueError("word ids are not 1, 2, 3, ... in order")
+            if word in self._index:
+                raise ValueError("a word is stored twice")
+            if not isinstance(count, int) or count < 0:
+                raise ValueError("a word count is negative or not 64-bit")
+            self._index[word] = len(self._words)
+            self._words.append(word)
+            self._counts.append(count)
+
+    def add(self, counts: Any) -> tuple[list[tuple[int, bytearray, int]], list[tuple[int, int]]]:
+        first_new = len(self._words)
+        known: list[tuple[int, int]] = []
+        for word, count in counts.items():  # a dict: each word once
+            k = self._index.get(word)
+            if k is None:
+                self._index[word] = len(self._words)
+                self._words.append(bytes(word))
+                self._counts.append(count)
+            else:
+                self._counts[k] += count
+                known.append((k, count))
+        known.sort()
+        return self._rows(first_new), [(c, k + 1) for k, c in known]
+
+    def rows(self, first_id: int = 1) -> list[tuple[int, bytearray, int]]:
+        return self._rows(0, first_id - 1)
+
+    def _rows(self, first: int, shift: int = 0) -> list[tuple[int, bytearray, int]]:
+        return [(k + 1 + shift, bytearray(self._words[k]), self._counts[k]) for k in range(first, len(self._words))]
 
 
 class _Transaction:

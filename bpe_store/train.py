@@ -555,7 +555,7 @@ def _count_reduce(job: _Job, results: Iterable, native: bool, status: Callable[[
                   done: int, total: int) -> None:
     """The reduce step: add the map step's ``results`` into one counter, flushed (with the marks
     of the units it holds) every ``count_flush_seconds``, on a stop request and at the end."""
-    writer = _CountWriter(job, total, background=job.count_engine == "ray")
+    writer = _CountWriter(job, total)
     try:
         delta = new_word_counts(native)
         marks: list[tuple[int, int]] = []
@@ -567,7 +567,7 @@ def _count_reduce(job: _Job, results: Iterable, native: bool, status: Callable[[
             job.emit(stage="counting", done=done, total=total, **status())
             writer.poll()
             stopping = job.stopping()
-            if time.monotonic() - last_flush >= job.count_flush_seconds or stopping:
+            if writer.due(last_flush) or stopping:
                 writer.flush(delta, marks, done, final=False, wait=stopping)
                 delta, marks, last_flush = new_word_counts(native), [], time.monotonic()
                 if stopping:
@@ -585,20 +585,34 @@ def _count_reduce(job: _Job, results: Iterable, native: bool, status: Callable[[
 class _CountWriter:
     """Writes counting flushes, each one transaction, and reports them.
 
-    Ray (``background``): a flush is written by a second thread while the reduce step keeps adding
-    results into a fresh counter, because the driver is the one reducer of a whole cluster: a
-    synchronous flush (seconds for ~1 M words) left every worker idle once its 2 units in flight
-    were done (bench/RESULTS-ray.md). At most one flush is in flight (two counters in memory); each
-    is still one transaction, and its checkpoint event comes once it has committed.
+    A flush is written by a second thread while the reduce step keeps adding results into a fresh
+    counter: a synchronous flush (seconds for ~1 M words, much of it waiting on the disk: the WAL,
+    fsync, copying it back) left every counting thread, or with Ray every worker of the cluster,
+    idle once its units in flight were done (bench/RESULTS-ray.md, bench/RESULTS-scale.md). At
+    most one flush is in flight (two counters in memory); each is still one transaction, and its
+    checkpoint event comes once it has committed. A stop request and the last flush wait.
     """
 
-    def __init__(self, job: _Job, total: int, background: bool):
+    def __init__(self, job: _Job, total: int, background: bool = True):
         self.job, self.total = job, total
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="bpe-flush") if background else None
         self.flushing: Future | None = None
+        self.write_s = 0.0  # how long the last flush took
+
+    def due(self, last_flush: float) -> bool:
+        """Whether to flush now: ``count_flush_seconds`` after the last one, and no sooner than
+        twice that flush's own time, and never while one is in flight.
+
+        Why the flush's own time: a flush costs about the words it touches, a growing share of a
+        growing table (OpenWebText: ~1.5 M of 7 M); waiting twice its time keeps the writer busy
+        at most half the time, so it never falls behind and counting never waits for it."""
+        wait = max(self.job.count_flush_seconds, 2 * self.write_s)
+        return self.flushing is None and time.monotonic() - last_flush >= wait
 
     def write(self, delta: Counter[bytes] | WordCounter, marks: list[tuple[int, int]], at: int) -> int:
+        t0 = time.monotonic()
         self.job.store.add_word_counts(delta, marks, self.job.elapsed())
+        self.write_s = time.monotonic() - t0
         return at
 
     def committed(self) -> None:

@@ -237,9 +237,10 @@ class WordTable {
         entries_.reserve(cap / 2);
     }
 
-    // Adds `k` occurrences of the word p[0, n). A new word's entry keeps the view `p` unless
-    // `arena` is given, which then receives a copy (for tables that outlive their input).
-    void add(const uint8_t *p, size_t n, uint64_t k = 1, ByteArena *arena = nullptr);
+    // Adds `k` occurrences of the word p[0, n) and returns its entry number (0-based, in
+    // first-seen order). A new word's entry keeps the view `p` unless `arena` is given, which
+    // then receives a copy (for tables that outlive their input).
+    size_t add(const uint8_t *p, size_t n, uint64_t k = 1, ByteArena *arena = nullptr);
 
     // Distinct words with their counts, in first-seen order.
     const std::vector<Entry> &entries() const { return entries_; }
@@ -297,7 +298,7 @@ class ByteArena {
     size_t used_ = kBlock;
 };
 
-inline void WordTable::add(const uint8_t *p, size_t n, uint64_t k, ByteArena *arena) {
+inline size_t WordTable::add(const uint8_t *p, size_t n, uint64_t k, ByteArena *arena) {
     const uint64_t h = hash_bytes(p, n);
     const uint64_t tag = h >> 32;
     size_t i = size_t(h) & mask_;
@@ -308,13 +309,13 @@ inline void WordTable::add(const uint8_t *p, size_t n, uint64_t k, ByteArena *ar
             entries_.push_back({arena != nullptr ? arena->copy(p, n) : p, n, k});
             index_[i] = (tag << 32) | uint64_t(entries_.size());  // entry number + 1: 0 means empty
             if (entries_.size() * 2 > index_.size()) grow();      // load <= 1/2 keeps probes short
-            return;
+            return entries_.size() - 1;
         }
         if ((slot >> 32) == tag) {  // most other words fail here, without touching their bytes
             Entry &e = entries_[uint32_t(slot) - 1];
             if (e.len == n && equal_bytes(e.ptr, p, n)) {
                 e.count += k;
-                return;
+                return uint32_t(slot) - 1;
             }
         }
         i = (i + 1) & mask_;

@@ -109,7 +109,7 @@ def test_a_kill_while_creating_leaves_no_store_and_the_same_command_trains(tmp_p
                             env={**env(), "BPE_STORE_TEST_PAUSE": "create"})
     try:
         line = proc.stderr.readline()
-        assert "paused while creating" in line, line
+        assert "paused at create" in line, line
         assert any(n.startswith(".run.db.creating-") for n in os.listdir(tmp_path))
         proc.send_signal(signal.SIGKILL)
     finally:

@@ -122,6 +122,14 @@ def _counting(store: Store) -> Row:
     return {"chunks_total": r[0], "chunks_done": r[1], "bytes_total": r[2], "bytes_done": r[3]}
 
 
+def _words(store: Store) -> int:
+    """The number of distinct words. Why ``max(id)``, not ``count(*)``: bpe_store gives words the
+    ids 1, 2, 3, ... and never deletes one (``Store.add_word_counts``), so the largest id is the
+    count, read at the end of the B-tree, while ``count(*)`` walked all ~7 M rows of an
+    OpenWebText store (seconds from a cold cache; bench/RESULTS-scale.md)."""
+    return store.sql("SELECT coalesce(max(id), 0) FROM words").scalar()
+
+
 def _speed(store: Store, phase: str, counting: Row) -> float | None:
     """Units per second of training time: bytes while counting, merges while merging."""
     if phase == "counting":
@@ -210,7 +218,7 @@ def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
             "min_frequency": run.get("min_frequency", 1), "max_token_length": run.get("max_token_length"),
             "invalid_utf8": run["invalid_utf8"], "inputs": _inputs(store), "counting": counting,
             "merges_done": merges_done, "merges_target": target,
-            "words": store.sql("SELECT count(*) FROM words").scalar(),
+            "words": _words(store),
             "elapsed_s": float(last["elapsed_s"]) if last else 0.0,
             "speed": speed, "speed_unit": "bytes/s" if run["phase"] == "counting" else "merges/s",
             "eta_s": _eta(run["phase"], speed, counting, merges_done, target),

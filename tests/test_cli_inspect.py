@@ -96,6 +96,44 @@ def test_status_says_when_a_process_holds_the_store(stopped_path):
     assert st["held"] is True and "running      yes" in text
 
 
+@pytest.fixture(scope="module")
+def counting_path(tmp_path_factory) -> Path:
+    """A store stopped while counting, after a few flushes (and one resumed session's flushes)."""
+    db = tmp_path_factory.mktemp("counting") / "run.db"
+    for part in (0.3, 0.6):  # stop when this share of the input is counted
+        stop = threading.Event()
+
+        def progress(e: dict, stop=stop, part=part) -> None:
+            if e["stage"] == "counting" and e["done"] >= part * e["total"]:
+                stop.set()
+
+        with pytest.raises(Interrupted):
+            train([SMALL_TEXT.parent / "enwiki-1M.txt"], db, VOCAB, [SPECIAL], chunk_size=20_000,
+                  count_flush_seconds=0.0, progress=progress, stop=stop)
+    return db
+
+
+@pytest.mark.parametrize("which", ["counting_path", "stopped_path", "store_path"])
+def test_status_and_the_progress_view_answer_from_summaries_equal_to_full_counts(which, request):
+    """``words`` comes from ``max(words.id)``, not a scan of the table; it must equal the count,
+    while counting (two sessions' flushes), mid-merge and done. The progress view gives the same
+    (before v0_3_0_progress_view it failed: json_array_length is unsafe with trusted_schema off)."""
+    import sqlite3
+
+    db = request.getfixturevalue(which)
+    st = inspection.status(db)
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    words, merges = con.execute("SELECT (SELECT count(*) FROM words), (SELECT count(*) FROM merges)").fetchone()
+    con.close()
+    assert words > 0 and st["words"] == words and st["merges_done"] == merges
+    columns, rows = inspection.sql(db, "SELECT * FROM progress")
+    got = dict(zip(columns, rows[0]))
+    assert got["words"] == words and got["merges_done"] == merges and got["merges_target"] == TARGET
+    assert got["phase"] == st["phase"] and got["chunks_counted"] == st["counting"]["chunks_done"]
+    if which == "counting_path":
+        assert st["phase"] == "counting" and 0 < st["counting"]["chunks_done"] < st["counting"]["chunks_total"]
+
+
 # -- sql ---------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,257 @@
+"""OpenWebText scale (issue 13): a multi-GB OWT-like corpus -> 32K, whole, and resumed after kills.
+
+Runs, each as a fresh training process (``--python`` runs it; by default this interpreter):
+
+* ``full``: the whole training from an empty store;
+* ``kill-count``: the same, killed (SIGKILL) once counting has passed half of the corpus, then
+  the same command again: the resume's cost against the remaining work (the full run's time
+  after its own half-way point of counting);
+* ``kill-merge``: killed once half of the merges are done, then resumed: its cost against the
+  full run;
+* ``inspect``: ``bpe-store status`` and ``bpe-store sql`` on the finished 12 GB store, as
+  commands (wall and CPU of the whole process) and the queries alone in-process.
+
+Every row gives wall seconds, CPU seconds (user + sys of that process: the machine is shared,
+so CPU is the steadier figure) and peak RSS (``wait4``'s ``ru_maxrss``), and the phase times
+taken from the progress events (counting, pairs, merging, final checkpoint).
+
+Example::
+
+    python ../shared/owt_synth.py /work/big/owt-12G.txt --size 12G --corpora ../shared/corpora
+    python bench/bench_scale.py /work/big/owt-12G.txt --workdir /work/big/scale
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The training process: prints one JSON line per progress event it cares about, with its time.
+CHILD = r"""
+import json, sys, time
+from bpe_store import train
+t0 = time.monotonic()
+corpus, db, vocab, workers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+seen = {"stage": None, "pct": None}
+def progress(ev):
+    st, done, total = ev.get("stage"), ev.get("done") or 0, ev.get("total") or 0
+    pct = int(100 * done / total) if total else None
+    if st in ("counting", "merging") and (st, pct) == (seen["stage"], seen["pct"]):
+        return  # many events: one per percent is enough
+    seen.update(stage=st, pct=pct)
+    keep = {k: ev[k] for k in ("stage", "phase", "done", "total", "words", "final") if k in ev}
+    print(json.dumps({"t": round(time.monotonic() - t0, 3), **keep}), flush=True)
+train([corpus], db, vocab, ["<|endoftext|>"], workers=workers, progress=progress)
+print(json.dumps({"t": round(time.monotonic() - t0, 3), "stage": "end"}), flush=True)
+"""
+
+def run_child(cmd: list[str], kill_when=None) -> dict:
+    """Run ``cmd``; return wall, CPU, peak RSS and its events. ``kill_when(event)``: SIGKILL it
+    as soon as this returns True for an event."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    events, killed_at = [], None
+    for line in proc.stdout:
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        events.append(ev)
+        if kill_when is not None and killed_at is None and kill_when(ev):
+            os.kill(proc.pid, signal.SIGKILL)
+            killed_at = ev
+    _, status, ru = os.wait4(proc.pid, 0)
+    proc.returncode = status
+    proc.stdout.close()
+    wall = time.monotonic() - t0
+    if kill_when is None and status != 0:
+        raise SystemExit(f"training failed ({status}): {shlex.join(cmd)}")
+    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "peak_mb": ru.ru_maxrss / 1024,
+            "events": events, "killed_at": killed_at, "phases": phases(events)}
+
+
+def phases(events: list[dict]) -> dict:
+    """Seconds of each stage, from the events' times: counting (first counting event to the
+    pairs event), pairs (to the first merge), merging (to the final checkpoint's writing), final
+    checkpoint (its writing to its checkpoint event)."""
+    def first(pred):
+        return next((e["t"] for e in events if pred(e)), None)
+
+    c0 = first(lambda e: e["stage"] == "counting")
+    p0 = first(lambda e: e["stage"] == "pairs")
+    m0 = first(lambda e: e["stage"] == "merging")
+    w0 = first(lambda e: e["stage"] == "writing" and e.get("phase") == "merging" and e.get("final"))
+    end = first(lambda e: e["stage"] == "end")
+    out = {}
+    if c0 is not None and p0 is not None:
+        out["counting"] = p0 - c0
+    if p0 is not None and m0 is not None:
+        out["pairs"] = m0 - p0
+    if m0 is not None and w0 is not None:
+        out["merging"] = w0 - m0
+    if w0 is not None and end is not None:
+        out["final checkpoint"] = end - w0
+    return out
+
+
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def train_cmd(python: list[str], corpus: Path, db: Path, vocab: int, workers: int) -> list[str]:
+    return [*python, "-c", CHILD, str(corpus), str(db), str(vocab), str(workers)]
+
+
+def remove(db: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+
+
+def timed_command(cmd: list[str], repeat: int) -> dict:
+    best = None
+    for _ in range(repeat):
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        err = proc.stderr.read()
+        _, status, ru = os.wait4(proc.pid, 0)
+        proc.stderr.close()
+        if status != 0:
+            raise SystemExit(f"{shlex.join(cmd)} failed: {err}")
+        r = {"wall": time.monotonic() - t0, "cpu": ru.ru_utime + ru.ru_stime, "peak_mb": ru.ru_maxrss / 1024}
+        if best is None or r["wall"] < best["wall"]:
+            best = r
+    return best
+
+
+QUERIES = [
+    "SELECT * FROM progress",
+    "SELECT * FROM merge_log LIMIT 20",
+    "SELECT * FROM top_pairs LIMIT 20",
+    "SELECT * FROM top_words LIMIT 20",
+    "SELECT count(*) FROM words",
+]
+
+
+def inspect_rows(python: list[str], db: Path, repeat: int) -> list[tuple[str, dict]]:
+    cli = [*python, "-m", "bpe_store"]
+    rows = [("bpe-store status", timed_command([*cli, "status", str(db)], repeat)),
+            ("bpe-store status --json", timed_command([*cli, "status", str(db), "--json"], repeat))]
+    for q in QUERIES:
+        rows.append((f"bpe-store sql \"{q}\"", timed_command([*cli, "sql", str(db), q], repeat)))
+    # the queries alone, in one process (no interpreter start, no CLI imports)
+    code = ("import json, sys, time\nfrom bpe_store.inspection import status\n"
+            "db = sys.argv[1]\nout = {}\n"
+            "t = time.perf_counter(); status(db); out['status()'] = time.perf_counter() - t\n"
+            "print(json.dumps(out))")
+    proc = subprocess.run([*python, "-c", code, str(db)], capture_output=True, text=True)
+    if proc.returncode == 0:
+        for k, v in json.loads(proc.stdout).items():
+            rows.append((f"in-process {k}", {"wall": v, "cpu": None, "peak_mb": None}))
+    return rows
+
+
+def fmt(r: dict) -> str:
+    cpu = f"{r['cpu']:.1f}" if r.get("cpu") is not None else "-"
+    peak = f"{r['peak_mb']:.0f}" if r.get("peak_mb") is not None else "-"
+    return f"{r['wall']:.1f} | {cpu} | {peak}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("corpus", type=Path)
+    ap.add_argument("--workdir", type=Path, required=True, help="where the stores go (outside the repository)")
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--runs", default="full,kill-count,kill-merge,inspect")
+    ap.add_argument("--python", default=sys.executable,
+                    help="command that runs the training processes (default: this interpreter)")
+    ap.add_argument("--out", type=Path, help="append the Markdown results here")
+    ap.add_argument("--keep", action="store_true", help="keep the stores")
+    args = ap.parse_args()
+    python = shlex.split(args.python)
+    runs = args.runs.split(",")
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    full_db, count_db, merge_db = (args.workdir / f"{n}.db" for n in ("full", "kill-count", "kill-merge"))
+    lines = [f"## `{args.corpus.name}` ({args.corpus.stat().st_size / 1e9:.2f} GB) -> {args.vocab}, "
+             f"{args.workers} workers",
+             "", f"Command: `python bench/bench_scale.py {shlex.join(sys.argv[1:])}`; machine: {platform.node()}, "
+             f"{os.cpu_count()} cores, {platform.python_version()}; started "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
+             "| run | wall s | CPU s | peak RSS MB | phases (s) | load before |", "|---|---|---|---|---|---|"]
+    results: dict[str, dict] = {}
+
+    def row(name: str, r: dict, before: str) -> None:
+        ph = ", ".join(f"{k} {v:.1f}" for k, v in r.get("phases", {}).items())
+        lines.append(f"| {name} | {fmt(r)} | {ph} | {before} |")
+        print(lines[-1], flush=True)
+
+    def cmd(db: Path) -> list[str]:
+        return train_cmd(python, args.corpus, db, args.vocab, args.workers)
+
+    if "full" in runs:
+        remove(full_db)
+        before = load()
+        results["full"] = r = run_child(cmd(full_db))
+        row("full run", r, before)
+    full = results.get("full")
+    if "kill-count" in runs:
+        remove(count_db)
+        before = load()
+        k = run_child(cmd(count_db), lambda e: e["stage"] == "counting" and e.get("total")
+                      and e["done"] >= e["total"] / 2)
+        row("killed at 50 % of counting", k, before)
+        before = load()
+        r = run_child(cmd(count_db))
+        row("  its resume", r, before)
+        if full is not None:
+            half = next(e["t"] for e in full["events"] if e["stage"] == "counting" and e.get("total")
+                        and e["done"] >= e["total"] / 2)
+            remaining = full["wall"] - half
+            lines.append(f"|  resume / remaining work of the full run ({remaining:.1f} s) | "
+                         f"{r['wall'] / remaining:.2f} | | | | |")
+            print(lines[-1], flush=True)
+        if not args.keep:
+            remove(count_db)
+    if "kill-merge" in runs:
+        remove(merge_db)
+        before = load()
+        k = run_child(cmd(merge_db), lambda e: e["stage"] == "merging" and e.get("total")
+                      and e["done"] >= e["total"] / 2)
+        row("killed at 50 % of merges", k, before)
+        before = load()
+        r = run_child(cmd(merge_db))
+        row("  its resume", r, before)
+        if full is not None:
+            lines.append(f"|  resume / full run | {r['wall'] / full['wall']:.2f} | "
+                         f"{r['cpu'] / full['cpu']:.2f} (CPU) | | | |")
+            print(lines[-1], flush=True)
+        if not args.keep:
+            remove(merge_db)
+    if "inspect" in runs and full_db.exists():
+        size = sum(Path(f"{full_db}{s}").stat().st_size for s in ("", "-wal") if Path(f"{full_db}{s}").exists())
+        lines += ["", f"Inspection of the finished store ({size / 1e9:.2f} GB), best of 3, whole processes:", "",
+                  "| command | wall s | CPU s | peak RSS MB |", "|---|---|---|---|"]
+        for name, r in inspect_rows(python, full_db, 3):
+            lines.append(f"| {name} | {fmt(r)} |")
+            print(lines[-1], flush=True)
+    if not args.keep and "full" in runs:
+        remove(full_db)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "a", encoding="utf-8") as f:
+            f.write("\n" + text)
+
+
+if __name__ == "__main__":
+    main()

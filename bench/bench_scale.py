@@ -227,39 +227,36 @@ def main() -> None:
         results["full"] = r = run_child(cmd(full_db))
         row("full run", r, before)
     full = results.get("full")
+    def half_of(stage: str):
+        return lambda e: e["stage"] == stage and e.get("total") and e["done"] >= e["total"] / 2
+
+    def killed_and_resumed(what: str, db: Path, stage: str) -> dict:
+        """Kill a run at half of ``stage``, then run the same command; the resume's figures."""
+        remove(db)
+        before = load()
+        row(f"killed at 50 % of {what}", run_child(cmd(db), half_of(stage)), before)
+        before = load()
+        r = run_child(cmd(db))
+        row("  its resume", r, before)
+        if not args.keep:
+            remove(db)
+        return r
+
+    def ratio_row(name: str, r: dict, wall: float, cpu: float) -> None:
+        lines.append(f"|  {name} | {r['wall'] / wall:.2f} | {r['cpu'] / cpu:.2f} | | | |")
+        print(lines[-1], flush=True)
+
     if "kill-count" in runs:
-        remove(count_db)
-        before = load()
-        k = run_child(cmd(count_db), lambda e: e["stage"] == "counting" and e.get("total")
-                      and e["done"] >= e["total"] / 2)
-        row("killed at 50 % of counting", k, before)
-        before = load()
-        r = run_child(cmd(count_db))
-        row("  its resume", r, before)
+        r = killed_and_resumed("counting", count_db, "counting")
         if full is not None:
-            half = next(e for e in full["events"] if e["stage"] == "counting" and e.get("total")
-                        and e["done"] >= e["total"] / 2)
+            half = next(e for e in full["events"] if half_of("counting")(e))
             wall, cpu = full["wall"] - half["t"], full["cpu"] - half["cpu"]
-            lines.append(f"|  resume / the full run's work after its 50 % of counting ({wall:.1f} s, {cpu:.1f} CPU s) "
-                         f"| {r['wall'] / wall:.2f} | {r['cpu'] / cpu:.2f} | | | |")
-            print(lines[-1], flush=True)
-        if not args.keep:
-            remove(count_db)
+            ratio_row(f"resume / the full run's work after its 50 % of counting ({wall:.1f} s, {cpu:.1f} CPU s)",
+                      r, wall, cpu)
     if "kill-merge" in runs:
-        remove(merge_db)
-        before = load()
-        k = run_child(cmd(merge_db), lambda e: e["stage"] == "merging" and e.get("total")
-                      and e["done"] >= e["total"] / 2)
-        row("killed at 50 % of merges", k, before)
-        before = load()
-        r = run_child(cmd(merge_db))
-        row("  its resume", r, before)
+        r = killed_and_resumed("merges", merge_db, "merging")
         if full is not None:
-            ratio = f"{r['wall'] / full['wall']:.2f} | {r['cpu'] / full['cpu']:.2f}"
-            lines.append(f"|  resume / full run | {ratio} | | | |")
-            print(lines[-1], flush=True)
-        if not args.keep:
-            remove(merge_db)
+            ratio_row("resume / full run", r, full["wall"], full["cpu"])
     if "inspect" in runs and full_db.exists():
         size = sum(Path(f"{full_db}{s}").stat().st_size for s in ("", "-wal") if Path(f"{full_db}{s}").exists())
         lines += ["", f"Inspection of the finished store ({size / 1e9:.2f} GB), best of 3, whole processes "

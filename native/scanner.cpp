@@ -441,20 +441,14 @@ class WordIds {
         return nb::make_tuple(fresh, deltas);
     }
 
-    // (id, bytearray, count) of entries [from, size), id = entry number + 1 + shift: see
-    // WordCounter::rows for the shape.
+    // (id, bytearray, count) of entries [from, size), id = entry number + 1 + shift.
     nb::list new_rows(size_t from, int64_t shift = 0) const {
         const auto &entries = table_.entries();
         nb::object out = nb::steal(PyList_New(Py_ssize_t(entries.size() - from)));
         if (!out.is_valid()) throw nb::python_error();
-        for (size_t k = from; k < entries.size(); ++k) {
-            const auto &e = entries[k];
-            PyObject *word = PyByteArray_FromStringAndSize(reinterpret_cast<const char *>(e.ptr), Py_ssize_t(e.len));
-            PyObject *row = word == nullptr ? nullptr
-                            : Py_BuildValue("(LNK)", (long long)k + 1 + shift, word, (unsigned long long)e.count);
-            if (row == nullptr) throw nb::python_error();
-            PyList_SET_ITEM(out.ptr(), Py_ssize_t(k - from), row);
-        }
+        for (size_t k = from; k < entries.size(); ++k)
+            PyList_SET_ITEM(out.ptr(), Py_ssize_t(k - from),
+                            WordCounter::row_of(entries[k], int64_t(k) + 1 + shift).release().ptr());
         return nb::borrow<nb::list>(out);
     }
 

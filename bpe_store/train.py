@@ -555,7 +555,8 @@ def _count_reduce(job: _Job, results: Iterable, native: bool, status: Callable[[
                   done: int, total: int) -> None:
     """The reduce step: add the map step's ``results`` into one counter, flushed (with the marks
     of the units it holds) every ``count_flush_seconds``, on a stop request and at the end."""
-    writer = _CountWriter(job, total)
+    # count_flush_seconds=0 flushes every unit before the next, in line (tests kill between units)
+    writer = _CountWriter(job, total, background=job.count_flush_seconds > 0)
     try:
         delta = new_word_counts(native)
         marks: list[tuple[int, int]] = []
@@ -606,6 +607,8 @@ class _CountWriter:
         Why the flush's own time: a flush costs about the words it touches, a growing share of a
         growing table (OpenWebText: ~1.5 M of 7 M); waiting twice its time keeps the writer busy
         at most half the time, so it never falls behind and counting never waits for it."""
+        if self.job.count_flush_seconds == 0:
+            return True
         wait = max(self.job.count_flush_seconds, 2 * self.write_s)
         return self.flushing is None and time.monotonic() - last_flush >= wait
 

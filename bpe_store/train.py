@@ -555,8 +555,9 @@ def _count_reduce(job: _Job, results: Iterable, native: bool, status: Callable[[
                   done: int, total: int) -> None:
     """The reduce step: add the map step's ``results`` into one counter, flushed (with the marks
     of the units it holds) every ``count_flush_seconds``, on a stop request and at the end."""
-    # count_flush_seconds=0 flushes every unit before the next, in line (tests kill between units)
-    writer = _CountWriter(job, total, background=job.count_flush_seconds > 0)
+    # count_flush_seconds=0 flushes every unit before the next, in line (tests kill between
+    # units), except with Ray, whose driver must never stop feeding the cluster
+    writer = _CountWriter(job, total, background=job.count_flush_seconds > 0 or job.count_engine == "ray")
     try:
         delta = new_word_counts(native)
         marks: list[tuple[int, int]] = []

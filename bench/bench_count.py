@@ -202,6 +202,14 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def report_head(title: str, machine_extra: str = "") -> list[str]:
+    """The first lines of a RESULTS file: its title, the command that wrote it, the machine."""
+    cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+    return [f"# {title}", "", f"Command (from the repository root): `{cmd}`", "",
+            f"Machine: `nproc` = {os.cpu_count()}, CPU: {cpu_model()}, Python {platform.python_version()}, "
+            f"{platform.system()} {platform.release()}{machine_extra}."]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
@@ -245,14 +253,7 @@ def main() -> None:
               f"{mbs / workers:6.1f} MB/s/core  rss {best['rss_mb']:.0f} MB (+worker {best['child_rss_mb']:.0f} MB)"
               f"  runs {[round(r['seconds'], 2) for r in runs[label]]}", flush=True)
 
-    cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT)] + sys.argv[1:])
-    lines = [
-        "# Counting throughput (bench/bench_count.py)",
-        "",
-        f"Command (from the repository root): `{cmd}`",
-        "",
-        f"Machine: `nproc` = {os.cpu_count()}, CPU: {cpu_model()}, Python {platform.python_version()}, "
-        f"{platform.system()} {platform.release()}.",
+    lines = report_head("Counting throughput (bench/bench_count.py)") + [
         f"Parallelism actually available (2 threads of GIL-free sha256 vs 1, before each round): "
         f"{', '.join(f'{x:.2f}x' for x in probes)}; 2.0x means two free cores, 1.0x means one.",
         f"Corpus: `{os.path.basename(args.corpus)}`, special token `<|endoftext|>`, chunks of "

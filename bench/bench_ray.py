@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import shlex
 import subprocess
 import sys
 import time
@@ -35,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_count import cpu_model, parallelism_probe, run_train_counting  # noqa: E402
+from bench_count import parallelism_probe, report_head, run_train_counting  # noqa: E402
 
 from bpe_store.count import DEFAULT_CHUNK_SIZE  # noqa: E402
 from bpe_store.pretokenize import GPT2_PATTERN  # noqa: E402
@@ -163,16 +161,12 @@ def main() -> None:
 
 
 def report(args, tables, overhead, probes, chunk, adds) -> str:
-    cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT)] + sys.argv[1:])
-    lines = [
-        "# Counting on Ray vs local threads (bench/bench_ray.py)",
-        "",
-        f"Command (from the repository root): `{cmd}`",
-        "",
-        f"Machine: `nproc` = {os.cpu_count()}, CPU: {cpu_model()}, Python {platform.python_version()}, "
-        f"{platform.system()} {platform.release()}, Ray {__import__('ray').__version__}. "
-        f"Parallelism actually available (2 threads of GIL-free sha256 vs 1): "
-        f"{', '.join(f'{x:.2f}x' for x in probes)} (2.0x: two free cores).",
+    lines = report_head("Counting on Ray vs local threads (bench/bench_ray.py)",
+                        f", Ray {__import__('ray').__version__}")
+    lines[-1] += (
+        f" Parallelism actually available (2 threads of GIL-free sha256 vs 1): "
+        f"{', '.join(f'{x:.2f}x' for x in probes)} (2.0x: two free cores).")
+    lines += [
         f"Each row: `train`'s counting phase (store flushes included), units of {chunk / 2**20:g} MiB, "
         f"best of {args.repeat}; Ray rows on a local cluster of that many CPUs, started and warmed up "
         "before the clock. `driver CPU s` is the CPU time of the training process: for local rows all "

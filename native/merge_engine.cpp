@@ -21,7 +21,12 @@
 //   never removed when the pair leaves it (the list is dropped when the pair's count reaches 0).
 //   A stale entry costs one scan of a short word, far less than keeping exact sets.
 // * Each merge updates only the pairs around the merged positions (the other pairs of the word
-//   are unchanged), so the hash table sees O(occurrences), not O(word length).
+//   are unchanged), and adds their changes up in a small per-step table (StepDeltas) first: the
+//   large pair table sees each pair a step touched once, not once per occurrence (a frequent
+//   merge makes the same few pairs in thousands of words). A word is rewritten in one pass,
+//   with an SSE2 scan for the pair (Chinese pre-tokens are hundreds of tokens long). On
+//   enwiki-100M -> 32K this took the merge loop from ~0.8 to ~0.6 CPU s, zhwiki-20M -> 10K from
+//   ~4.0 to ~2.7 (bench/RESULTS-merge.md).
 // * The max-heap is lazily invalidated: a decrease leaves the old entry (too high) in place, an
 //   increase pushes a fresh one once per merge step. When an entry surfaces its count is checked
 //   against the slot: equal means it is the true maximum, otherwise it is re-pushed or dropped.
@@ -48,6 +53,9 @@
 #include "scanner.h"
 
 #include <algorithm>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -334,6 +342,91 @@ class WordLists {
     std::vector<u32> free_[kMaxClass + 1];
 };
 
+// The first j >= i with p[j] == a and p[j + 1] == b, or n if there is none. Why SIMD: a word is
+// scanned whole on every visit, and Chinese pre-tokens run to hundreds of tokens (zhwiki-20M:
+// the scan was a third of the merge loop); SSE2 (every x86-64) tests four positions at once.
+inline u32 find_pair(const u32 *p, u32 i, u32 n, u32 a, u32 b) {
+#if defined(__SSE2__)
+    const __m128i va = _mm_set1_epi32(int(a)), vb = _mm_set1_epi32(int(b));
+    for (; i + 4 < n; i += 4) {  // p[i .. i + 4] are tokens
+        const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + i));
+        const __m128i y = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + i + 1));
+        const int hit = _mm_movemask_ps(_mm_castsi128_ps(_mm_and_si128(_mm_cmpeq_epi32(x, va), _mm_cmpeq_epi32(y, vb))));
+        if (hit != 0) return i + u32(__builtin_ctz(unsigned(hit)));
+    }
+#endif
+    for (; i + 1 < n; ++i)
+        if (p[i] == a && p[i + 1] == b) return i;
+    return n;
+}
+
+// The pair-count changes of one merge step: pair key -> (net change, the pair's slot, the last
+// word listed for it). A small open-addressing table (a step touches thousands of pairs, not
+// hundreds of thousands), so it stays in cache while the step's words are rewritten; cleared
+// by resetting only the cells its entries used.
+class StepDeltas {
+  public:
+    struct Entry {
+        u64 key;
+        i64 delta;
+        u32 slot;       // the pair's slot; kNone: too long, never counted
+        u32 last_word;  // the last word appended to the slot's list in this step
+        u32 cell;       // where the entry sits in cells_
+    };
+
+    // The entry of `key`; a new one (fresh = true) has delta 0, last_word kNone, slot unset.
+    Entry &get(u64 key, bool &fresh) {
+        if ((entries_.size() + 1) * 2 > cells_.size()) grow();
+        size_t i = hash(key) & mask_;
+        while (true) {
+            const u32 e = cells_[i];
+            if (e == 0) break;
+            if (entries_[e - 1].key == key) {
+                fresh = false;
+                return entries_[e - 1];
+            }
+            i = (i + 1) & mask_;
+        }
+        entries_.push_back(Entry{key, 0, kNone, kNone, u32(i)});
+        cells_[i] = u32(entries_.size());
+        fresh = true;
+        return entries_.back();
+    }
+
+    void clear() {
+        for (const Entry &e : entries_) cells_[e.cell] = 0;
+        entries_.clear();
+    }
+    void release() {
+        std::vector<Entry>().swap(entries_);
+        std::vector<u32>().swap(cells_);
+        mask_ = 0;
+    }
+    const Entry *begin() const { return entries_.data(); }
+    const Entry *end() const { return entries_.data() + entries_.size(); }
+
+  private:
+    static size_t hash(u64 key) {
+        u64 h = key * 0x9E3779B97F4A7C15ull;
+        return size_t(h ^ (h >> 32));
+    }
+    void grow() {
+        const size_t cap = std::max<size_t>(cells_.size() * 2, 1024);
+        cells_.assign(cap, 0);
+        mask_ = cap - 1;
+        for (size_t k = 0; k < entries_.size(); ++k) {
+            size_t i = hash(entries_[k].key) & mask_;
+            while (cells_[i] != 0) i = (i + 1) & mask_;
+            cells_[i] = u32(k + 1);
+            entries_[k].cell = u32(i);
+        }
+    }
+
+    std::vector<u32> cells_;  // 1 + index into entries_; 0: empty
+    std::vector<Entry> entries_;
+    size_t mask_ = 0;
+};
+
 struct HeapEntry {
     i64 count;
     u32 slot;
@@ -517,10 +610,7 @@ class MergeEngine {
         lists_.clear();
         heap_.release();
         index_.clear();
-        std::vector<u32>().swap(increased_);
-        std::vector<u32>().swap(old_);
-        std::vector<u8>().swap(consumed_);
-        std::vector<u8>().swap(fresh_);
+        deltas_.release();
         release_free_memory();
     }
 
@@ -875,21 +965,6 @@ class MergeEngine {
         }
     }
 
-    void add_count(u32 s, i64 delta) {
-        i64 c = slots_[s].count + delta;
-        slots_[s].count = c;
-        mark_changed_pair(s);
-        if (delta > 0) {
-            if (!(slots_[s].mark & kIncreased)) {
-                slots_[s].mark |= kIncreased;
-                increased_.push_back(s);
-            }
-        } else if (c == 0) {
-            // no word holds the pair any more: its word list is all stale
-            lists_.release(slots_[s].where);
-        }
-    }
-
     // Merges (a, b) -> t in every word holding it, updating pair counts, the index and the heap.
     void apply(u32 slot, u32 a, u32 b, u32 t) {
         // The list is taken out of the slot, and its block given back only at the end: merging
@@ -897,6 +972,7 @@ class MergeEngine {
         // but never reuses a block still in use.
         const WordLists::List where = slots_[slot].where;
         slots_[slot].where = WordLists::List{};
+        deltas_.clear();
         // The index may list a word more than once (a pair that left and came back); the stamp
         // skips repeats, which matter for long words (Chinese text has pre-tokens of 100s of bytes).
         ++stamp_;
@@ -915,52 +991,75 @@ class MergeEngine {
         }
         WordLists::List done = where;
         lists_.release(done);
-        slots_[slot].count = 0;  // every holder was visited, so this is already 0; be exact anyway
-        mark_changed_pair(slot);
-        // one push per pair that grew in this step keeps "every live pair has an entry >= its count"
-        for (u32 s : increased_) {
-            slots_[s].mark &= u8(~kIncreased);
-            if (slots_[s].count > 0) heap_push(slots_[s].count, s);
+        // Each pair the step touched gets its net change once: one lookup of its slot, one heap
+        // push if it grew (which keeps "every live pair has an entry >= its count").
+        for (const StepDeltas::Entry &d : deltas_) {
+            if (d.slot == kNone) continue;  // too long: never counted
+            Slot &s = slots_[d.slot];
+            s.count += d.delta;
+            mark_changed_pair(d.slot);
+            if (d.delta > 0) heap_push(s.count, d.slot);
+            else if (s.count == 0) lists_.release(s.where);  // no word holds it: its list is all stale
         }
-        increased_.clear();
+        slots_[slot].count = 0;  // every holder was visited, so no word holds (a, b) any more
+        mark_changed_pair(slot);
     }
 
+    // A pair (x, y) of word w, weighted c, that a merge removed (c < 0) or made (c > 0): its change
+    // goes to deltas_, and a made pair lists w. Why not update the slot here: a frequent merge
+    // makes and removes the same few pairs (" t" + "h" -> " th": (" th", "e") in thousands of
+    // words), and a slot lookup in the large pair table is a cache miss or two each time; the
+    // small per-step table stays in cache. The merged pair itself is left out: apply() zeroes it.
+    void change_pair(u32 x, u32 y, i64 c, u32 w, u64 merged) {
+        const u64 key = pair_key(x, y);
+        if (key == merged) return;
+        bool fresh;
+        StepDeltas::Entry &d = deltas_.get(key, fresh);
+        if (fresh) d.slot = too_long(x, y) ? kNone : c > 0 ? slot_of(x, y) : index_.find(key, KeyOf{&slots_});
+        d.delta += c;
+        if (c > 0 && d.slot != kNone && d.last_word != w) {
+            d.last_word = w;
+            lists_.add(slots_[d.slot].where, w);
+        }
+    }
+
+    // Rewrites word w in place, merging (a, b) -> t left to right without overlap, and records
+    // the pairs that changed. Per match at old position i, written at new position m: the old
+    // pair on its left (old[i-1], a) is gone unless the previous match consumed old[i-1] (it is
+    // then that match's right pair), and the new (new[m-1], t) appears; on its right, (b,
+    // old[i+2]) is gone and (t, old[i+2]) appears unless old[i+2] starts the next match (its
+    // left pair (t, t) is then counted by that match). Every other pair maps one to one between
+    // the old and new word and keeps its count. One pass, no copy of the word: the tokens between
+    // matches move down (memmove), and writes never overtake reads.
     void merge_word(u32 w, u32 a, u32 b, u32 t) {
         u32 *p = &tok_[words_[w].off];
         const u32 n = words_[w].len;
-        u32 first = 0;
-        while (first + 1 < n && !(p[first] == a && p[first + 1] == b)) ++first;
-        if (first + 1 >= n) return;  // a stale index entry: the pair left this word earlier
-
-        // Keep the old tokens and which of them a merge consumed, then rewrite in place.
-        old_.assign(p, p + n);
-        consumed_.assign(n, 0);
-        fresh_.assign(n, 0);
-        u32 m = first;  // tokens before the first match are unchanged
-        for (u32 i = first; i < n;) {
-            if (i + 1 < n && old_[i] == a && old_[i + 1] == b) {
-                consumed_[i] = consumed_[i + 1] = 1;
-                fresh_[m] = 1;
-                p[m++] = t;
-                i += 2;
-            } else {
-                p[m++] = old_[i++];
+        u32 i = find_pair(p, 0, n, a, b);
+        if (i >= n) return;  // a stale index entry: the pair left this word earlier
+        const u64 merged = pair_key(a, b);
+        const i64 c = words_[w].count;
+        u32 m = i;  // tokens before the first match are unchanged
+        bool after_match = false;
+        while (true) {  // a match at i
+            if (m > 0) {
+                if (!after_match) change_pair(p[m - 1], a, -c, w, merged);
+                change_pair(p[m - 1], t, c, w, merged);
             }
+            p[m++] = t;
+            const u32 next = find_pair(p, i + 2, n, a, b);
+            if (i + 2 < n) {
+                const u32 y = p[i + 2];
+                change_pair(b, y, -c, w, merged);
+                if (next != i + 2) change_pair(t, y, c, w, merged);
+            }
+            const u32 from = std::min(i + 2, n), to = std::min(next, n);
+            if (to > from) std::memmove(p + m, p + from, size_t(to - from) * sizeof(u32));
+            m += to - from;
+            after_match = to == from;
+            if (next >= n) break;
+            i = next;
         }
         words_[w].len = m;
-        const i64 c = words_[w].count;
-        // Old pairs touching a consumed token are gone; new pairs touching a fresh token appear.
-        // Every other pair maps one to one between old and new words and keeps its count.
-        for (u32 j = first == 0 ? 0 : first - 1; j + 1 < n; ++j)
-            if ((consumed_[j] | consumed_[j + 1]) && !too_long(old_[j], old_[j + 1]))
-                add_count(index_.find(pair_key(old_[j], old_[j + 1]), KeyOf{&slots_}), -c);
-        for (u32 k = first == 0 ? 0 : first - 1; k + 1 < m; ++k) {
-            if ((fresh_[k] | fresh_[k + 1]) && !too_long(p[k], p[k + 1])) {
-                u32 s = slot_of(p[k], p[k + 1]);
-                add_count(s, c);
-                add_where(s, w);
-            }
-        }
         if (!words_[w].changed) {
             words_[w].changed = 1;
             changed_words_.push_back(w);
@@ -993,7 +1092,7 @@ class MergeEngine {
         return out;
     }
 
-    static constexpr u8 kChanged = 1, kIncreased = 2;
+    static constexpr u8 kChanged = 1;
 
     // vocabulary: bytes per id (tb_ok_ = 0 for specials and unused ids), and bytes -> lowest id
     std::vector<std::string> tb_;
@@ -1030,7 +1129,7 @@ class MergeEngine {
         i64 count;   // weighted by word counts; 0 = no word holds the pair
         i64 stored;  // the count the store holds (as of the last take)
         WordLists::List where;  // words holding the pair (a superset, see the notes on top)
-        u8 mark;     // kChanged | kIncreased
+        u8 mark;     // kChanged: listed in changed_pairs_
     };
     struct KeyOf {
         const PodVec<Slot> *slots;
@@ -1039,12 +1138,10 @@ class MergeEngine {
     WordLists lists_;
     PairIndex index_;
     PodVec<Slot> slots_;
-    std::vector<u32> changed_pairs_, increased_;
+    std::vector<u32> changed_pairs_;
     PodVec<HeapEntry> heap_;
 
-    // scratch for merge_word, reused to avoid allocations
-    std::vector<u32> old_;
-    std::vector<u8> consumed_, fresh_;
+    StepDeltas deltas_;  // the pair changes of the merge being applied
 
     std::atomic<bool> busy_{false};
 };

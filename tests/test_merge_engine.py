@@ -100,6 +100,27 @@ def test_engines_equal_reference_on_generated_counts(word_counts, n):
         assert nat.exhausted == py.exhausted
 
 
+# Long words over 3 letters: runs ("aaaaaaa"), alternations ("abababab") and matches at every
+# offset of a word of up to 70 tokens, so the native engine's vectorized scan for a pair (4 token
+# positions at a time, then one by one to the end) meets matches in each lane, straddling blocks,
+# in the tail and at the last position, and its one-pass rewrite meets adjacent and overlapping
+# matches. Each step is checked whole: merges, every pair count, and the changed words and pairs.
+long_words_st = st.dictionaries(
+    st.text(alphabet="abc", min_size=1, max_size=70).map(str.encode),
+    st.integers(min_value=1, max_value=2**33), min_size=1, max_size=6)
+
+
+@needs_native
+@given(long_words_st, st.lists(st.integers(1, 6), min_size=1, max_size=8))
+def test_native_equals_python_on_long_words_step_by_step(word_counts, steps):
+    nat, py = engine_for(word_counts, "native"), engine_for(word_counts, "python")
+    for n in steps:
+        assert nat.step(n) == py.step(n)
+        assert nat.pair_counts() == py.pair_counts()
+        assert nat.take_changes() == py.take_changes()
+    assert nat.exhausted == py.exhausted
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_overlapping_pairs_and_ties(kind):
     # b"aaaa" holds (a, a) three times; merged left to right it becomes (aa, aa)

@@ -6,7 +6,21 @@ exclusive lock for writers (released by the OS if the process dies), and offers 
 reads and writes training needs. Every write that moves the run forward is one explicit
 transaction (``transaction()``; the driver opens none by itself: ``isolation_level=None``), so
 after a crash the file is at its last checkpoint; reads outside one take no lock beyond the
-statement's. Bulk writes are ``executemany`` on plain tuples.
+statement's.
+
+Bulk writes (a merge checkpoint's words, pair counts, merges and vocabulary; a counting flush's
+words) go through ``bulk_transaction``: on a second, native connection (``bpe_store.store_db``,
+native/store_db.cpp) when there is one, else with ``executemany`` on plain tuples. Why the native
+path: binding one Python tuple per row in the driver was ~1.1-1.4 of ~4.7 CPU s of
+enwiki-100M -> 32K (442 K word rows, 426 K pair rows in the final checkpoint); the native
+connection binds them from the merge engine's arrays and from packed counts with the GIL released.
+It is the same SQLite library Python's driver uses (never a second copy in one process: each would
+keep its own POSIX locks on the file), with ``_configure``'s pragmas, open for the store's
+lifetime; a transaction runs wholly on it (all statements of a checkpoint, the run and
+checkpoints rows too), so a checkpoint is still one transaction. The fallback runs where that
+library cannot be found or is another version (a static or Windows build, no native core), and
+with ``BPE_STORE_NATIVE_DB=0`` (tests compare the stores both write, row for row). Its SQLite
+errors become the same StoreError as the driver's (``store_db.to_sqlite_error``, ``_sqlite_error``).
 
 Why the ``sqlite3`` driver for every statement, and SQLAlchemy only for migrations (the one
 place that says it). Issue 10 asked for SQLAlchemy where it helps (engine, schema check,
@@ -17,8 +31,8 @@ apart, and the cold start won: importing SQLAlchemy and making an engine costs ~
 0.40-0.48 s with SQLAlchemy, Alembic and migrations: bench/RESULTS.md "Cold start"). What it would
 help with is small here: the store is SQLite only, its statements are fixed SQL, the schema
 check compares ``sqlite_master`` with ``bpe_store.schemas``, and for the bulk reads and writes
-it wrapped every row and hid when transactions began. So the driver runs everything: bulk
-writes are ``executemany`` on plain tuples, transactions are explicit. SQLAlchemy is imported
+it wrapped every row and hid when transactions began. So the driver runs everything (bulk
+writes natively where they can, above), transactions are explicit. SQLAlchemy is imported
 only on first use of what needs it: Alembic's migrations (``bpe-store db upgrade``,
 ``bpe_store.migrate``) and ``Store.conn``, a SQLAlchemy connection over the same file for anyone
 who wants its API. New stores are created from the head schema without Alembic, and
@@ -51,7 +65,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from . import migrate
+from . import migrate, store_db
 from .errors import StoreError
 from .sources import Source
 
@@ -337,6 +351,10 @@ class Store:
         self._run_checked = False
         self._guard = _Guard()
         db.set_progress_handler(self._guard, _Guard.STEPS)
+        #: fsync on commit (False only for a throwaway store); the native connection does the same
+        self.durable = True
+        self._ndb: Any = None  # the native connection for bulk writes (``_native``), once opened
+        self._ndb_tried = False
         self._words: Any = None  # a native WordIds while counting (see add_word_counts)
         self._flushes = 0  # counting flushes written by this connection
         self._fresh_rows: list[tuple[int, bytes | bytearray, int]] | WordCounter | None = None
@@ -363,6 +381,7 @@ class Store:
         try:
             db, immutable = _connect(p, readonly, durable)
             store = cls(p, db, lock_fd, readonly=readonly, immutable=immutable)
+            store.durable = durable
             store.revision = cls._check_identity(p, db, allow_old=allow_old, allow_unfinished=allow_unfinished)
             if store.revision is not None and store.has_run():
                 store.run_row()  # validates it (check_run) before anything uses the store
@@ -521,6 +540,9 @@ class Store:
             os.close(fd)
 
     def close(self) -> None:
+        if self._ndb is not None:
+            self._ndb.close()
+            self._ndb = None
         if self._sa_conn is not None:
             try:
                 self._sa_conn.close()
@@ -571,6 +593,56 @@ class Store:
         """``with store.snapshot():`` — reads that all see one committed state (a deferred
         ``BEGIN``: it takes only a read lock, never the write lock)."""
         return _Transaction(self, write=False)
+
+    def _native(self) -> Any | None:
+        """The native connection for bulk writes (``bpe_store.store_db``), opened on first use and
+        kept for the store's lifetime, with ``_configure``'s pragmas and the checkpoint cache;
+        None when the native path is not available here (or the store is read-only): bulk writes
+        then go through ``executemany`` on ``db``."""
+        if self._ndb is None and not self._ndb_tried and not self.readonly and self.db is not None:
+            self._ndb_tried = True
+            try:
+                self._ndb = store_db.native_db(self.path, busy_timeout_ms=BUSY_TIMEOUT_MS,
+                                               synchronous="FULL" if self.durable else "OFF",
+                                               cache_kib=CHECKPOINT_CACHE_KIB, journal_size_limit=WAL_SIZE_LIMIT)
+            except sqlite3.Error as exc:
+                raise self._error(exc) from exc
+        return self._ndb
+
+    @contextmanager
+    def bulk_transaction(self) -> Iterator[BulkWriter]:
+        """``with store.bulk_transaction() as w:`` — one atomic write like ``transaction()``, all of
+        whose statements go through ``w`` (``BulkWriter``): on the native connection when there is
+        one (``_native``: rows bound from native buffers, no Python tuple per row), else on ``db``.
+
+        Every statement of the transaction must go through ``w``: the native connection is a
+        second SQLite connection, and while it holds the write lock ``db`` cannot write. SQLite
+        errors become the same StoreError (or KeyboardInterrupt) on both paths."""
+        ndb = self._native()
+        if ndb is None:
+            with self.transaction():
+                yield BulkWriter(self, None)
+            return
+        if ndb.in_transaction or self.db.in_transaction:
+            raise RuntimeError("bpe_store bug: a transaction is already open on this store")
+        try:
+            try:
+                ndb.execute("BEGIN IMMEDIATE")
+                yield BulkWriter(self, ndb)
+                ndb.execute("COMMIT")
+            except BaseException:
+                if ndb.in_transaction:
+                    try:
+                        ndb.execute("ROLLBACK")
+                    except Exception:  # noqa: S110 - the statement's failure already ended the transaction
+                        pass
+                raise
+        except Exception as exc:
+            if not store_db.is_native_error(exc):
+                raise
+            err = store_db.to_sqlite_error(exc)
+            raise self._error(err) from err
+        self._truncate_wal()
 
     @contextmanager
     def time_limit(self, seconds: float | None) -> Iterator[None]:
@@ -697,10 +769,13 @@ class Store:
         v = self.sql("SELECT elapsed_s FROM checkpoints ORDER BY id DESC LIMIT 1").scalar()
         return float(v or 0.0)
 
-    def add_checkpoint_row(self, phase: str, merges_done: int, elapsed_s: float, write_s: float | None) -> None:
-        chunks_counted = self.sql("SELECT count(*) FROM chunks WHERE counted = 1").scalar()
-        self.sql("INSERT INTO checkpoints (at, phase, chunks_counted, merges_done, elapsed_s, write_s)"
-                 " VALUES (?, ?, ?, ?, ?, ?)", (now(), phase, chunks_counted, merges_done, elapsed_s, write_s))
+    def add_checkpoint_row(self, phase: str, merges_done: int, elapsed_s: float, write_s: float | None,
+                           writer: BulkWriter | None = None) -> None:
+        """The ``checkpoints`` row of a write (inside its transaction; ``writer``: its bulk writer)."""
+        (writer or BulkWriter(self, None)).execute(
+            "INSERT INTO checkpoints (at, phase, chunks_counted, merges_done, elapsed_s, write_s)"
+            " VALUES (?, ?, (SELECT count(*) FROM chunks WHERE counted = 1), ?, ?, ?)",
+            (now(), phase, merges_done, elapsed_s, write_s))
 
     # -- counting ------------------------------------------------------------------------------
 
@@ -728,7 +803,7 @@ class Store:
         if not native and not isinstance(counts, dict):
             counts = dict(counts)  # pairs (a word may repeat: summed, as the store would)
         if self._words is None and self._fresh_rows is None and self._words_empty():
-            rows = counts.row_stream(1) if native else [(i, w, c) for i, (w, c) in enumerate(counts.items(), 1)]
+            rows = counts if native else [(i, w, c) for i, (w, c) in enumerate(counts.items(), 1)]
             self._write_word_counts(rows, [], chunk_done, elapsed_s, stream_at)
             self._fresh_rows = counts if native else rows  # only once committed: then it is what the store holds
             return
@@ -764,24 +839,25 @@ class Store:
             raise self._error(exc) from exc
         return words
 
-    def _write_word_counts(self, new: list[tuple[int, bytes, int]], old: list[tuple[int, int]],
-                           chunk_done: Sequence[tuple[int, int]], elapsed_s: float,
+    def _write_word_counts(self, new: list[tuple[int, bytes | bytearray, int]] | WordCounter,
+                           old: list[tuple[int, int]], chunk_done: Sequence[tuple[int, int]], elapsed_s: float,
                            stream_at: StreamMark | None = None) -> None:
-        """The counting checkpoint, ONE transaction: new words, count deltas, chunk marks, progress."""
-        with self.transaction():
+        """The counting checkpoint, ONE transaction: new words (rows ``(id, bytes, count)``, or a
+        first flush's native ``WordCounter``: ids 1, 2, ...), count deltas, chunk marks, progress."""
+        with self.bulk_transaction() as w:
             # tokens stay NULL (single bytes); see WordCounter.rows for why no 4th column
-            self.executemany("INSERT INTO words (id, bytes, count) VALUES (?, ?, ?)", new)
-            self.executemany("UPDATE words SET count = count + ? WHERE id = ?", old)
-            self.executemany("UPDATE chunks SET counted = 1, pretokens = ? WHERE id = ?",
-                             [(n, cid) for cid, n in chunk_done])
+            w.insert_words("INSERT INTO words (id, bytes, count) VALUES (?, ?, ?)", new)
+            w.executemany("UPDATE words SET count = count + ? WHERE id = ?", old)
+            w.executemany("UPDATE chunks SET counted = 1, pretokens = ? WHERE id = ?",
+                          [(n, cid) for cid, n in chunk_done])
             if stream_at is not None:
                 m = stream_at
-                self.sql("UPDATE sources SET size = ?, sha256 = ?, documents = ? WHERE id = ?",
-                         (m.bytes, m.sha256, m.documents, m.source_id))
-                self.sql('UPDATE chunks SET "end" = ?, counted = ?, pretokens = coalesce(pretokens, 0) + ?'
-                         " WHERE id = ?", (m.bytes, int(m.finished), m.pretokens, m.chunk_id))
-            self.sql("UPDATE run SET updated_at = ? WHERE id = 1", (now(),))
-            self.add_checkpoint_row("counting", 0, elapsed_s, None)
+                w.execute("UPDATE sources SET size = ?, sha256 = ?, documents = ? WHERE id = ?",
+                          (m.bytes, m.sha256, m.documents, m.source_id))
+                w.execute('UPDATE chunks SET "end" = ?, counted = ?, pretokens = coalesce(pretokens, 0) + ?'
+                          " WHERE id = ?", (m.bytes, int(m.finished), m.pretokens, m.chunk_id))
+            w.execute("UPDATE run SET updated_at = ? WHERE id = 1", (now(),))
+            self.add_checkpoint_row("counting", 0, elapsed_s, None, w)
             self._flushes += 1
             _test_pause(f"flush:{self._flushes}")  # tests: kill inside a flush's transaction
 
@@ -872,45 +948,29 @@ class Store:
         deletes and re-inserts the row and both its index entries; an update touches the row in
         place, and a wrong belief about what the store holds fails loudly instead of silently.
         """
-        import time
-
         t0 = time.perf_counter()
-        with self.transaction():
-            raw = self.db
-            try:
+        with self.bulk_transaction() as w:
+            if not w.native:
                 # Why: a checkpoint rewrites rows all over `words` and `pair_counts`; with
                 # SQLite's default 2 MB page cache the same pages are evicted and re-read many
                 # times (enwiki-100M: 8.3 -> 6.3 s of writes). The cache only grows as used;
-                # CHECKPOINT_CACHE_KIB says why it is bounded.
-                raw.execute(f"PRAGMA cache_size = -{CHECKPOINT_CACHE_KIB}")
-                self._write_merge_rows(raw, merges, new_vocab, word_rows, pair_deletes, pair_inserts,
-                                       pair_updates)
-            except sqlite3.Error as exc:
-                raise self._error(exc) from exc
+                # CHECKPOINT_CACHE_KIB says why it is bounded. (The native connection has it.)
+                w.execute(f"PRAGMA cache_size = -{CHECKPOINT_CACHE_KIB}")
+            for statement, rows in (
+                ('INSERT INTO merges (rank, "left", "right", token, count) VALUES (?, ?, ?, ?, ?)', merges),
+                ("INSERT INTO vocab (id, bytes, kind) VALUES (?, ?, 'merge')", new_vocab),
+                ("UPDATE words SET tokens = ? WHERE id = ?", word_rows),
+                ('DELETE FROM pair_counts WHERE "left" = ? AND "right" = ?', pair_deletes),
+                ('UPDATE pair_counts SET count = ? WHERE "left" = ? AND "right" = ?', pair_updates),
+                ('INSERT INTO pair_counts ("left", "right", count) VALUES (?, ?, ?)', pair_inserts),
+            ):
+                if len(rows):
+                    w.executemany(statement, rows)
             phase = "done" if done_reason else "merging"
-            self.sql("UPDATE run SET phase = ?, stop_reason = ?, updated_at = ? WHERE id = 1",
-                     (phase, done_reason, now()))
-            self.add_checkpoint_row(phase, merges_done, elapsed_s, time.perf_counter() - t0)
+            w.execute("UPDATE run SET phase = ?, stop_reason = ?, updated_at = ? WHERE id = 1",
+                      (phase, done_reason, now()))
+            self.add_checkpoint_row(phase, merges_done, elapsed_s, time.perf_counter() - t0, w)
         return time.perf_counter() - t0
-
-    @staticmethod
-    def _write_merge_rows(raw: sqlite3.Connection, merges: Sequence[tuple], new_vocab: Sequence[tuple],
-                          word_rows: Sequence[tuple], pair_deletes: Sequence[tuple],
-                          pair_inserts: Sequence[tuple], pair_updates: Sequence[tuple]) -> None:
-        """The statements of a merge checkpoint, in the transaction the caller holds."""
-        if merges:
-            raw.executemany('INSERT INTO merges (rank, "left", "right", token, count) VALUES (?, ?, ?, ?, ?)',
-                            merges)
-        if new_vocab:
-            raw.executemany("INSERT INTO vocab (id, bytes, kind) VALUES (?, ?, 'merge')", new_vocab)
-        if word_rows:
-            raw.executemany("UPDATE words SET tokens = ? WHERE id = ?", word_rows)
-        if pair_deletes:
-            raw.executemany('DELETE FROM pair_counts WHERE "left" = ? AND "right" = ?', pair_deletes)
-        if pair_updates:
-            raw.executemany('UPDATE pair_counts SET count = ? WHERE "left" = ? AND "right" = ?', pair_updates)
-        if pair_inserts:
-            raw.executemany('INSERT INTO pair_counts ("left", "right", count) VALUES (?, ?, ?)', pair_inserts)
 
 
 class PyWordIds:
@@ -957,6 +1017,45 @@ class PyWordIds:
 
     def _rows(self, first: int, shift: int = 0) -> list[tuple[int, bytearray, int]]:
         return [(k + 1 + shift, bytearray(self._words[k]), self._counts[k]) for k in range(first, len(self._words))]
+
+
+class BulkWriter:
+    """The statements of one ``Store.bulk_transaction``: on the native connection ``ndb`` when
+    there is one, else through the store's ``sqlite3`` connection (``executemany``, the fallback)."""
+
+    def __init__(self, store: Store, ndb: Any | None):
+        self.store = store
+        self.ndb = ndb
+
+    @property
+    def native(self) -> bool:
+        return self.ndb is not None
+
+    def execute(self, statement: str, params: Sequence = ()) -> list[tuple]:
+        """One statement; its rows."""
+        if self.ndb is None:
+            return self.store.sql(statement, params).fetchall()
+        return self.ndb.execute(statement, tuple(params))
+
+    def executemany(self, statement: str, rows: Iterable[tuple]) -> None:
+        """The statement for each row: tuples, or a merge engine's checkpoint ``RowStream``, which
+        the native connection binds straight from its arrays (the GIL released)."""
+        if self.ndb is None:
+            self.store.executemany(statement, rows)
+        else:
+            self.ndb.executemany(statement, rows)
+
+    def insert_words(self, statement: str, rows: list[tuple[int, bytes | bytearray, int]] | WordCounter) -> None:
+        """``statement`` (parameters ``(id, bytes, count)``) for each row, or for each word of a
+        native ``WordCounter`` with ids 1, 2, ... in its order. Why ``pack`` on the native path:
+        one buffer for all words instead of a tuple and a bytearray per word (counting's first
+        flush of enwiki-100M: 445 K words)."""
+        if not hasattr(rows, "row_stream"):
+            self.executemany(statement, rows)
+        elif self.ndb is None:
+            self.store.executemany(statement, rows.row_stream(1))
+        else:
+            self.ndb.insert_packed_words(statement, rows.pack(), 1)
 
 
 class _Transaction:

@@ -9,6 +9,7 @@ void register_merge_engine(nb::module_ &m);  // merge_engine.cpp: the incrementa
 void register_encoder(nb::module_ &m);       // encoder.cpp: BPE encoding by merge rank
 void register_jsonl(nb::module_ &m);         // jsonl.cpp: the text field of jsonl lines
 void register_splitter(nb::module_ &m);      // splitter.cpp: where text may be cut (specials, safe cuts)
+void register_store_db(nb::module_ &m);      // store_db.cpp: the store's bulk writes and reads, native
 
 NB_MODULE(_core, m) {
     m.doc() = "bpe_store native core: hot loops only (scanning, counting, merging, encoding).";
@@ -18,4 +19,5 @@ NB_MODULE(_core, m) {
     register_encoder(m);
     register_jsonl(m);
     register_splitter(m);
+    register_store_db(m);
 }

@@ -51,6 +51,7 @@
 #endif
 
 #include "scanner.h"
+#include "store_db.h"
 
 #include <algorithm>
 #if defined(__SSE2__)
@@ -1147,6 +1148,21 @@ class MergeEngine {
 };
 
 }  // namespace
+
+// The store's native bulk path (store_db.cpp) binds a stream's arrays directly: see store_db.h.
+bool checkpoint_rows_view(nb::handle obj, CheckpointRowsView &out) {
+    RowStream *s = nullptr;
+    if (!nb::try_cast<RowStream *>(obj, s) || s == nullptr || s->pos != 0) return false;
+    static_assert(int(CheckpointRowsView::kUpdates) == int(RowStream::kUpdates), "the same kinds");
+    out.kind = CheckpointRowsView::Kind(int(s->kind));
+    out.n = s->size();
+    out.toks = s->toks.data();
+    out.a = s->a.data();
+    out.b = s->b.data();
+    out.c = s->c.data();
+    s->pos = s->size();  // written once, as iterating would
+    return true;
+}
 
 void register_merge_engine(nb::module_ &m) {
     m.def("release_free_memory", &release_free_memory,

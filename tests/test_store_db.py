@@ -1,0 +1,220 @@
+"""The store's native bulk path (``bpe_store.store_db``, native/store_db.cpp): it writes exactly
+what the ``executemany`` fallback writes, uses the SQLite library Python's ``sqlite3`` uses (so the
+two connections see each other's locks), and fails with the same errors as the driver."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+
+import pytest
+
+from bpe_store import store as store_mod
+from bpe_store import store_db, train
+from bpe_store.errors import StoreError
+from bpe_store.merge import native_available
+from bpe_store.store import BulkWriter, Store
+
+pytestmark = pytest.mark.skipif(not native_available(), reason="the native core is not built here")
+
+SPECIAL = ["<|endoftext|>"]
+#: columns that say when or how long, not what: they differ between any two runs
+TIMES = {"created_at", "updated_at", "at", "elapsed_s", "write_s", "started_at", "ended_at"}
+
+
+def tables(db) -> dict[str, list[tuple]]:
+    """Every table's rows in key order, with the time columns blanked."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        out = {}
+        for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"):
+            cur = con.execute(f'SELECT * FROM "{name}"')
+            cols = [d[0] for d in cur.description]
+            out[name] = sorted((tuple(None if c in TIMES else v for c, v in zip(cols, row)) for row in cur), key=repr)
+        return out
+    finally:
+        con.close()
+
+
+def test_the_native_path_is_available_here():
+    """CI builds the native core on Linux with a dynamically linked _sqlite3: the fast path must
+    be taken there, not silently fall back."""
+    assert store_db.available()
+
+
+@pytest.mark.parametrize("kw", [
+    {},  # one counting flush (the WordCounter's packed words), checkpoints every 20 merges
+    {"chunk_size": 4096, "count_flush_seconds": 0, "workers": 1},  # many flushes: WordIds rows and deltas
+    {"engine": "python"},  # the Python engine's tuples, bound by the native connection
+    {"min_frequency": 2, "max_token_length": 6},
+], ids=["one-flush", "many-flushes", "python-engine", "options"])
+def test_native_and_fallback_write_the_same_store(tmp_path, corpus, monkeypatch, kw):
+    used = []
+    real = BulkWriter.executemany
+
+    def spy(self, statement, rows):
+        used.append(self.native)
+        return real(self, statement, rows)
+
+    monkeypatch.setattr(BulkWriter, "executemany", spy)
+    results = {}
+    for native in (True, False):
+        monkeypatch.setenv(store_db.ENV, "1" if native else "0")
+        used.clear()
+        db = tmp_path / f"native-{native}.db"
+        results[native] = train([corpus], db, 420, SPECIAL, checkpoint_merges=20, **kw)
+        assert used and set(used) == {native}, "every bulk write took the path asked for"
+    assert results[True].merges == results[False].merges
+    assert tables(tmp_path / "native-True.db") == tables(tmp_path / "native-False.db")
+
+
+def test_a_native_resume_of_a_fallback_store_is_identical(tmp_path, corpus, monkeypatch):
+    """Stores are one format: a run stopped on one path and resumed on the other ends the same."""
+    full = train([corpus], tmp_path / "full.db", 420, SPECIAL, checkpoint_merges=20)
+    db = tmp_path / "run.db"
+    monkeypatch.setenv(store_db.ENV, "0")
+    train([corpus], db, 300, SPECIAL, checkpoint_merges=20)
+    monkeypatch.setenv(store_db.ENV, "1")
+    r = train([corpus], db, 420, SPECIAL, checkpoint_merges=20)
+    assert r.merges == full.merges and r.merge_counts == full.merge_counts
+
+
+def test_the_native_connection_shares_pythons_sqlite_and_its_locks(trained_store, tmp_path):
+    """Two copies of SQLite in one process would not see each other's locks (POSIX locks of one
+    process never conflict); the same copy does: a write lock held by a Python connection makes
+    the native connection's BEGIN IMMEDIATE busy."""
+    import _sqlite3
+
+    from bpe_store import _core
+
+    a, b, c = sqlite3.sqlite_version_info
+    assert _core.store_db_load(_sqlite3.__file__) == a * 1_000_000 + b * 1_000 + c
+    db = tmp_path / "run.db"
+    shutil.copy(trained_store, db)
+    with Store.open(db) as store:
+        ndb = store._native()
+        assert ndb is not None
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        ndb.execute("PRAGMA busy_timeout = 0")
+        with pytest.raises(_core.SqliteError) as info:
+            ndb.execute("BEGIN IMMEDIATE")
+        assert info.value.args[0] & 0xFF == 5  # SQLITE_BUSY
+        other.execute("ROLLBACK")
+        other.close()
+        ndb.execute("BEGIN IMMEDIATE")  # free again
+        ndb.execute("ROLLBACK")
+
+
+def test_the_fallback_is_taken_when_turned_off(trained_store, tmp_path, monkeypatch):
+    db = tmp_path / "run.db"
+    shutil.copy(trained_store, db)
+    monkeypatch.setenv(store_db.ENV, "0")
+    with Store.open(db) as store:
+        assert store._native() is None
+    monkeypatch.setenv(store_db.ENV, "1")
+    with Store.open(db, readonly=True) as store:
+        assert store._native() is None  # reading commands never open it
+
+
+# -- errors: the same as the driver's, and the same StoreError on both paths ---------------------
+
+FAILING = [
+    ("INSERT INTO t (id, v) VALUES (1, 'x')", ()),  # UNIQUE constraint (IntegrityError)
+    ("INSERT INTO t (id, v) VALUES (?, NULL)", (7,)),  # NOT NULL constraint
+    ("INSERT INTO t (id, v) VALUES ('text', 'x')", ()),  # datatype mismatch
+    ("SELEC 1", ()),  # syntax error (OperationalError)
+    ("SELECT * FROM missing", ()),  # no such table
+    ("INSERT INTO t (id, v) VALUES (?, ?)", (2, "x" * 5000)),  # database or disk is full (max_page_count)
+]
+
+
+@pytest.mark.parametrize("statement,params", FAILING)
+def test_native_errors_are_the_drivers(tmp_path, statement, params):
+    from bpe_store import _core
+
+    db = tmp_path / "t.db"
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+    con.execute("INSERT INTO t VALUES (1, 'a')")
+    pages = con.execute("PRAGMA page_count").fetchone()[0]
+    con.execute(f"PRAGMA max_page_count = {pages}")
+    with pytest.raises(sqlite3.Error) as driver:
+        con.execute(statement, params)
+    ndb = store_db.native_db(db, busy_timeout_ms=0, synchronous="FULL", cache_kib=1024, journal_size_limit=1 << 20)
+    ndb.execute(f"PRAGMA max_page_count = {pages}")
+    with pytest.raises(_core.SqliteError) as native:
+        ndb.execute(statement, params)
+    err = store_db.to_sqlite_error(native.value)
+    assert type(err) is type(driver.value)
+    assert str(err) == str(driver.value)
+    assert err.sqlite_errorcode == driver.value.sqlite_errorcode
+    ndb.close()
+    con.close()
+
+
+def _checkpoint_of(store: Store, words: int) -> dict:
+    """A merge checkpoint's arguments writing ``words`` large token blobs (enough to need pages)."""
+    return dict(merges=[], new_vocab=[], word_rows=[(b"\x01\x00\x00\x00" * 2000, i) for i in range(1, words + 1)],
+                pair_deletes=[], merges_done=store.sql("SELECT count(*) FROM merges").scalar(), elapsed_s=1.0,
+                done_reason=None)
+
+
+def _fail_checkpoint(trained_store, tmp_path, monkeypatch, native: bool, setup, unchanged: bool = True) -> str:
+    """Copy the store, break it with ``setup(store)``, write a checkpoint: its error, the path
+    replaced by DB; and check (``unchanged``) the store is still at its last checkpoint."""
+    monkeypatch.setenv(store_db.ENV, "1" if native else "0")
+    db = tmp_path / f"native-{native}.db"
+    shutil.copy(trained_store, db)
+    with Store.open(db) as store:
+        before = tables(db)
+        setup(store)
+        with pytest.raises(StoreError) as info:
+            store.write_merge_rows(**_checkpoint_of(store, 200))
+    if unchanged:
+        assert tables(db) == before
+    return str(info.value).replace(str(db), "DB")
+
+
+def test_a_full_disk_in_a_checkpoint_is_the_same_error_on_both_paths(trained_store, tmp_path, monkeypatch):
+    def fill(store: Store) -> None:
+        pages = store.sql("PRAGMA page_count").scalar()
+        for con in (store.db, store._native()):
+            if con is not None:  # the limit is per connection: the one writing must have it
+                con.execute(f"PRAGMA max_page_count = {pages + 2}")
+
+    errors = [_fail_checkpoint(trained_store, tmp_path, monkeypatch, native, fill) for native in (True, False)]
+    assert errors[0] == errors[1]
+    assert "the disk is full" in errors[0] and "last checkpoint" in errors[0]
+
+
+def test_a_locked_store_in_a_checkpoint_is_the_same_error_on_both_paths(trained_store, tmp_path, monkeypatch):
+    monkeypatch.setattr(store_mod, "BUSY_TIMEOUT_MS", 50)
+    holders = []
+
+    def lock(store: Store) -> None:
+        store._native()  # opened before the other takes the lock (opening reads nothing)
+        other = sqlite3.connect(store.path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        holders.append(other)
+
+    errors = [_fail_checkpoint(trained_store, tmp_path, monkeypatch, native, lock) for native in (True, False)]
+    for other in holders:
+        other.close()
+    assert errors[0] == errors[1]
+    assert "database is locked" in errors[0]
+
+
+def test_a_corrupt_store_in_a_checkpoint_is_the_same_error_on_both_paths(trained_store, tmp_path, monkeypatch):
+    def corrupt(store: Store) -> None:
+        page_size = store.sql("PRAGMA page_size").scalar()
+        root = store.sql("SELECT rootpage FROM sqlite_master WHERE name = 'words'").scalar()
+        store.sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        with open(store.path, "r+b") as f:  # the words table's root page: a garbage b-tree header
+            f.seek((root - 1) * page_size)
+            f.write(b"\xff" * 16)
+
+    errors = [_fail_checkpoint(trained_store, tmp_path, monkeypatch, native, corrupt, unchanged=False)
+              for native in (True, False)]
+    assert errors[0] == errors[1]
+    assert "corrupt" in errors[0]

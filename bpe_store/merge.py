@@ -411,6 +411,12 @@ class NativeMergeEngine:
             self.token_bytes = {i: b for i, b in enumerate(token_bytes) if b is not None}
             self.bad_word = -1
             return
+        if isinstance(rows, getattr(_core, "WordRows", ())):  # read natively from the store (Store.load_word_rows)
+            self._e = _core.MergeEngine(rows, list(token_bytes), n_specials, first_merge_id, next_rank,
+                                        min_frequency, max_token_length or 0)
+            self.token_bytes = {i: b for i, b in enumerate(token_bytes) if b is not None}
+            self.bad_word = self._e.bad_word
+            return
         if not isinstance(rows, list):
             rows = list(rows)
         # sqlite3 returns tuples; other row types (SQLAlchemy Row) are converted once here
@@ -485,6 +491,11 @@ def native_available() -> bool:
     return hasattr(_core, "MergeEngine")
 
 
+def uses_native(engine: str) -> bool:
+    """Whether ``new_engine(..., engine)`` builds the native engine (which reads packed rows)."""
+    return engine == "native" or (engine == "auto" and native_available())
+
+
 def new_engine(rows: list[WordRow] | WordCounter, token_bytes: Sequence[bytes | None], n_specials: int,
                first_merge_id: int, next_rank: int, engine: str = "auto", *, min_frequency: int = 1,
                max_token_length: int | None = None) -> Engine:
@@ -496,7 +507,7 @@ def new_engine(rows: list[WordRow] | WordCounter, token_bytes: Sequence[bytes | 
     module doc."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
-    if engine == "native" or (engine == "auto" and native_available()):
+    if uses_native(engine):
         if not native_available():
             raise RuntimeError("the native merge engine is not built here (use engine='python')")
         return NativeMergeEngine(rows, token_bytes, n_specials, first_merge_id, next_rank, min_frequency,

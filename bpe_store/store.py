@@ -72,7 +72,7 @@ from .sources import Source
 if TYPE_CHECKING:  # pragma: no cover
     from sqlalchemy.engine import Connection
 
-    from ._core import WordIds
+    from ._core import WordIds, WordRows
     from .count import WordCounter
 
 #: ``PRAGMA application_id`` of every bpe_store file ("BPE1"): tells our stores from other SQLite files.
@@ -874,11 +874,26 @@ class Store:
             rows = words if hasattr(words, "pack") else words.rows()
         return rows
 
-    def load_word_rows(self) -> list[tuple[int, bytes, int, bytes | None]]:
+    def load_word_rows(self, packed: bool = False) -> list[tuple[int, bytes, int, bytes | None]] | WordRows:
         """All words in id order as plain tuples ``(id, bytes, count, token blob or None)``.
 
         Plain driver tuples: the merge engines read them directly (no row objects for ~1M words).
+        ``packed``: for the native merge engine, the same rows read by the native connection into
+        one ``_core.WordRows`` buffer when there is one (no Python object per word: a resume of
+        enwiki-100M -> 32K read 445 K tuples of 4 objects each, a 12 GB corpus's 7 M).
         """
+        ndb = self._native() if packed else None
+        if ndb is not None:
+            try:
+                return ndb.read_word_rows("SELECT id, bytes, count, tokens FROM words ORDER BY id")
+            except ValueError as exc:  # a row of the wrong types: as the engine says of Python rows
+                msg = f"{self.path}: the store's words are damaged ({exc}); start over with --restart"
+                raise StoreError(msg) from None
+            except Exception as exc:
+                if not store_db.is_native_error(exc):
+                    raise
+                err = store_db.to_sqlite_error(exc)
+                raise self._error(err) from err
         gc_on = gc.isenabled()
         gc.disable()  # ~1M new tuples would trigger many useless collections (nothing is cyclic)
         try:

@@ -66,7 +66,7 @@ from .inputs import (
     scan_input,
     unit_of,
 )
-from .merge import Engine, new_engine, release_free_memory
+from .merge import Engine, new_engine, release_free_memory, uses_native
 from .options import (
     DEFAULT_MAX_PRETOKEN_BYTES,
     check_engines,
@@ -453,14 +453,15 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
     first = n_special + 256
     result_check(store, n_special, vocab, merges)
     token_bytes = [b if kind != "special" else None for _, b, kind in vocab]
-    rows = store.load_word_rows()
+    rows = store.load_word_rows(packed=uses_native(engine))  # packed: no Python tuple per word
     try:
         merger = new_engine(rows, token_bytes, n_special, first, len(merges), engine,
                             min_frequency=params.min_frequency, max_token_length=params.max_token_length)
     except (TypeError, ValueError, OverflowError) as exc:  # a count or blob of the wrong type or sign
         raise StoreError(f"{store.path}: the store's words are damaged ({exc}); start over with --restart") from None
     if merger.bad_word >= 0:
-        raise StoreError(f"{store.path}: the store is inconsistent (word {rows[merger.bad_word][0]} does not "
+        word = store.sql("SELECT id FROM words ORDER BY id LIMIT 1 OFFSET ?", (merger.bad_word,)).scalar()
+        raise StoreError(f"{store.path}: the store is inconsistent (word {word} does not "
                          "spell its bytes); start over with --restart")
     del rows
     # Why a digest: SQLite fingerprints pair_counts in one scan, instead of ~1M rows into Python.
@@ -725,7 +726,7 @@ def _pairs(job: _Job) -> Engine:
     # -0.3 s); otherwise (resumed or multi-flush counting) the store is read.
     rows = store.take_fresh_word_rows()
     if rows is None:
-        rows = store.load_word_rows()
+        rows = store.load_word_rows(packed=uses_native(job.engine))
     try:
         merger = new_engine(rows, _byte_vocab(n), n, n + 256, 0, job.engine, min_frequency=params.min_frequency,
                             max_token_length=params.max_token_length)

@@ -549,6 +549,19 @@ class MergeEngine {
         build_pairs();
     }
 
+    // The same from the store's rows read by the native connection (StoreDb.read_word_rows): a
+    // resume builds the engine without a Python tuple per word (see store_db.h's WordRows).
+    MergeEngine(const WordRows &rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,
+                i64 min_count, u64 max_token_length)
+        : first_merge_id_(first_merge_id), next_rank_(next_rank), min_count_(min_count),
+          max_len_(max_token_length) {
+        if (next_rank < 0) throw nb::value_error("next_rank must be >= 0");
+        if (min_count < 1) throw nb::value_error("min_count must be >= 1");
+        load_vocab(token_bytes);
+        load_rows(BufferRows{rows}, n_specials);
+        build_pairs();
+    }
+
     // ---- the merge loop --------------------------------------------------------------------
 
     nb::list step(i64 max_merges) {
@@ -799,58 +812,96 @@ class MergeEngine {
 
     // Words whose count is below min_count_ are skipped: words_[w] is the w-th row kept, and
     // bad_word_ is an index into `rows`.
-    void load_words(nb::list rows, u32 n_specials) {
-        size_t n = nb::len(rows);
-        if (n >= kNone) throw nb::value_error("too many words");
-        PyObject *const *items = PySequence_Fast_ITEMS(rows.ptr());
-        // First pass checks the rows and sizes the flat array exactly, so it is allocated once.
-        size_t total = 0, kept = 0;
-        for (size_t i = 0; i < n; ++i) {
+    // One word row as load_rows reads it: tokens == nullptr means the word is still its single
+    // bytes (NULL in the store, or a counting flush's (id, bytes, count) row).
+    struct RowIn {
+        i64 id = 0, count = 0;
+        const u8 *bytes = nullptr, *tokens = nullptr;
+        size_t nbytes = 0, ntokbytes = 0;
+    };
+
+    // Python rows [(id, bytes, count, tokens or None)] or (id, bytes, count), as load_rows reads them.
+    struct TupleRows {
+        PyObject *const *items;
+        size_t n;
+        size_t size() const { return n; }
+        void read(size_t i, RowIn &r) const {
             PyObject *row = items[i];
-            // (id, bytes, count) is a word still in single bytes: a counting flush's own rows
             if (!PyTuple_Check(row) || (PyTuple_GET_SIZE(row) != 4 && PyTuple_GET_SIZE(row) != 3))
                 throw nb::type_error("word rows must be (id, bytes, count, tokens) tuples");
-            PyObject *blob = PyTuple_GET_SIZE(row) == 4 ? PyTuple_GET_ITEM(row, 3) : Py_None;
             PyObject *wb = PyTuple_GET_ITEM(row, 1);
             if (!PyBytes_Check(wb) && !PyByteArray_Check(wb)) bad_row(i, "word bytes must be bytes");
-            if (blob_size(wb) >= kNone) bad_row(i, "a word of 4 GiB or more");  // lengths are 32-bit
-            long long count = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 2));
-            if (count == -1 && PyErr_Occurred()) throw nb::python_error();
-            if (count < 1) bad_row(i, "word counts must be positive");
-            if (count < min_count_) continue;
+            r.bytes = blob_data(wb);
+            r.nbytes = blob_size(wb);
+            r.count = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 2));
+            if (r.count == -1 && PyErr_Occurred()) throw nb::python_error();
+            r.id = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 0));
+            if (r.id == -1 && PyErr_Occurred()) throw nb::python_error();
+            PyObject *blob = PyTuple_GET_SIZE(row) == 4 ? PyTuple_GET_ITEM(row, 3) : Py_None;
+            r.tokens = nullptr;
+            r.ntokbytes = 0;
+            if (blob == Py_None) return;
+            if (!PyBytes_Check(blob) && !PyByteArray_Check(blob)) bad_row(i, "tokens must be bytes or None");
+            r.tokens = blob_data(blob);
+            r.ntokbytes = blob_size(blob);
+        }
+    };
+
+    // Rows read from the store by the native connection (store_db.h's WordRows), in order.
+    struct BufferRows {
+        const WordRows &rows;
+        size_t size() const { return rows.n; }
+        void read(size_t i, RowIn &r) const {
+            WordRows::Row row = rows.row(i);
+            r.id = row.id;
+            r.count = row.count;
+            r.bytes = row.bytes;
+            r.nbytes = row.nbytes;
+            r.tokens = row.tokens;
+            r.ntokbytes = row.ntokbytes;
+        }
+    };
+
+    void load_words(nb::list rows, u32 n_specials) {
+        load_rows(TupleRows{PySequence_Fast_ITEMS(rows.ptr()), size_t(nb::len(rows))}, n_specials);
+    }
+
+    // Rows are read twice, in order: the first pass checks them and sizes the flat array exactly,
+    // so it is allocated once.
+    template <class Rows>
+    void load_rows(const Rows &rows, u32 n_specials) {
+        const size_t n = rows.size();
+        if (n >= kNone) throw nb::value_error("too many words");
+        size_t total = 0, kept = 0;
+        RowIn r;
+        for (size_t i = 0; i < n; ++i) {
+            rows.read(i, r);
+            if (r.nbytes >= kNone) bad_row(i, "a word of 4 GiB or more");  // lengths are 32-bit
+            if (r.count < 1) bad_row(i, "word counts must be positive");
+            if (r.count < min_count_) continue;
             ++kept;
-            if (blob == Py_None) {
-                total += blob_size(wb);
-            } else {
-                if (!PyBytes_Check(blob) && !PyByteArray_Check(blob)) bad_row(i, "tokens must be bytes or None");
-                total += blob_size(blob) / 4;
-            }
+            total += r.tokens == nullptr ? r.nbytes : r.ntokbytes / 4;
         }
         tok_.resize(total);
         words_.resize(kept);
         ids_.resize(kept);
         size_t pos = 0, w = 0;
         for (size_t i = 0; i < n; ++i) {
-            PyObject *row = items[i];
-            long long count = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 2));  // checked above
-            if (count < min_count_) continue;
-            long long id = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 0));
-            if (id == -1 && PyErr_Occurred()) throw nb::python_error();
-            PyObject *wb = PyTuple_GET_ITEM(row, 1);
-            PyObject *blob = PyTuple_GET_SIZE(row) == 4 ? PyTuple_GET_ITEM(row, 3) : Py_None;
-            const u8 *bytes = blob_data(wb);
-            size_t nbytes = blob_size(wb);
+            rows.read(i, r);
+            if (r.count < min_count_) continue;
+            const u8 *bytes = r.bytes;
+            size_t nbytes = r.nbytes;
             words_[w].off = pos;
-            ids_[w] = id;
-            words_[w].count = count;
-            if (blob == Py_None) {
+            ids_[w] = r.id;
+            words_[w].count = r.count;
+            if (r.tokens == nullptr) {
                 if (n_specials + 256 > tb_.size()) bad_row(i, "the vocabulary lacks the 256 bytes");
                 for (size_t k = 0; k < nbytes; ++k) tok_[pos + k] = n_specials + bytes[k];
                 words_[w].len = u32(nbytes);
             } else {
-                size_t nb_ = blob_size(blob);
+                size_t nb_ = r.ntokbytes;
                 size_t ntok = nb_ / 4;
-                const u8 *src = blob_data(blob);
+                const u8 *src = r.tokens;
                 // Why check: the ids index token_bytes; a corrupt blob must be a clean error.
                 bool ok = nb_ % 4 == 0;
                 size_t at = 0;
@@ -1184,6 +1235,10 @@ void register_merge_engine(nb::module_ &m) {
              nb::arg("token_bytes"), nb::arg("n_specials"), nb::arg("first_merge_id"), nb::arg("next_rank"),
              nb::arg("min_count") = 1, nb::arg("max_token_length") = 0,
              "The same from packed counts (WordCounter.pack): words still single bytes, ids from first_id.")
+        .def(nb::init<const WordRows &, nb::list, u32, u32, i64, i64, u64>(), nb::arg("rows"),
+             nb::arg("token_bytes"), nb::arg("n_specials"), nb::arg("first_merge_id"), nb::arg("next_rank"),
+             nb::arg("min_count") = 1, nb::arg("max_token_length") = 0,
+             "The same from the store's rows read natively (StoreDb.read_word_rows).")
         .def("step", &MergeEngine::step, nb::arg("max_merges"),
              "Learn up to max_merges merges: [(rank, left, right, token, count)]; fewer only when exhausted.")
         .def("take_checkpoint_rows", &MergeEngine::take_checkpoint_rows,

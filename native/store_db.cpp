@@ -278,6 +278,52 @@ class StoreDb {
         return n;
     }
 
+    // Every row of `sql` (id, bytes, count, tokens or NULL), into one buffer for the merge engine,
+    // with the GIL released. A row of the wrong types is a ValueError naming it, as the engine
+    // gives for Python rows (the store is damaged).
+    WordRows read_word_rows(const std::string &sql) {
+        Busy busy(this);
+        sqlite3_stmt *st = prepare(sql);
+        Reset reset(st);
+        if (api.column_count(st) != 4) throw nb::value_error("the query must give (id, bytes, count, tokens)");
+        WordRows out;
+        std::string bad;
+        int rc;
+        {
+            nb::gil_scoped_release unlocked;
+            while ((rc = api.step(st)) == kRow) {
+                const std::string where = "word row " + std::to_string(out.n) + ": ";
+                const int tt = api.column_type(st, 3);
+                if (api.column_type(st, 0) != kInteger || api.column_type(st, 2) != kInteger) {
+                    bad = where + "ids and counts must be 64-bit integers";
+                } else if (api.column_type(st, 1) != kBlob) {
+                    bad = where + "word bytes must be bytes";
+                } else if (tt != kBlob && tt != 5) {  // 5: SQLITE_NULL
+                    bad = where + "tokens must be bytes or None";
+                }
+                if (!bad.empty()) break;
+                const i64 id = api.column_int64(st, 0), count = api.column_int64(st, 2);
+                const void *bytes = api.column_blob(st, 1);
+                const uint32_t nb = uint32_t(api.column_bytes(st, 1));
+                const void *toks = tt == kBlob ? api.column_blob(st, 3) : nullptr;
+                const uint32_t nt = tt == kBlob ? uint32_t(api.column_bytes(st, 3)) : WordRows::kNull;
+                const size_t at = out.data.size();
+                out.data.resize(at + WordRows::kHeader + nb + (tt == kBlob ? nt : 0));
+                uint8_t *p = out.data.data() + at;
+                std::memcpy(p, &id, 8);
+                std::memcpy(p + 8, &count, 8);
+                std::memcpy(p + 16, &nb, 4);
+                std::memcpy(p + 20, &nt, 4);
+                if (nb) std::memcpy(p + WordRows::kHeader, bytes, nb);
+                if (tt == kBlob && nt) std::memcpy(p + WordRows::kHeader + nb, toks, nt);
+                ++out.n;
+            }
+        }
+        if (!bad.empty()) throw nb::value_error(bad.c_str());
+        if (rc != kDone) fail(rc);
+        return out;
+    }
+
   private:
     // Refuses a second call while one runs with the GIL released (another Python thread).
     struct Busy {
@@ -466,6 +512,9 @@ void register_store_db(nb::module_ &m) {
     m.def("store_db_load", &load_api, nb::arg("sqlite3_module_file"),
           "Resolve SQLite from the library Python's _sqlite3 (this file, already loaded) uses; "
           "returns sqlite3_libversion_number(). RuntimeError when that is not possible.");
+    nb::class_<WordRows>(m, "WordRows", "A store's word rows in one buffer (StoreDb.read_word_rows).")
+        .def("__len__", [](const WordRows &r) { return r.n; })
+        .def_prop_ro("nbytes", [](const WordRows &r) { return r.data.size(); }, "Bytes of the buffer.");
     nb::class_<StoreDb>(m, "StoreDb", "A native connection to a store for its bulk writes (bpe_store.store_db).")
         .def(nb::init<const std::string &, int, const std::string &, i64, i64>(), nb::arg("path"),
              nb::arg("busy_timeout_ms"), nb::arg("synchronous"), nb::arg("cache_kib"), nb::arg("journal_size_limit"))
@@ -475,6 +524,8 @@ void register_store_db(nb::module_ &m) {
              "Run the statement for each row: a checkpoint RowStream (bound from its arrays) or tuples.")
         .def("insert_packed_words", &StoreDb::insert_packed_words, nb::arg("sql"), nb::arg("packed"),
              nb::arg("first_id"), "INSERT (id, bytes, count) for each word of packed counts, ids from first_id.")
+        .def("read_word_rows", &StoreDb::read_word_rows, nb::arg("sql"),
+             "Every row of sql (id, bytes, count, tokens or NULL) as one WordRows buffer, for MergeEngine.")
         .def("close", &StoreDb::close)
         .def_prop_ro("in_transaction", &StoreDb::in_transaction);
 }

@@ -218,3 +218,57 @@ def test_a_corrupt_store_in_a_checkpoint_is_the_same_error_on_both_paths(trained
               for native in (True, False)]
     assert errors[0] == errors[1]
     assert "corrupt" in errors[0]
+
+
+# -- resume: the words read natively into the engine -------------------------------------------
+
+def test_a_resume_reads_the_words_into_the_engine_without_a_tuple_per_word(trained_store, tmp_path):
+    from bpe_store import _core
+    from bpe_store.merge import NativeMergeEngine
+    from bpe_store.train import _load_engine
+
+    db = tmp_path / "run.db"
+    shutil.copy(trained_store, db)
+    with Store.open(db) as store:
+        rows = store.load_word_rows(packed=True)
+        assert isinstance(rows, _core.WordRows)
+        assert len(rows) == store.sql("SELECT count(*) FROM words").scalar() > 100
+        params = store.params()
+        packed = _load_engine(store, params, "native")
+        n = len(params.special_tokens)
+        vocab = store.load_vocab()
+        tuples = NativeMergeEngine(store.load_word_rows(), [b if k != "special" else None for _, b, k in vocab],
+                                   n, n + 256, packed.next_rank)
+    assert packed.pair_digest() == tuples.pair_digest()
+    assert [m.count for m in packed.step(40)] == [m.count for m in tuples.step(40)]
+    assert packed.take_checkpoint_rows()[0] is not None
+
+
+DAMAGED = {
+    "word bytes as text": ("UPDATE words SET bytes = 'the' WHERE id = 2", "words are damaged"),
+    "tokens as a number": ("UPDATE words SET tokens = 7 WHERE id = 3", "words are damaged"),
+    "count as a float": ("UPDATE words SET count = 2.5 WHERE id = 1", "words are damaged"),
+    "tokens that spell other bytes": ("UPDATE words SET tokens = x'0100000001000000' WHERE id = 5",
+                                      "word 5 does not spell its bytes"),
+}
+
+
+@pytest.mark.parametrize("kind", list(DAMAGED))
+def test_damaged_words_are_refused_the_same_on_both_paths(trained_store, tmp_path, corpus, monkeypatch, kind):
+    statement, expected = DAMAGED[kind]
+    errors = []
+    for native in (True, False):
+        monkeypatch.setenv(store_db.ENV, "1" if native else "0")
+        db = tmp_path / f"native-{native}.db"
+        shutil.copy(trained_store, db)
+        con = sqlite3.connect(db)
+        con.execute(statement)
+        con.commit()
+        con.close()
+        before = tables(db)
+        with pytest.raises(StoreError, match=expected) as info:
+            train([corpus], db, 320, SPECIAL)  # a larger vocabulary: resume merging from the words
+        assert tables(db) == before
+        errors.append(str(info.value).replace(str(db), "DB"))
+    if "spell" in kind:
+        assert errors[0] == errors[1]

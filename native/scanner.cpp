@@ -102,18 +102,19 @@ ChunkCounts count_chunk(nb::bytes data, const std::vector<nb::bytes> &specials, 
         // `data` is immutable and referenced by `out`, so it outlives this block.
         nb::gil_scoped_release release;
         const bpe::detail::SpecialSplitter splitter(std::move(toks));
-        bpe::detail::WordTable &table = out.table;
+        bpe::detail::CountSink sink(out.table);  // lookups prefetched a few tokens ahead
         uint64_t total = 0;
         splitter.split(s, n, [&](size_t a, size_t b) {
             const uint8_t *piece = s + a;
             bpe::detail::scan(piece, b - a, [&](size_t x, size_t y) {
                 // a pre-token longer than max_bytes counts as pieces (pretokenize.split_long_pretoken)
                 bpe::detail::split_long(piece, x, y, max_bytes, [&](size_t p, size_t q) {
-                    table.add(piece + p, q - p);
+                    sink.add(piece + p, q - p);
                     ++total;
                 });
             });
         });
+        sink.finish();
         out.total = total;
     }
     return out;
@@ -221,7 +222,7 @@ class WordCounter {
     void add(const ChunkCounts &chunk) {
         nb::gil_scoped_release release;
         std::lock_guard<std::mutex> lock(mutex_);
-        for (const auto &e : chunk.table.entries()) table_.add(e.ptr, e.len, e.count, &arena_);
+        bpe::detail::add_table(table_, chunk.table, &arena_);
     }
 
     // Add another counter's words: the counts of a work unit read in several blocks (a
@@ -230,7 +231,7 @@ class WordCounter {
         if (&other == this) throw nb::value_error("cannot add a WordCounter to itself");
         nb::gil_scoped_release release;
         std::scoped_lock lock(mutex_, other.mutex_);
-        for (const auto &e : other.table_.entries()) table_.add(e.ptr, e.len, e.count, &arena_);
+        bpe::detail::add_table(table_, other.table_, &arena_);
     }
 
     // Adds packed counts (``ChunkCounts.pack``, ``pack_counts``, ``WordCounter.pack``); the
@@ -241,7 +242,9 @@ class WordCounter {
         nb::gil_scoped_release release;
         std::lock_guard<std::mutex> lock(mutex_);
         unpack(p, n, [](const uint8_t *, size_t, uint64_t) {});  // validate first: all or nothing
-        unpack(p, n, [&](const uint8_t *w, size_t len, uint64_t c) { table_.add(w, len, c, &arena_); });
+        bpe::detail::CountSink sink(table_, &arena_);
+        unpack(p, n, [&](const uint8_t *w, size_t len, uint64_t c) { sink.add(w, len, c); });
+        sink.finish();
     }
 
     nb::bytes pack() const {

@@ -144,6 +144,27 @@ special_piece = st.sampled_from(SPECIALS + ["<|a|", "<|", "|>", "<|a|><|", "<|en
 text_with_specials = st.lists(st.one_of(fragment, special_piece), max_size=40).map("".join)
 
 
+def test_ascii_letters_and_digits_are_the_classes_the_scanner_skips_16_at_a_time() -> None:
+    """The scanner skips runs of ASCII letters and digits 16 bytes at a time by range checks
+    (native/scanner_impl.h, ascii_run_end): that is right only if, within ASCII, \\p{L} is exactly
+    [A-Za-z] and \\p{N} exactly [0-9]."""
+    ascii_chars = "".join(map(chr, range(128)))
+    assert "".join(regex.findall(r"\p{L}", ascii_chars)) == "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    assert "".join(regex.findall(r"\p{N}", ascii_chars)) == "0123456789"
+
+
+@pytest.mark.parametrize("run", ["a", "Z", "7", "!"])
+def test_runs_of_every_length_end_where_regex_ends_them(run: str) -> None:
+    """A run of 0 to 40 characters of one class, then each ASCII character and a few non-ASCII
+    ones (letters, digits, spaces, other), at the end of the text and before more text: every
+    place the 16-byte skip can stop, including the last bytes of the buffer."""
+    enders = [chr(c) for c in range(128)] + ["\xe9", "\u4e2d", "\u0663", "\u00b2", "\xa0", "\u3000", "\u00d7"]
+    for length in range(41):
+        for end in enders:
+            for text in (run * length + end, " " + run * length + end + "x" * 20):
+                assert_same_split(text)
+
+
 @given(text_with_specials, st.lists(st.sampled_from(SPECIALS), unique=True))
 @example("x<|a|><|b|>y<|a|>z<|b|>", ["<|a|>", "<|a|><|b|>"])
 @example("<|a|><|a|><|b|><|b|>", ["<|a|><|b|>", "<|a|>", "<|b|>"])
@@ -166,6 +187,28 @@ def test_word_counter_sums_chunks_like_python(chunks: list[str], specials: list[
         acc.add(chunk)
         expected.update(py)
     assert dict(acc.items()) == dict(expected) and len(acc) == len(expected)
+
+
+def test_counts_keep_first_seen_order_and_tell_words_with_one_head_apart() -> None:
+    """Words are compared by length and first 8 bytes (their head) before their other bytes, and
+    counted a few tokens behind the scanner (prefetching): words of 1 to 24 bytes sharing heads and
+    tails must stay apart, and the table's order must be the order words are first seen, in a
+    chunk and across the chunks a WordCounter adds."""
+    words = []
+    for n in range(1, 25):
+        base = "abcdefghijklmnopqrstuvwxyz"[:n]
+        words += [base, base[:-1] + "Z", "Z" + base[1:], base.upper()]
+    rng = __import__("random").Random(5)
+    chunks = [" ".join(rng.choice(words) for _ in range(3000)) for _ in range(3)]
+    acc, order, total = _core.WordCounter(), [], Counter()
+    for text in chunks:
+        chunk = _core.count_chunk(text.encode(), [])
+        pieces = regex_pieces(text)
+        assert list(chunk.to_dict().items()) == list(Counter(pieces).items())  # Counter: first-seen order
+        acc.add(chunk)
+        order += [w for w in dict.fromkeys(pieces) if w not in total]
+        total.update(pieces)
+    assert acc.items() == [(w, total[w]) for w in order]
 
 
 def test_word_counter_owns_its_words() -> None:
@@ -289,6 +332,19 @@ int main() {
             scan(buf.get() + a, b - a, [&](size_t x, size_t y) { table.add(buf.get() + a + x, y - x); });
         });
         for (const auto &e : table.entries()) total.add(e.ptr, e.len, e.count, &arena);
+        // the prefetching sink makes the same table as adding token by token
+        WordTable sunk(n / 64);
+        CountSink sink(sunk);
+        splitter.split(buf.get(), n, [&](size_t a, size_t b) {
+            scan(buf.get() + a, b - a, [&](size_t x, size_t y) { sink.add(buf.get() + a + x, y - x); });
+        });
+        sink.finish();
+        ok = sunk.entries().size() == table.entries().size();
+        for (size_t k = 0; ok && k < sunk.entries().size(); ++k) {
+            const auto &x = sunk.entries()[k], &y = table.entries()[k];
+            ok = x.ptr == y.ptr && x.len == y.len && x.count == y.count;
+        }
+        if (!ok) { std::printf("sink differs at iteration %d\n", iter); return 1; }
         (void)valid_utf8(buf.get(), n);
         // long pre-tokens: pieces of at most m bytes tile each pre-token, even on invalid UTF-8
         const size_t m = 4 + rng() % 6;

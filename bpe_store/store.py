@@ -802,7 +802,7 @@ class Store:
         native = hasattr(counts, "row_stream")
         if not native and not isinstance(counts, dict):
             counts = dict(counts)  # pairs (a word may repeat: summed, as the store would)
-        if self._words is None and self._fresh_rows is None and self._words_empty():
+        if self.words_are_next_flush():
             rows = counts if native else [(i, w, c) for i, (w, c) in enumerate(counts.items(), 1)]
             self._write_word_counts(rows, [], chunk_done, elapsed_s, stream_at)
             self._fresh_rows = counts if native else rows  # only once committed: then it is what the store holds
@@ -816,6 +816,12 @@ class Store:
             self._words = None  # the store is the truth: reloaded from it if counting goes on
             raise
         self._words = words
+
+    def words_are_next_flush(self) -> bool:
+        """Whether the next ``add_word_counts`` makes the store's words exactly its counts' rows,
+        ids 1, 2, ... in their order (the first flush into an empty ``words``): a caller may then
+        build on those counts before that flush commits (``train._pairs``)."""
+        return self._words is None and self._fresh_rows is None and self._words_empty()
 
     def _words_empty(self) -> bool:
         return self.sql("SELECT NOT EXISTS (SELECT 1 FROM words)").scalar() == 1

@@ -41,6 +41,7 @@ from . import sessions
 from ._version import __version__
 from .count import (
     DEFAULT_CHUNK_SIZE,
+    FlushBuffer,
     WordCounter,
     add_counts,
     count_blocks_ordered,
@@ -119,6 +120,12 @@ class _Job:
     #: the training time the store had when this session began (``_session``)
     elapsed0: float = 0.0
     store: Store = dataclasses.field(init=False)
+    #: store writes the main thread goes on without waiting for (counting flushes, the start of
+    #: merging), in order, on a thread of their own
+    writes: _Writes = dataclasses.field(init=False, default_factory=lambda: _Writes())
+    #: the last counting flush's native counter when that flush makes the store's words exactly its
+    #: rows (ids 1, 2, ... in its order): ``_pairs`` builds the engine from it while it is written
+    fresh_words: WordCounter | None = None
 
     def emit(self, **event) -> None:
         """Report a progress event, if anyone listens."""
@@ -137,6 +144,73 @@ class _Job:
     def stream(self) -> Stream | None:
         """The input that is a stream (stdin, an iterable), if any: it is then the only input."""
         return next((p for p in self.paths if isinstance(p, Stream)), None)
+
+
+class _Writes:
+    """Store writes done on a thread of their own, in the order given, while the main thread goes
+    on: counting flushes while units are counted, and the last flush and the start of merging
+    while the engine is built and merging begins (a merge checkpoint first waits for them: see
+    ``_checkpoint``). Why: the last flush (enwiki-100M: 445 K new words, ~0.5 s) was on the
+    critical path between counting and merging, though nothing before the first merge checkpoint
+    reads the store. A write runs only if every earlier one committed; a failure is raised in the
+    main thread by ``poll`` or ``wait``, and ``then`` callbacks (progress events) run there too."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: list[tuple[Future, Callable[[], None] | None]] = []
+
+    def submit(self, fn: Callable[..., object], *args: object, then: Callable[[], None] | None = None) -> None:
+        """Run ``fn(*args)`` after the writes before it; ``then()`` once it is seen to have committed."""
+        before = self._pending[-1][0] if self._pending else None
+
+        def run() -> object:
+            if before is not None:
+                before.result()  # an earlier write failed: write nothing after it
+            return fn(*args)
+
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="bpe-flush")
+        self._pending.append((self._pool.submit(run), then))
+
+    def idle(self) -> bool:
+        """Whether no write is pending or unreported."""
+        return not self._pending
+
+    def busy(self) -> bool:
+        """Whether a write is still running or queued."""
+        return any(not fut.done() for fut, _ in self._pending)
+
+    def poll(self) -> None:
+        """Report the writes that have committed, in order (raising the first failure)."""
+        while self._pending and self._pending[0][0].done():
+            self._report()
+
+    def wait(self) -> None:
+        """Wait for every write and report it (raising the first failure)."""
+        while self._pending:
+            self._report()
+
+    def _report(self) -> None:
+        fut, then = self._pending[0]
+        try:
+            fut.result()
+        except BaseException:
+            self._pending.clear()  # the writes after a failed one did nothing
+            raise
+        self._pending.pop(0)
+        if then is not None:
+            then()
+
+    def close(self) -> None:
+        """Let the writes in flight finish (their failures are not raised: the caller is already
+        failing, and the store stays at its last committed write) and stop the thread."""
+        for fut, _ in self._pending:
+            with contextlib.suppress(Exception):
+                fut.result()
+        self._pending.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
 
 P = ParamSpec("P")
@@ -482,11 +556,14 @@ def _session(job: _Job) -> Iterator[None]:
         # the store's own value (a resume that did not give one; NULL = no limit in older stores)
         job.params = dataclasses.replace(job.params, max_pretoken_bytes=store.params().max_pretoken_bytes)
         yield
+        job.writes.wait()
         sessions.end(store, session)
     except BaseException as exc:
+        job.writes.close()  # a write still in flight commits or fails before the session is closed
         sessions.end(store, session, exc)
         raise
     finally:
+        job.writes.close()
         store.close()
 
 
@@ -502,19 +579,24 @@ def _count(job: _Job) -> None:
     streams = [c for c in chunks if not c.counted and c.kind == "stream"]
     job.emit(stage="counting", done=done, total=total)
     if todo:
-        results, native, status = _count_map(job, sources, todo)
-        _count_reduce(job, results, native, status, {c.id: c.end - c.start for c in todo}, done, total)
+        results, buffer, status = _count_map(job, sources, todo)
+        _count_reduce(job, results, buffer, status, {c.id: c.end - c.start for c in todo}, done, total)
     for chunk in streams:
         if job.stream is None:  # pragma: no cover - _same_inputs refuses a store whose stream is not given
             raise InputError(f"{job.store.path} was counting a stream; give it again to resume")
+        job.writes.wait()
         _count_stream(job, job.stream, chunk)
-    _check_something_counted(job.store, job.params)
+    if not job.fresh_words:  # else the flush being written holds words
+        job.writes.wait()
+        _check_something_counted(job.store, job.params)
 
 
-def _count_map(job: _Job, sources: Sequence[Source], todo: Sequence) -> tuple[Iterable, bool, Callable[[], dict]]:
+def _count_map(job: _Job, sources: Sequence[Source], todo: Sequence) -> tuple[Iterable, FlushBuffer,
+                                                                              Callable[[], dict]]:
     """The map step over the work units ``todo`` of input files: ``(unit id, counts, pre-tokens)``
-    as units are counted, whether the counts are native (a ``WordCounter`` sums them), and the
-    extra fields of counting events. ``count_engine="ray"`` counts them as Ray tasks."""
+    as units are counted (counts None: the counting thread added them to the buffer itself), the
+    buffer the reduce step adds them to, and the extra fields of counting events.
+    ``count_engine="ray"`` counts them as Ray tasks."""
     params, workers = job.params, job.workers
     # plain text cut into byte ranges: the map step reads its range itself (count_chunk*_task);
     # other kinds go through bpe_store.inputs' readers (count_units_threaded, count_unit_task)
@@ -537,10 +619,11 @@ def _count_map(job: _Job, sources: Sequence[Source], todo: Sequence) -> tuple[It
         # results are summed by a WordCounter, whatever the pattern or input kind; its events
         # add the units in flight and the workers
         results = RayCounter(tasks, job.ray_address, workers)
-        return results, True, results.status
+        return results, FlushBuffer(True), results.status
+    buffer = FlushBuffer(native)
     if native and not plain:
         return count_units_threaded(units, workers, params.special_tokens, params.pattern, params.invalid_utf8,
-                                    job.chunk_size, params.max_pretoken_bytes), native, dict
+                                    job.chunk_size, params.max_pretoken_bytes), buffer, dict
     if workers > 1 and len(tasks) > 1:
         # Both map steps release the GIL while they scan: the native counter, and `regex` with
         # concurrent=True (pretokenize.count_words). So threads give the parallelism of processes
@@ -548,38 +631,35 @@ def _count_map(job: _Job, sources: Sequence[Source], todo: Sequence) -> tuple[It
         # `python -` (spawned workers re-ran __main__, crashed, were respawned; issue 9) and cost
         # ~1 s of imports each (bench/RESULTS-count.md). Ctrl-C reaches only this thread, which
         # decides how to stop.
-        return count_chunks_threaded(tasks, min(workers, len(tasks)), task), native, dict
-    return map(task, tasks), native, dict
+        return count_chunks_threaded(tasks, min(workers, len(tasks)), task, into=buffer), buffer, dict
+    return map(task, tasks), buffer, dict
 
 
-def _count_reduce(job: _Job, results: Iterable, native: bool, status: Callable[[], dict], size_of: dict[int, int],
-                  done: int, total: int) -> None:
-    """The reduce step: add the map step's ``results`` into one counter, flushed (with the marks
-    of the units it holds) every ``count_flush_seconds``, on a stop request and at the end."""
+def _count_reduce(job: _Job, results: Iterable, buffer: FlushBuffer, status: Callable[[], dict],
+                  size_of: dict[int, int], done: int, total: int) -> None:
+    """The reduce step: the map step's ``results`` go into ``buffer`` (if their counting thread did
+    not add them itself), flushed with the marks of the units it holds every
+    ``count_flush_seconds``, on a stop request and at the end; the last flush is left in flight."""
     # count_flush_seconds=0 flushes every unit before the next, in line (tests kill between
     # units), except with Ray, whose driver must never stop feeding the cluster
     writer = _CountWriter(job, total, background=job.count_flush_seconds > 0 or job.count_engine == "ray")
     try:
-        delta = new_word_counts(native)
-        marks: list[tuple[int, int]] = []
         last_flush = time.monotonic()
         for cid, counts, n in results:
-            add_counts(delta, counts)
-            marks.append((cid, n))
+            if counts is not None:
+                buffer.add(cid, counts, n)
             done += size_of[cid]
             job.emit(stage="counting", done=done, total=total, **status())
             writer.poll()
             stopping = job.stopping()
-            if writer.due(last_flush) or stopping:
-                writer.flush(delta, marks, done, final=False, wait=stopping)
-                delta, marks, last_flush = new_word_counts(native), [], time.monotonic()
+            if buffer and writer.due(last_flush) or stopping:
+                writer.flush(*buffer.take(), done, final=False, wait=stopping)
+                last_flush = time.monotonic()
                 if stopping:
                     raise Interrupted(f"stopped while counting; {job.store.path} keeps the counted chunks")
-        writer.committed()
-        if marks:
-            writer.flush(delta, marks, done, final=True, wait=True)
+        if buffer:
+            writer.flush(*buffer.take(), done, final=True, wait=False)
     finally:
-        writer.close()  # never leave a flush writing while the store closes
         close = getattr(results, "close", None)
         if close is not None:  # threads: cancel queued chunks, wait for the running ones
             close()
@@ -588,18 +668,17 @@ def _count_reduce(job: _Job, results: Iterable, native: bool, status: Callable[[
 class _CountWriter:
     """Writes counting flushes, each one transaction, and reports them.
 
-    A flush is written by a second thread while the reduce step keeps adding results into a fresh
-    counter: a synchronous flush (seconds for ~1 M words, much of it waiting on the disk: the WAL,
-    fsync, copying it back) left every counting thread, or with Ray every worker of the cluster,
-    idle once its units in flight were done (bench/RESULTS-ray.md, bench/RESULTS-scale.md). At
-    most one flush is in flight (two counters in memory); each is still one transaction, and its
-    checkpoint event comes once it has committed. A stop request and the last flush wait.
+    A flush is written on the store's writer thread (``_Writes``) while the reduce step keeps
+    adding results into a fresh buffer: a synchronous flush (seconds for ~1 M words, much of it
+    waiting on the disk: the WAL, fsync, copying it back) left every counting thread, or with Ray
+    every worker of the cluster, idle once its units in flight were done (bench/RESULTS-ray.md,
+    bench/RESULTS-scale.md). At most one flush is in flight (two counters in memory); each is
+    still one transaction, and its checkpoint event comes once it has committed. A stop request
+    waits; the last flush is left in flight for ``_pairs`` and ``_merge`` (see ``_Writes``).
     """
 
     def __init__(self, job: _Job, total: int, background: bool = True):
-        self.job, self.total = job, total
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="bpe-flush") if background else None
-        self.flushing: Future | None = None
+        self.job, self.total, self.background = job, total, background
         self.write_s = 0.0  # how long the last flush took
 
     def due(self, last_flush: float) -> bool:
@@ -612,39 +691,32 @@ class _CountWriter:
         if self.job.count_flush_seconds == 0:
             return True
         wait = max(self.job.count_flush_seconds, 2 * self.write_s)
-        return self.flushing is None and time.monotonic() - last_flush >= wait
+        return not self.job.writes.busy() and time.monotonic() - last_flush >= wait
 
-    def write(self, delta: Counter[bytes] | WordCounter, marks: list[tuple[int, int]], at: int) -> int:
+    def write(self, delta: Counter[bytes] | WordCounter, marks: list[tuple[int, int]]) -> None:
         t0 = time.monotonic()
         self.job.store.add_word_counts(delta, marks, self.job.elapsed())
         self.write_s = time.monotonic() - t0
-        return at
-
-    def committed(self) -> None:
-        """Wait for the flush in flight, if any, and report its checkpoint (a failed flush raises here)."""
-        if self.flushing is not None:
-            at, self.flushing = self.flushing.result(), None
-            self.job.emit(stage="checkpoint", phase="counting", done=at, total=self.total, **self.job.store.wal)
 
     def poll(self) -> None:
         """Report the flush in flight if it has committed meanwhile."""
-        if self.flushing is not None and self.flushing.done():
-            self.committed()
+        self.job.writes.poll()
 
     def flush(self, delta: Counter[bytes] | WordCounter, marks: list[tuple[int, int]], done: int, final: bool,
               wait: bool) -> None:
         """Write ``delta`` and ``marks``: in the background unless ``wait`` (or there is no background)."""
-        self.committed()
-        self.job.emit(stage="writing", phase="counting", done=done, total=self.total, words=len(delta), final=final)
-        if self.pool is not None and not wait:
-            self.flushing = self.pool.submit(self.write, delta, marks, done)
-        else:
-            self.write(delta, marks, done)
-            self.job.emit(stage="checkpoint", phase="counting", done=done, total=self.total, **self.job.store.wal)
+        job = self.job
+        job.writes.wait()
+        job.emit(stage="writing", phase="counting", done=done, total=self.total, words=len(delta), final=final)
+        if final and hasattr(delta, "row_stream") and job.store.words_are_next_flush():
+            job.fresh_words = delta  # the store's words once this commits: the engine starts from it
 
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)
+        def report() -> None:
+            job.emit(stage="checkpoint", phase="counting", done=done, total=self.total, **job.store.wal)
+
+        job.writes.submit(self.write, delta, marks, then=report)
+        if wait or not self.background:
+            job.writes.wait()
 
 
 def _check_something_counted(store: Store, params: RunParams) -> None:
@@ -721,10 +793,15 @@ def _pairs(job: _Job) -> Engine:
     store, params = job.store, job.params
     job.emit(stage="pairs")
     n = len(params.special_tokens)
-    # Why the fresh rows: when this session's single flush wrote every word, its rows are what
-    # the store holds, so they feed the engine without reading ~1M rows back (enwiki-100M:
-    # -0.3 s); otherwise (resumed or multi-flush counting) the store is read.
-    rows = store.take_fresh_word_rows()
+    # Why the words in memory: when the last flush writes every word (the first flush into an
+    # empty store), its counter is what the store will hold, so the engine is built from it while
+    # the flush is still being written (enwiki-100M: the flush's ~0.5 s leaves the critical path);
+    # after several flushes the store's word map (``take_fresh_word_rows``) once they committed,
+    # without reading ~1M rows back; otherwise (a resume) the store is read.
+    rows, job.fresh_words = job.fresh_words, None
+    if rows is None:
+        job.writes.wait()
+        rows = store.take_fresh_word_rows()
     if rows is None:
         rows = store.load_word_rows(packed=uses_native(job.engine))
     try:
@@ -734,7 +811,9 @@ def _pairs(job: _Job) -> Engine:
         raise StoreError(f"{store.path}: the store's words are damaged ({exc}); start over with --restart") from None
     del rows  # the engine holds its own copy; free ~1M tuples before the pair rows are made
     release_free_memory()  # what counting freed would otherwise stay resident through merging
-    store.start_merging(merger.pair_counts(), job.elapsed())
+    # written after the last flush, before the first merge checkpoint; the counts are taken now,
+    # before merging changes them
+    job.writes.submit(store.start_merging, merger.pair_counts(), job.elapsed())
     return merger
 
 
@@ -746,10 +825,11 @@ def _merge(job: _Job, engine: Engine | str) -> None:
     merges if that is not None, or on a stop request.
     """
     store, target = job.store, job.params.num_merges
-    run = store.run_row()
-    done_now = store.sql("SELECT count(*) FROM merges").scalar()
-    if run["phase"] == "done" and (run["stop_reason"] == "no_pairs" or done_now >= target):
-        return  # a finished store: nothing to do (a larger vocab size set phase back to merging)
+    if job.writes.idle():  # else counting just ended: merging starts while its writes finish
+        run = store.run_row()
+        done_now = store.sql("SELECT count(*) FROM merges").scalar()
+        if run["phase"] == "done" and (run["stop_reason"] == "no_pairs" or done_now >= target):
+            return  # a finished store: nothing to do (a larger vocab size set phase back to merging)
     merger = _load_engine(store, job.params, engine) if isinstance(engine, str) else engine
     while True:
         merges, stopping = _merge_batch(job, merger)
@@ -790,6 +870,7 @@ def _checkpoint(job: _Job, merger: Engine, merges: list) -> str | None:
     the changed words and pair counts and the progress. Returns why merging is over (the run's
     stop reason), or None when it goes on."""
     target, tb = job.params.num_merges, merger.token_bytes
+    job.writes.wait()  # the last counting flush and the start of merging commit before any merge
     if merger.next_rank >= target:
         reason = "vocab_size"
     elif merger.exhausted:

@@ -545,7 +545,13 @@ class MergeEngine {
         if (next_rank < 0) throw nb::value_error("next_rank must be >= 0");
         if (min_count < 1) throw nb::value_error("min_count must be >= 1");
         load_vocab(token_bytes);
-        load_packed(static_cast<const u8 *>(packed.data()), packed.size(), first_id, n_specials);
+        const u8 *data = static_cast<const u8 *>(packed.data());
+        const size_t size = packed.size();
+        // pure C++ from here (errors are C++ exceptions, raised once the GIL is back). Why:
+        // train._pairs builds the engine while the last counting flush, which needs the GIL for
+        // its rows, is written on another thread
+        nb::gil_scoped_release unlocked;
+        load_packed(data, size, first_id, n_specials);
         build_pairs();
     }
 

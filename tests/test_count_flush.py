@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 
 import pytest
-from conftest import EN, ROOT, fixture_text
+from conftest import EN, ROOT, RU, fixture_text
 
 from bpe_store import train
 from bpe_store._version import __version__
@@ -192,3 +192,185 @@ def test_a_kill_inside_a_flush_resumes_to_the_uninterrupted_result(tmp_path, flu
     with Store.open(db) as a, Store.open(tmp_path / "whole.db") as b:
         assert sorted((w, c) for _, w, c, _ in a.load_word_rows()) == \
             sorted((w, c) for _, w, c, _ in b.load_word_rows())
+
+
+def _store_contents(db) -> tuple:
+    """Everything a run's result is, word ids aside (they follow the order units were counted in):
+    words with their counts and tokens, pair counts, merges, vocabulary."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return tuple(con.execute(q).fetchall() for q in (
+            "SELECT bytes, count, tokens FROM words ORDER BY bytes",
+            'SELECT "left", "right", count FROM pair_counts ORDER BY 1, 2',
+            "SELECT * FROM merges ORDER BY rank",
+            "SELECT * FROM vocab ORDER BY id"))
+    finally:
+        con.close()
+
+
+def _unit_word(cid: int) -> bytes:
+    return (" " + "".join("abcdefghij"[int(d)] for d in str(cid))).encode()  # one letter run per unit
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["WordCounter", "Counter"])
+def test_a_flush_buffer_holds_exactly_the_counts_of_the_units_it_marks(native):
+    """Threads add units (as the counting threads do) while flushes take the buffer: every take
+    holds the counts of exactly the units it marks, and every unit is in exactly one take."""
+    import threading
+
+    from bpe_store.count import FlushBuffer
+
+    if native and WordIds is None:
+        pytest.skip("native core not built")
+    from bpe_store._core import count_chunk
+
+    buffer, units, taken = FlushBuffer(native), 600, []
+
+    def add(ids: range) -> None:
+        for cid in ids:
+            text = _unit_word(cid) + b" common"
+            buffer.add(cid, count_chunk(text, []) if native else {_unit_word(cid): 1, b" common": 1}, 2)
+
+    threads = [threading.Thread(target=add, args=(range(k, units, 4),)) for k in range(4)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        taken.append(buffer.take())
+    for t in threads:
+        t.join()
+    taken.append(buffer.take())
+    assert not buffer
+    seen = []
+    for counts, marks in taken:
+        words = dict(counts.items())
+        assert words.pop(b" common", 0) == len(marks) and all(n == 2 for _, n in marks)
+        assert set(words) == {_unit_word(cid) for cid, _ in marks} and set(words.values()) <= {1}
+        seen += [cid for cid, _ in marks]
+    assert sorted(seen) == list(range(units))
+
+
+def test_store_contents_are_the_same_for_any_threads_chunk_size_and_flush_interval(tmp_path):
+    """Counting threads add their own units into the flush buffer, in whatever order they finish;
+    the store ends the same for 1, 2 and 4 threads, any chunk size, one flush or one per unit."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(fixture_text(EN, 300_000) + "<|endoftext|>" + fixture_text(RU, 100_000), encoding="utf-8")
+    runs = [(1, 1 << 30, 10.0), (2, 4096, 10.0), (4, 20_000, 10.0), (4, 7_777, 0.0), (2, 50_000, 0.0)]
+    contents = []
+    for i, (workers, chunk_size, flush_s) in enumerate(runs):
+        train([corpus], tmp_path / f"r{i}.db", 500, ["<|endoftext|>"], workers=workers, chunk_size=chunk_size,
+              count_flush_seconds=flush_s)
+        contents.append(_store_contents(tmp_path / f"r{i}.db"))
+    assert contents[0][0] and contents[0][2]
+    assert all(c == contents[0] for c in contents[1:])
+
+
+def test_words_are_the_next_flush_only_for_the_first_flush_into_an_empty_store(tmp_path):
+    db = tmp_path / "s.db"
+    with _new_store(db) as store:
+        assert store.words_are_next_flush()
+        store.add_word_counts(Counter({b"a": 1}), [(1, 1)], 1.0)
+        assert not store.words_are_next_flush()
+    with Store.open(db) as store:
+        assert not store.words_are_next_flush()
+
+
+PAUSE_RUNNER = """
+import json, sys
+from bpe_store import train
+train([sys.argv[1]], sys.argv[2], 600, ["<|endoftext|>"], workers=2, chunk_size=20_000,
+      progress=lambda e: print(json.dumps(e), file=sys.stderr, flush=True))
+"""
+
+
+def test_merging_starts_while_the_last_flush_is_written_and_a_kill_then_loses_only_that(tmp_path):
+    """The last counting flush is written on its own thread while the engine is built from the
+    counter and merging begins: with that flush held open (its transaction paused), merging
+    events still come; a kill -9 then leaves the store as before the flush (no words, no merges:
+    nothing of merging is written before the flush commits), and the same command resumes to
+    the uninterrupted store."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(fixture_text(EN, 600_000), encoding="utf-8")
+    train([corpus], tmp_path / "whole.db", 600, ["<|endoftext|>"], workers=2, chunk_size=20_000)
+    db = tmp_path / "killed.db"
+    env = {**os.environ, "BPE_STORE_TEST_PAUSE": "flush:1"}
+    proc = subprocess.Popen([sys.executable, "-c", PAUSE_RUNNER, str(corpus), str(db)], cwd=ROOT, env=env,
+                            stderr=subprocess.PIPE, text=True)
+    seen: list[str] = []
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if any("paused at flush:1" in s for s in seen) and any('"stage": "merging"' in s for s in seen):
+                break
+        proc.kill()
+    finally:
+        proc.wait()
+        proc.stderr.close()
+    assert any('"stage": "merging"' in s for s in seen), seen[-5:]
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        assert con.execute("SELECT phase FROM run").fetchone()[0] == "counting"
+        assert con.execute("SELECT (SELECT count(*) FROM words), (SELECT count(*) FROM merges),"
+                           " (SELECT count(*) FROM pair_counts)").fetchone() == (0, 0, 0)
+    finally:
+        con.close()
+    train([corpus], db, 600, ["<|endoftext|>"], workers=2, chunk_size=20_000)
+    assert _store_contents(db) == _store_contents(tmp_path / "whole.db")
+
+
+def test_a_stop_while_the_last_flush_is_written_checkpoints_it_then_the_merges(tmp_path):
+    """A stop request as merging starts: the checkpoint waits for the last flush and the start of
+    merging, then writes the merges so far; the resume ends as an uninterrupted run."""
+    import threading
+
+    from bpe_store.errors import Interrupted
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(fixture_text(EN, 400_000), encoding="utf-8")
+    train([corpus], tmp_path / "whole.db", 500, ["<|endoftext|>"], workers=2, chunk_size=50_000)
+    stop = threading.Event()
+
+    def progress(event: dict) -> None:
+        if event["stage"] == "pairs":
+            stop.set()
+
+    db = tmp_path / "stopped.db"
+    with pytest.raises(Interrupted):
+        train([corpus], db, 500, ["<|endoftext|>"], workers=2, chunk_size=50_000, progress=progress, stop=stop)
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        phase, merges, words = con.execute(
+            "SELECT phase, (SELECT count(*) FROM merges), (SELECT count(*) FROM words) FROM run").fetchone()
+    finally:
+        con.close()
+    assert phase == "merging" and 0 < merges < 500 - 257 and words > 1000
+    train([corpus], db, 500, ["<|endoftext|>"], workers=2, chunk_size=50_000)
+    assert _store_contents(db) == _store_contents(tmp_path / "whole.db")
+
+
+def test_a_last_flush_that_fails_on_its_thread_fails_the_run_and_writes_nothing_of_merging(tmp_path, monkeypatch):
+    """The last flush fails (a full disk, inside its transaction) on the writer thread while
+    merging goes on: the run fails with that StoreError, the store keeps nothing of that flush
+    nor of merging, and the same command then ends as an uninterrupted run."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(fixture_text(EN, 300_000), encoding="utf-8")
+    train([corpus], tmp_path / "whole.db", 400, ["<|endoftext|>"])
+    add_checkpoint_row = Store.add_checkpoint_row
+
+    def disk_full(self, phase, *args):
+        if phase == "counting":
+            raise StoreError("the disk is full")
+        return add_checkpoint_row(self, phase, *args)
+
+    monkeypatch.setattr(Store, "add_checkpoint_row", disk_full)
+    db = tmp_path / "r.db"
+    with pytest.raises(StoreError, match="disk is full"):
+        train([corpus], db, 400, ["<|endoftext|>"])
+    monkeypatch.undo()
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        assert con.execute("SELECT phase, (SELECT count(*) FROM words), (SELECT count(*) FROM merges),"
+                           " (SELECT count(*) FROM checkpoints) FROM run").fetchone() == ("counting", 0, 0, 0)
+    finally:
+        con.close()
+    train([corpus], db, 400, ["<|endoftext|>"])
+    assert _store_contents(db) == _store_contents(tmp_path / "whole.db")

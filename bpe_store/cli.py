@@ -140,8 +140,11 @@ class _Group(TyperGroup):
         return ctx
 
     def invoke(self, ctx: typer.Context) -> Any:
+        from .interrupts import ctrl_c_stops_statements
+
         try:
-            return super().invoke(ctx)
+            with ctrl_c_stops_statements():  # train and encode put their own handler inside it
+                return super().invoke(ctx)
         except _TYPER_HANDLES:
             raise
         except BpeStoreError as exc:

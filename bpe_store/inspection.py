@@ -28,6 +28,7 @@ from typing import Any
 from . import migrate
 from .errors import InputError
 from .inputs import ITERABLE, STDIN
+from .interrupts import sqlite_call
 from .pretokenize import GPT2_PATTERN, describe_pattern
 from .store import Store, unpack_tokens, wal_state
 
@@ -389,14 +390,16 @@ def query(path: str | os.PathLike, statement: str, *,
         db.set_authorizer(auth)
         try:
             try:
-                cur = db.execute(statement)
+                with sqlite_call():  # Ctrl-C in the authorizer must not become a refusal
+                    cur = db.execute(statement)
             except sqlite3.Error as exc:
                 raise _sql_error(exc, auth, store) from None
 
             def rows() -> Iterator[tuple]:
                 try:
                     while True:
-                        batch = cur.fetchmany(1000)
+                        with sqlite_call():
+                            batch = cur.fetchmany(1000)
                         if not batch:
                             return
                         yield from batch

@@ -67,6 +67,7 @@ from urllib.parse import quote
 
 from . import migrate, store_db
 from .errors import StoreError
+from .interrupts import CtrlC, sqlite_call
 from .sources import Source
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -198,8 +199,9 @@ def _sqlite_error(path: Path, exc: BaseException) -> BaseException:
     KeyboardInterrupt when the statement was interrupted by Ctrl-C (see ``_Guard``)."""
     orig = getattr(exc, "orig", exc)
     if getattr(orig, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT:
-        if getattr(orig, "bpe_store_timeout", None):
+        if getattr(orig, "bpe_store_timeout", None) and not CtrlC.pending:
             return StoreError(f"{path}: a query took longer than {orig.bpe_store_timeout:g} s and was stopped")
+        CtrlC.pending = False  # this KeyboardInterrupt is the Ctrl-C
         return KeyboardInterrupt()
     msg = str(orig)
     if "not a database" in msg or "malformed" in msg:
@@ -223,10 +225,10 @@ def sqlite_uri(path: Path, **params: str | int) -> str:
 
 
 class _Guard:
-    """The connection's progress handler: makes Ctrl-C stop a long statement (the signal is
-    delivered while Python runs this handler; the statement then fails with SQLITE_INTERRUPT,
-    which ``_sqlite_error`` turns back into KeyboardInterrupt) and, with ``deadline`` set, stops
-    a statement that runs past it (a StoreError saying so)."""
+    """The connection's progress handler: makes Ctrl-C stop a long statement (``interrupts.CtrlC``;
+    the statement then fails with SQLITE_INTERRUPT, which ``_sqlite_error`` turns back into
+    KeyboardInterrupt) and, with ``deadline`` set, stops a statement that runs past it (a
+    StoreError saying so)."""
 
     #: SQLite virtual-machine steps between calls (a call costs ~1 us; 100 K steps ~1 ms).
     STEPS = 100_000
@@ -236,6 +238,8 @@ class _Guard:
         self.seconds: float | None = None
 
     def __call__(self) -> int:
+        if CtrlC.pending:
+            return 1
         return 1 if self.deadline is not None and time.monotonic() > self.deadline else 0
 
     def timed_out(self) -> bool:
@@ -657,7 +661,8 @@ class Store:
 
     def sql(self, statement: str, params: Sequence | None = None) -> Result:
         try:
-            return Result(self.db.execute(statement, tuple(params) if params is not None else ()))
+            with sqlite_call():
+                return Result(self.db.execute(statement, tuple(params) if params is not None else ()))
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
 

@@ -12,6 +12,8 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -225,17 +227,109 @@ def test_a_long_query_stops_at_its_time_limit(pristine):
     assert inspection.sql(pristine, "SELECT 1", timeout=5) == (["1"], [(1,)])  # the limit ends with the call
 
 
-def test_ctrl_c_stops_a_long_query(pristine):
-    forever = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
-    proc = subprocess.Popen(cli_cmd("sql", pristine, forever), stderr=subprocess.PIPE, text=True, env=env())
-    time.sleep(2.0)  # well inside the query
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, err
-    assert time.monotonic() - t0 < 10
+FOREVER = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
+
+
+@contextmanager
+def running(cmd: list[str]) -> Iterator[subprocess.Popen]:
+    """``cmd`` started with stderr piped; killed and reaped (pipes closed) however the test ends,
+    so a child that failed to stop never outlives its test (nor leaks a pipe into another's)."""
+    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env()) as proc:
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
+def wait_until_querying(proc: subprocess.Popen, db: Path, timeout: float = 60) -> None:
+    """Until ``proc`` has ``db`` open and has spent 0.3 s of CPU since: inside its query (a fixed
+    sleep was not: on a loaded 2-core machine the interpreter's start and imports alone took
+    more than 2 s, and a SIGINT then lands before any handler of ours)."""
+    deadline = time.monotonic() + timeout
+    target, since = os.path.realpath(db), None
+    tick = os.sysconf("SC_CLK_TCK")
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        try:
+            if since is None:
+                fds = os.listdir(f"/proc/{proc.pid}/fd")
+                if any(os.path.realpath(f"/proc/{proc.pid}/fd/{fd}") == target for fd in fds):
+                    since = _cpu_ticks(proc.pid)
+            elif _cpu_ticks(proc.pid) - since >= 0.3 * tick:
+                return
+        except FileNotFoundError:
+            pass  # an fd closed while we looked
+        time.sleep(0.01)
+    pytest.fail(f"the query did not start within {timeout} s")
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_ctrl_c_stops_a_long_query(pristine, inherited):
+    """SIGINT stops ``sql``'s long query: exit 130, one line. ``ignored``: the process inherited
+    SIGINT ignored (started in the background by a script; Python then installs no handler),
+    as a CI runner may start the test suite: it must stop all the same, as ``train`` does."""
+    cmd = cli_cmd("sql", pristine, FOREVER)
+    if inherited == "ignored":
+        cmd = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+               "os.execv(sys.executable, sys.argv[1:])", *cmd]
+    with running(cmd) as proc:
+        wait_until_querying(proc, pristine)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert err == "error: interrupted; the store is at its last checkpoint\n"
+        assert time.monotonic() - t0 < 10
+
+
+def test_a_swallowed_ctrl_c_still_stops_the_next_query(pristine, monkeypatch):
+    """A KeyboardInterrupt raised where Python ignores exceptions (a ``__del__`` here; an import
+    lock's weakref callback in the CI flake) is lost, but the Ctrl-C is not: the next long
+    statement stops with KeyboardInterrupt instead of running on (here: to its time limit)."""
+    from bpe_store.interrupts import ctrl_c_stops_statements
+
+    ignored = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: ignored.append(u.exc_type))
+
+    class CtrlCInDel:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)
+
+    with ctrl_c_stops_statements():
+        CtrlCInDel()  # collected at once: the handler's KeyboardInterrupt is raised in __del__
+        assert ignored == [KeyboardInterrupt]
+        with pytest.raises(KeyboardInterrupt):
+            inspection.sql(pristine, FOREVER, timeout=10)
+        assert inspection.sql(pristine, "SELECT 1") == (["1"], [(1,)])  # it stopped one statement
+
+
+@pytest.mark.parametrize("callback", ["authorizer", "progress handler"])
+def test_ctrl_c_inside_a_sqlite_callback_is_an_interrupt(pristine, monkeypatch, callback):
+    """A SIGINT noticed while SQLite runs one of our callbacks (the sqlite3 module swallows an
+    exception raised there): still exit 130, not ``sql``'s read-only refusal (the authorizer
+    turned a KeyboardInterrupt into SQLITE_DENY) nor a query that goes on."""
+    from bpe_store import store as store_module
+
+    cls = inspection._ReadOnlyAuthorizer if callback == "authorizer" else store_module._Guard
+    original = cls.__call__
+    fired = []
+
+    def ctrl_c_now(self, *args):
+        if not fired:
+            fired.append(True)
+            signal.raise_signal(signal.SIGINT)  # its handler runs right here, inside the callback
+        return original(self, *args)
+
+    monkeypatch.setattr(cls, "__call__", ctrl_c_now)
+    query = "SELECT count(*) FROM words" if callback == "authorizer" else FOREVER
+    r = run("sql", pristine, query)
+    assert fired and r.exit_code == 130, r.stderr
+    assert r.stderr == "error: interrupted; the store is at its last checkpoint\n"
+    assert run("sql", pristine, "SELECT 1").exit_code == 0  # nothing left pending

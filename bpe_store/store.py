@@ -176,7 +176,8 @@ def unpack_tokens(blob: bytes) -> list[int]:
 
 def _test_pause(point: str) -> None:
     """Tests only: when ``BPE_STORE_TEST_PAUSE`` names ``point`` (``create``; ``flush:N``, inside
-    the N-th counting flush's transaction), say so on stderr and sleep, for a kill -9 just there."""
+    the N-th counting flush's transaction; ``checkpoint:N``, inside the N-th merge checkpoint's, all
+    its rows written), say so on stderr and sleep, for a kill -9 just there."""
     if os.environ.get("BPE_STORE_TEST_PAUSE") == point:
         import sys
 
@@ -361,6 +362,7 @@ class Store:
         self._ndb_tried = False
         self._words: Any = None  # a native WordIds while counting (see add_word_counts)
         self._flushes = 0  # counting flushes written by this connection
+        self._merge_checkpoints = 0  # merge checkpoints written by this connection
         self._fresh_rows: list[tuple[int, bytes | bytearray, int]] | WordCounter | None = None
         #: after each write: ``{"wal_bytes": int, "wal_blocked": bool}`` (see ``_truncate_wal``)
         self.wal: dict[str, Any] = {"wal_bytes": 0, "wal_blocked": False}
@@ -996,6 +998,8 @@ class Store:
             w.execute("UPDATE run SET phase = ?, stop_reason = ?, updated_at = ? WHERE id = 1",
                       (phase, done_reason, now()))
             self.add_checkpoint_row(phase, merges_done, elapsed_s, time.perf_counter() - t0, w)
+            self._merge_checkpoints += 1
+            _test_pause(f"checkpoint:{self._merge_checkpoints}")  # tests: kill inside its transaction
         return time.perf_counter() - t0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -272,3 +273,59 @@ def test_damaged_words_are_refused_the_same_on_both_paths(trained_store, tmp_pat
         errors.append(str(info.value).replace(str(db), "DB"))
     if "spell" in kind:
         assert errors[0] == errors[1]
+
+
+# -- kill -9 inside a native checkpoint's transaction ------------------------------------------
+
+RUNNER = """
+import sys
+from bpe_store import train
+train([sys.argv[1]], sys.argv[2], 420, ["<|endoftext|>"], checkpoint_merges=40)
+"""
+
+
+@pytest.mark.parametrize("checkpoint", [1, 3])
+def test_a_kill_inside_a_native_checkpoint_resumes_to_the_uninterrupted_result(tmp_path, corpus, checkpoint):
+    """kill -9 while the N-th merge checkpoint's transaction is open on the native connection, every
+    row written but not committed: the store holds exactly the N-1 checkpoints before it, and the
+    same command ends with the uninterrupted run's store."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    expected = train([corpus], tmp_path / "whole.db", 420, SPECIAL, checkpoint_merges=40)
+    db = tmp_path / "killed.db"
+    env = {**os.environ, "BPE_STORE_TEST_PAUSE": f"checkpoint:{checkpoint}", store_db.ENV: "1"}
+    proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(corpus), str(db)], cwd=ROOT, env=env,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        assert f"paused at checkpoint:{checkpoint}" in line, line
+        proc.kill()
+    finally:
+        proc.wait()
+        proc.stderr.close()
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    merges = con.execute("SELECT count(*) FROM merges").fetchone()[0]
+    last = con.execute("SELECT max(merges_done) FROM checkpoints WHERE phase = 'merging'").fetchone()[0]
+    con.close()
+    assert merges == last == 40 * (checkpoint - 1)  # the open transaction left nothing
+    result = train([corpus], db, 420, SPECIAL, checkpoint_merges=40)
+    assert (result.merges, result.merge_counts) == (expected.merges, expected.merge_counts)
+    mine, whole = tables(db), tables(tmp_path / "whole.db")
+    for t in ("checkpoints", "sessions"):  # the killed session's history differs, by design
+        mine.pop(t), whole.pop(t)
+    assert mine == whole
+
+
+def test_an_io_error_maps_as_the_drivers_does():
+    """SQLITE_IOERR_* (e.g. 266, IOERR_READ) is an OperationalError keeping its extended code, and
+    the store's one-line error says what SQLite said."""
+    from bpe_store import _core
+    from bpe_store.store import _sqlite_error
+
+    err = store_db.to_sqlite_error(_core.SqliteError(266, "disk I/O error"))
+    assert type(err) is sqlite3.OperationalError and err.sqlite_errorcode == 266
+    assert str(_sqlite_error(Path("x.db"), err)) == "x.db: SQLite error: disk I/O error"

@@ -602,7 +602,8 @@ class Store:
 
     def _native(self) -> Any | None:
         """The native connection for bulk writes (``bpe_store.store_db``), opened on first use and
-        kept for the store's lifetime, with ``_configure``'s pragmas and the checkpoint cache;
+        kept for the store's lifetime, with ``_configure``'s pragmas (``write_merge_rows`` sets
+        the checkpoint cache, as on ``db``: from the first counting flush on it would stay resident);
         None when the native path is not available here (or the store is read-only): bulk writes
         then go through ``executemany`` on ``db``."""
         if self._ndb is None and not self._ndb_tried and not self.readonly and self.db is not None:
@@ -610,7 +611,7 @@ class Store:
             try:
                 self._ndb = store_db.native_db(self.path, busy_timeout_ms=BUSY_TIMEOUT_MS,
                                                synchronous="FULL" if self.durable else "OFF",
-                                               cache_kib=CHECKPOINT_CACHE_KIB, journal_size_limit=WAL_SIZE_LIMIT)
+                                               cache_kib=0, journal_size_limit=WAL_SIZE_LIMIT)
             except sqlite3.Error as exc:
                 raise self._error(exc) from exc
         return self._ndb
@@ -978,12 +979,12 @@ class Store:
         """
         t0 = time.perf_counter()
         with self.bulk_transaction() as w:
-            if not w.native:
-                # Why: a checkpoint rewrites rows all over `words` and `pair_counts`; with
-                # SQLite's default 2 MB page cache the same pages are evicted and re-read many
-                # times (enwiki-100M: 8.3 -> 6.3 s of writes). The cache only grows as used;
-                # CHECKPOINT_CACHE_KIB says why it is bounded. (The native connection has it.)
-                w.execute(f"PRAGMA cache_size = -{CHECKPOINT_CACHE_KIB}")
+            # Why: a checkpoint rewrites rows all over `words` and `pair_counts`; with
+            # SQLite's default 2 MB page cache the same pages are evicted and re-read many
+            # times (enwiki-100M: 8.3 -> 6.3 s of writes). The cache only grows as used;
+            # CHECKPOINT_CACHE_KIB says why it is bounded. Set here, not when the connection
+            # opens: counting's flushes would fill it, and it would stay resident while merging.
+            w.execute(f"PRAGMA cache_size = -{CHECKPOINT_CACHE_KIB}")
             for statement, rows in (
                 ('INSERT INTO merges (rank, "left", "right", token, count) VALUES (?, ?, ?, ?, ?)', merges),
                 ("INSERT INTO vocab (id, bytes, kind) VALUES (?, ?, 'merge')", new_vocab),

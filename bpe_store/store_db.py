@@ -60,7 +60,8 @@ def _load() -> bool:
 def native_db(path: Path, *, busy_timeout_ms: int, synchronous: str, cache_kib: int,
               journal_size_limit: int) -> Any | None:
     """A ``_core.StoreDb`` on the store at ``path`` (which must exist), or None when the native
-    path is not available. Raises the ``sqlite3`` error the driver would when opening fails."""
+    path is not available (``cache_kib`` 0: SQLite's default page cache). Raises the ``sqlite3``
+    error the driver would when opening fails."""
     if not available():
         return None
     from . import _core

@@ -185,9 +185,10 @@ class StoreDb {
         run("PRAGMA busy_timeout = " + std::to_string(busy_timeout_ms));
         run("PRAGMA synchronous = " + synchronous);
         run("PRAGMA journal_size_limit = " + std::to_string(journal_size_limit));
-        // Why a bounded cache: a checkpoint rewrites rows all over `words` and `pair_counts`; with
-        // SQLite's default 2 MB the same pages are evicted and re-read (store.CHECKPOINT_CACHE_KIB).
-        run("PRAGMA cache_size = -" + std::to_string(cache_kib));
+        // 0: SQLite's default cache (2 MB). Why the caller decides: a merge checkpoint wants a
+        // larger one (store.CHECKPOINT_CACHE_KIB), but held from counting's first flush on it
+        // would stay resident through merging, the engine's peak.
+        if (cache_kib > 0) run("PRAGMA cache_size = -" + std::to_string(cache_kib));
     }
 
   public:

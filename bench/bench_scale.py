@@ -55,7 +55,7 @@ def progress(ev):
     keep = {k: ev[k] for k in ("stage", "phase", "done", "total", "words", "final") if k in ev}
     print(json.dumps({"t": round(time.monotonic() - t0, 3), "cpu": cpu(), **keep}), flush=True)
 train([corpus], db, vocab, ["<|endoftext|>"], workers=workers, progress=progress)
-print(json.dumps({"t": round(time.monotonic() - t0, 3), "stage": "end"}), flush=True)
+print(json.dumps({"t": round(time.monotonic() - t0, 3), "cpu": cpu(), "stage": "end"}), flush=True)
 """
 
 def run_child(cmd: list[str], kill_when=None) -> dict:
@@ -84,27 +84,35 @@ def run_child(cmd: list[str], kill_when=None) -> dict:
 
 
 def phases(events: list[dict]) -> dict:
-    """Seconds of each stage, from the events' times: counting (first counting event to the
+    """``{stage: (wall s, CPU s)}`` from the events' times: counting (first counting event to the
     pairs event), pairs (to the first merge), merging (to the final checkpoint's writing), final
-    checkpoint (its writing to its checkpoint event)."""
+    checkpoint (its writing to its checkpoint event); a resume's ``start`` (process start to its
+    first counting or merging event: imports, checks, reloading the store)."""
     def first(pred):
-        return next((e["t"] for e in events if pred(e)), None)
+        return next((e for e in events if pred(e)), None)
 
+    start = {"t": 0.0, "cpu": 0.0}
     c0 = first(lambda e: e["stage"] == "counting")
     p0 = first(lambda e: e["stage"] == "pairs")
     m0 = first(lambda e: e["stage"] == "merging")
     w0 = first(lambda e: e["stage"] == "writing" and e.get("phase") == "merging" and e.get("final"))
     end = first(lambda e: e["stage"] == "end")
     out = {}
-    if c0 is not None and p0 is not None:
-        out["counting"] = p0 - c0
-    if p0 is not None and m0 is not None:
-        out["pairs"] = m0 - p0
-    if m0 is not None and w0 is not None:
-        out["merging"] = w0 - m0
-    if w0 is not None and end is not None:
-        out["final checkpoint"] = end - w0
+    for name, a, b in (("start", start, c0 or m0), ("counting", c0, p0), ("pairs", p0, m0), ("merging", m0, w0),
+                       ("final checkpoint", w0, end)):
+        if a is not None and b is not None:
+            out[name] = (b["t"] - a["t"], b.get("cpu", 0.0) - a.get("cpu", 0.0))
     return out
+
+
+def lost_at_kill(r: dict) -> int | None:
+    """Bytes the killed run had counted beyond its last committed counting flush: what its
+    resume counts again."""
+    killed = r.get("killed_at")
+    if not killed or killed["stage"] != "counting":
+        return None
+    committed = [e["done"] for e in r["events"] if e["stage"] == "checkpoint" and e.get("phase") == "counting"]
+    return killed["done"] - (committed[-1] if committed else 0)
 
 
 def load() -> str:
@@ -210,13 +218,19 @@ def main() -> None:
              "", f"Command: `python bench/bench_scale.py {shlex.join(sys.argv[1:])}`; machine: {platform.node()}, "
              f"{os.cpu_count()} cores, {platform.python_version()}; started "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
-             "| run | wall s | CPU s | peak RSS MB | phases (s) | load before |", "|---|---|---|---|---|---|"]
+             "| run | wall s | CPU s | peak RSS MB | phases (wall s / CPU s) | load before |",
+             "|---|---|---|---|---|---|"]
     results: dict[str, dict] = {}
 
-    def row(name: str, r: dict, before: str) -> None:
-        ph = ", ".join(f"{k} {v:.1f}" for k, v in r.get("phases", {}).items())
+    def row(name: str, r: dict, before: str, slug: str) -> None:
+        ph = ", ".join(f"{k} {w:.1f} / {c:.1f}" for k, (w, c) in r.get("phases", {}).items())
+        lost = lost_at_kill(r)
+        if lost is not None:
+            ph += f"{', ' if ph else ''}killed {lost / 1e6:.0f} MB past its last committed flush"
         lines.append(f"| {name} | {fmt(r)} | {ph} | {before} |")
         print(lines[-1], flush=True)
+        with open(args.workdir / f"{slug}.events.jsonl", "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(e) + "\n" for e in r["events"])
 
     def cmd(db: Path) -> list[str]:
         return train_cmd(python, args.corpus, db, args.vocab, args.workers)
@@ -225,7 +239,7 @@ def main() -> None:
         remove(full_db)
         before = load()
         results["full"] = r = run_child(cmd(full_db))
-        row("full run", r, before)
+        row("full run", r, before, "full")
     full = results.get("full")
     def half_of(stage: str):
         return lambda e: e["stage"] == stage and e.get("total") and e["done"] >= e["total"] / 2
@@ -234,10 +248,10 @@ def main() -> None:
         """Kill a run at half of ``stage``, then run the same command; the resume's figures."""
         remove(db)
         before = load()
-        row(f"killed at 50 % of {what}", run_child(cmd(db), half_of(stage)), before)
+        row(f"killed at 50 % of {what}", run_child(cmd(db), half_of(stage)), before, f"{db.stem}-killed")
         before = load()
         r = run_child(cmd(db))
-        row("  its resume", r, before)
+        row("  its resume", r, before, f"{db.stem}-resume")
         if not args.keep:
             remove(db)
         return r

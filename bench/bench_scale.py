@@ -165,6 +165,7 @@ QUERIES = [
     "SELECT * FROM merge_log LIMIT 20",
     "SELECT * FROM top_pairs LIMIT 20",
     "SELECT * FROM top_words LIMIT 20",
+    "SELECT word, count, n_tokens FROM top_words WHERE n_tokens > 3 LIMIT 10",
     "SELECT count(*) FROM words",
 ]
 
@@ -177,6 +178,7 @@ def inspect_rows(python: list[str], db: Path, repeat: int) -> list[tuple[str, di
         rows.append((f"{when}: bpe-store status", timed_command([*cli, "status", str(db)], repeat, cold)))
         for q in QUERIES:
             rows.append((f"{when}: bpe-store sql \"{q}\"", timed_command([*cli, "sql", str(db), q], repeat, cold)))
+        rows.append((f"{when}: bpe-store show words", timed_command([*cli, "show", str(db), "words"], repeat, cold)))
     # the queries alone, in one process (no interpreter start, no CLI imports)
     code = ("import json, sys, time\nfrom bpe_store.inspection import status\n"
             "db = sys.argv[1]\nout = {}\n"

@@ -162,14 +162,23 @@ class StoreDb {
         try {
             configure(busy_timeout_ms, synchronous, cache_kib, journal_size_limit);
         } catch (...) {
-            close();  // a constructor that throws runs no destructor
+            release();  // a constructor that throws runs no destructor
             throw;
         }
     }
 
-    ~StoreDb() { close(); }
+    ~StoreDb() { release(); }  // no call can be running: each holds a reference to this object
 
+    // Refused while a call runs (with the GIL released on another thread, or a generator of rows
+    // calling back into it): finalizing its statement under it would be a use after free.
     void close() {
+        if (busy_.exchange(true)) throw std::runtime_error("StoreDb is in use: it cannot be closed now");
+        release();
+        busy_.store(false);
+    }
+
+  private:
+    void release() {
         if (db_ == nullptr) return;
         for (auto &kv : stmts_) api.finalize(kv.second);
         stmts_.clear();
@@ -177,7 +186,6 @@ class StoreDb {
         db_ = nullptr;
     }
 
-  private:
     void configure(int busy_timeout_ms, const std::string &synchronous, i64 cache_kib, i64 journal_size_limit) {
         if (synchronous != "FULL" && synchronous != "OFF" && synchronous != "NORMAL")
             throw nb::value_error("synchronous must be FULL, NORMAL or OFF");

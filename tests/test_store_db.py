@@ -329,3 +329,26 @@ def test_an_io_error_maps_as_the_drivers_does():
     err = store_db.to_sqlite_error(_core.SqliteError(266, "disk I/O error"))
     assert type(err) is sqlite3.OperationalError and err.sqlite_errorcode == 266
     assert str(_sqlite_error(Path("x.db"), err)) == "x.db: SQLite error: disk I/O error"
+
+
+def test_the_native_connection_is_not_closed_under_a_running_statement(tmp_path):
+    """close() while a call is inside a statement (another thread with the GIL released, or here a
+    generator of rows calling back) is refused: it would finalize the statement under it."""
+    db = tmp_path / "t.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+    con.close()
+    ndb = store_db.native_db(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
+
+    def rows():
+        yield (1,)
+        with pytest.raises(RuntimeError, match="in use"):
+            ndb.close()
+        yield (2,)
+
+    assert ndb.executemany("INSERT INTO t (id) VALUES (?)", rows()) == 2
+    assert ndb.execute("SELECT count(*) FROM t") == [(2,)]
+    ndb.close()
+    ndb.close()  # a second close does nothing
+    with pytest.raises(RuntimeError, match="closed"):
+        ndb.execute("SELECT 1")

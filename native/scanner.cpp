@@ -102,7 +102,7 @@ ChunkCounts count_chunk(nb::bytes data, const std::vector<nb::bytes> &specials, 
         // `data` is immutable and referenced by `out`, so it outlives this block.
         nb::gil_scoped_release release;
         const bpe::detail::SpecialSplitter splitter(std::move(toks));
-        bpe::detail::CountSink sink(out.table);  // lookups prefetched a few tokens ahead
+        bpe::detail::CountSink sink(out.table, nullptr, s + n);  // lookups prefetched a few tokens ahead
         uint64_t total = 0;
         splitter.split(s, n, [&](size_t a, size_t b) {
             const uint8_t *piece = s + a;

@@ -345,6 +345,16 @@ int main() {
             ok = x.ptr == y.ptr && x.len == y.len && x.count == y.count;
         }
         if (!ok) { std::printf("sink differs at iteration %d\n", iter); return 1; }
+        // a word keyed through the 8-byte load (8 readable bytes at it) gets the key of the
+        // exact reads: the same word must find itself whichever way it is keyed
+        for (size_t x = 0; x + 8 <= n; ++x)
+            for (size_t y = x; y <= n && y <= x + 20; ++y) {
+                const Key a = key_of(buf.get() + x, y - x), b = key_of_padded(buf.get() + x, y - x);
+                if (a.hash != b.hash || a.head != b.head) {
+                    std::printf("keys differ at iteration %d\n", iter);
+                    return 1;
+                }
+            }
         (void)valid_utf8(buf.get(), n);
         // long pre-tokens: pieces of at most m bytes tile each pre-token, even on invalid UTF-8
         const size_t m = 4 + rng() % 6;

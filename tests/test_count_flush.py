@@ -224,28 +224,28 @@ def test_a_flush_buffer_holds_exactly_the_counts_of_the_units_it_marks(native):
         pytest.skip("native core not built")
     from bpe_store._core import count_chunk
 
-    buffer, units, taken = FlushBuffer(native), 600, []
+    buffer, units, seen = FlushBuffer(native), 600, []
 
     def add(ids: range) -> None:
         for cid in ids:
             text = _unit_word(cid) + b" common"
             buffer.add(cid, count_chunk(text, []) if native else {_unit_word(cid): 1, b" common": 1}, 2)
 
+    def check(counts, marks: list[tuple[int, int]]) -> None:  # each take checked, then dropped
+        words = dict(counts.items())
+        assert words.pop(b" common", 0) == len(marks) and all(n == 2 for _, n in marks)
+        assert set(words) == {_unit_word(cid) for cid, _ in marks} and set(words.values()) <= {1}
+        seen.extend(cid for cid, _ in marks)
+
     threads = [threading.Thread(target=add, args=(range(k, units, 4),)) for k in range(4)]
     for t in threads:
         t.start()
     while any(t.is_alive() for t in threads):
-        taken.append(buffer.take())
+        check(*buffer.take())
     for t in threads:
         t.join()
-    taken.append(buffer.take())
+    check(*buffer.take())
     assert not buffer
-    seen = []
-    for counts, marks in taken:
-        words = dict(counts.items())
-        assert words.pop(b" common", 0) == len(marks) and all(n == 2 for _, n in marks)
-        assert set(words) == {_unit_word(cid) for cid, _ in marks} and set(words.values()) <= {1}
-        seen += [cid for cid, _ in marks]
     assert sorted(seen) == list(range(units))
 
 

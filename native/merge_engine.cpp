@@ -21,12 +21,16 @@
 //   never removed when the pair leaves it (the list is dropped when the pair's count reaches 0).
 //   A stale entry costs one scan of a short word, far less than keeping exact sets.
 // * Each merge updates only the pairs around the merged positions (the other pairs of the word
-//   are unchanged), and adds their changes up in a small per-step table (StepDeltas) first: the
+//   are unchanged), and adds their changes up in a small per-step table (StepWork) first: the
 //   large pair table sees each pair a step touched once, not once per occurrence (a frequent
-//   merge makes the same few pairs in thousands of words). A word is rewritten in one pass,
-//   with an SSE2 scan for the pair (Chinese pre-tokens are hundreds of tokens long). On
-//   enwiki-100M -> 32K this took the merge loop from ~0.8 to ~0.6 CPU s, zhwiki-20M -> 10K from
-//   ~4.0 to ~2.7 (bench/RESULTS-merge.md).
+//   merge makes the same few pairs in thousands of words), with its cells and slots prefetched.
+//   A word is rewritten in one pass, with an SSE2 scan for the pair (Chinese pre-tokens are
+//   hundreds of tokens long). On enwiki-100M -> 32K this took the merge loop from ~0.8 to ~0.6
+//   CPU s, zhwiki-20M -> 10K from ~4.0 to ~2.7 (bench/RESULTS-merge.md).
+// * A merge held by many words is split between threads (set_threads): each rewrites a range of
+//   the pair's word list into its own StepWork, and one thread adds them into the pair table.
+//   Sums do not depend on the split, and lists are sets (their order only changes which words
+//   are visited first), so the merges, counts and checkpoints are the same for any thread count.
 // * The max-heap is lazily invalidated: a decrease leaves the old entry (too high) in place, an
 //   increase pushes a fresh one once per merge step. When an entry surfaces its count is checked
 //   against the slot: equal means it is the true maximum, otherwise it is re-pushed or dropped.
@@ -58,13 +62,19 @@
 #include <emmintrin.h>
 #endif
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <type_traits>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -93,6 +103,10 @@ using u64 = uint64_t;
 using i64 = int64_t;
 
 constexpr u32 kNone = 0xFFFFFFFFu;
+
+// A merge is split between threads (MergeEngine.set_threads) when its pair's word list holds at
+// least this many entries; smaller merges are rewritten on the calling thread alone.
+constexpr size_t kParallelMinWords = 4096;
 
 // The digest the resume check compares with the same SQL aggregate over `pair_counts`
 // (see bpe_store/store.py: pair_counts_digest). Every term is reduced below the prime, so the sums
@@ -195,6 +209,11 @@ class PairIndex {
             i = (i + 1) & mask_;
         }
     }
+
+    // For a caller about to look up many keys: fetch the cell where the search for `key` starts,
+    // and (once that cell has arrived) the slot it names, ahead of find().
+    void prefetch_cell(u64 key) const { __builtin_prefetch(&cells_[hash(key) & mask_]); }
+    u32 first_slot(u64 key) const { return cells_[hash(key) & mask_].slot; }
 
     size_t bytes() const { return cells_.capacity() * sizeof(Cell); }
     void clear() { std::vector<Cell>().swap(cells_); size_ = 0; mask_ = 0; }
@@ -361,52 +380,76 @@ inline u32 find_pair(const u32 *p, u32 i, u32 n, u32 a, u32 b) {
     return n;
 }
 
-// The pair-count changes of one merge step: pair key -> (net change, the pair's slot, the last
-// word listed for it). A small open-addressing table (a step touches thousands of pairs, not
-// hundreds of thousands), so it stays in cache while the step's words are rewritten; cleared
-// by resetting only the cells its entries used.
-class StepDeltas {
+// What rewriting some of a merge's words changed: pair key -> (net count change, the words that
+// gained the pair), and the words changed for the first time since the last take. A small
+// open-addressing table (a step touches thousands of pairs, not hundreds of thousands), so it
+// stays in cache while the words are rewritten; cleared by resetting only the cells it used.
+// Why the pair table is not touched while rewriting: a frequent merge makes and removes the
+// same few pairs in thousands of words (" t" + "h" -> " th": (" th", "e")), and each slot
+// lookup in the large table is a cache miss or two; and rewriters on several threads can each
+// fill their own StepWork, added into the pair table by one thread after (see apply()).
+class StepWork {
   public:
     struct Entry {
         u64 key;
-        i64 delta;
-        u32 slot;       // the pair's slot; kNone: too long, never counted
-        u32 last_word;  // the last word appended to the slot's list in this step
+        i64 delta;      // net change of the pair's count
+        u32 head, tail; // the words that gained the pair: a list through adds, kNone if none
+        u32 last_word;  // the last word added (a word gaining a pair twice is listed once)
         u32 cell;       // where the entry sits in cells_
+        u32 slot;       // set when the entry is added into the pair table; kNone: too long
+    };
+    struct Add {
+        u32 word, next;
     };
 
-    // The entry of `key`; a new one (fresh = true) has delta 0, last_word kNone, slot unset.
-    Entry &get(u64 key, bool &fresh) {
-        if ((entries_.size() + 1) * 2 > cells_.size()) grow();
-        size_t i = hash(key) & mask_;
-        while (true) {
-            const u32 e = cells_[i];
-            if (e == 0) break;
-            if (entries_[e - 1].key == key) {
-                fresh = false;
-                return entries_[e - 1];
-            }
-            i = (i + 1) & mask_;
+    // Adds c to the count of pair `key` of word w (c > 0: w gained it).
+    void change(u64 key, i64 c, u32 w) {
+        Entry &d = get(key);
+        d.delta += c;
+        if (c > 0 && d.last_word != w) {
+            d.last_word = w;
+            adds_.push_back(Add{w, kNone});
+            const u32 at = u32(adds_.size() - 1);
+            if (d.head == kNone) d.head = at;
+            else adds_[d.tail].next = at;
+            d.tail = at;
         }
-        entries_.push_back(Entry{key, 0, kNone, kNone, u32(i)});
-        cells_[i] = u32(entries_.size());
-        fresh = true;
-        return entries_.back();
     }
 
     void clear() {
         for (const Entry &e : entries_) cells_[e.cell] = 0;
         entries_.clear();
+        adds_.clear();
+        changed.clear();
     }
     void release() {
         std::vector<Entry>().swap(entries_);
         std::vector<u32>().swap(cells_);
+        std::vector<Add>().swap(adds_);
+        std::vector<u32>().swap(changed);
         mask_ = 0;
     }
-    const Entry *begin() const { return entries_.data(); }
-    const Entry *end() const { return entries_.data() + entries_.size(); }
+    Entry *begin() { return entries_.data(); }
+    Entry *end() { return entries_.data() + entries_.size(); }
+    size_t size() const { return entries_.size(); }
+    const Add &add(u32 i) const { return adds_[i]; }
+
+    std::vector<u32> changed;  // words this rewriter changed first since the last take
 
   private:
+    Entry &get(u64 key) {
+        if ((entries_.size() + 1) * 2 > cells_.size()) grow();
+        size_t i = hash(key) & mask_;
+        while (true) {
+            const u32 e = cells_[i];
+            if (e == 0) break;
+            if (entries_[e - 1].key == key) return entries_[e - 1];
+            i = (i + 1) & mask_;
+        }
+        entries_.push_back(Entry{key, 0, kNone, kNone, kNone, u32(i), kNone});
+        cells_[i] = u32(entries_.size());
+        return entries_.back();
+    }
     static size_t hash(u64 key) {
         u64 h = key * 0x9E3779B97F4A7C15ull;
         return size_t(h ^ (h >> 32));
@@ -425,7 +468,87 @@ class StepDeltas {
 
     std::vector<u32> cells_;  // 1 + index into entries_; 0: empty
     std::vector<Entry> entries_;
+    std::vector<Add> adds_;
     size_t mask_ = 0;
+};
+
+// Threads that rewrite a large merge's words alongside the thread calling step(): run(job) calls
+// job(0 .. helpers) (the last on the caller) and returns when all are done. The helpers wait on a
+// condition variable between jobs, so an engine that never merges a large pair costs nothing,
+// and only merges held by many words are split (a wake-up costs tens of microseconds).
+class RewritePool {
+  public:
+    explicit RewritePool(unsigned helpers) {
+        for (unsigned k = 0; k < helpers; ++k) threads_.emplace_back([this, k] { serve(k); });
+    }
+    RewritePool(const RewritePool &) = delete;
+    RewritePool &operator=(const RewritePool &) = delete;
+    ~RewritePool() {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            stop_ = true;
+        }
+        go_.notify_all();
+        for (std::thread &t : threads_) t.join();
+    }
+
+    void run(const std::function<void(unsigned)> &job) {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            job_ = &job;
+            pending_ = unsigned(threads_.size());
+            error_ = nullptr;
+            ++generation_;
+        }
+        go_.notify_all();
+        std::exception_ptr mine;
+        try {
+            job(unsigned(threads_.size()));
+        } catch (...) {
+            mine = std::current_exception();
+        }
+        std::unique_lock<std::mutex> lock(mu_);
+        done_.wait(lock, [this] { return pending_ == 0; });
+        job_ = nullptr;
+        if (mine) std::rethrow_exception(mine);
+        if (error_) std::rethrow_exception(error_);
+    }
+
+  private:
+    void serve(unsigned k) {
+        u64 seen = 0;
+        while (true) {
+            const std::function<void(unsigned)> *job;
+            {
+                std::unique_lock<std::mutex> lock(mu_);
+                go_.wait(lock, [&] { return stop_ || generation_ != seen; });
+                if (stop_) return;
+                seen = generation_;
+                job = job_;
+            }
+            std::exception_ptr err;
+            try {
+                (*job)(k);
+            } catch (...) {
+                err = std::current_exception();
+            }
+            {
+                std::lock_guard<std::mutex> lock(mu_);
+                if (err && !error_) error_ = err;
+                --pending_;
+            }
+            done_.notify_one();
+        }
+    }
+
+    std::mutex mu_;
+    std::condition_variable go_, done_;
+    const std::function<void(unsigned)> *job_ = nullptr;
+    u64 generation_ = 0;
+    unsigned pending_ = 0;
+    bool stop_ = false;
+    std::exception_ptr error_;
+    std::vector<std::thread> threads_;
 };
 
 struct HeapEntry {
@@ -615,6 +738,18 @@ class MergeEngine {
         return result;
     }
 
+    // Rewrite the words of a merge whose pair is held by at least min_words list entries on
+    // `threads` threads (the caller and threads - 1 helpers); 1: all on the caller. Never changes
+    // a result: each thread adds up its own pair changes, and the sums are added in after.
+    void set_threads(u32 threads, size_t min_words) {
+        Busy busy(this);
+        if (threads < 1 || threads > 1024) throw nb::value_error("threads must be 1 to 1024");
+        if (min_words < 1) throw nb::value_error("min_words must be >= 1");
+        if (threads != threads_) pool_.reset();
+        threads_ = threads;
+        parallel_min_words_ = min_words;
+    }
+
     void compact_lists_now() {
         Busy busy(this);
         compact_lists();
@@ -630,7 +765,8 @@ class MergeEngine {
         lists_.clear();
         heap_.release();
         index_.clear();
-        deltas_.release();
+        pool_.reset();
+        std::vector<StepWork>().swap(works_);
         release_free_memory();
     }
 
@@ -732,6 +868,8 @@ class MergeEngine {
     i64 bad_word() const { return bad_word_; }
     size_t num_words() const { return words_.size(); }
     size_t pair_slots() const { return slots_.size(); }
+    u64 parallel_merges() const { return parallel_merges_; }
+    u32 threads() const { return threads_; }
     size_t heap_size() const { return heap_.size(); }
     // Bytes held by each part of the engine (capacity, not size: what the process pays for).
     nb::dict memory() const {
@@ -1025,60 +1163,103 @@ class MergeEngine {
 
     // Merges (a, b) -> t in every word holding it, updating pair counts, the index and the heap.
     void apply(u32 slot, u32 a, u32 b, u32 t) {
-        // The list is taken out of the slot, and its block given back only at the end: merging
-        // adds to other pairs' lists, which may move the pool (so entries are read by index),
-        // but never reuses a block still in use.
+        // The list is taken out of the slot, and its block given back only at the end. Rewriting
+        // adds nothing to the pool (the words that gain a pair wait in the StepWork), so the
+        // list stays where it is while the words are rewritten.
         const WordLists::List where = slots_[slot].where;
         slots_[slot].where = WordLists::List{};
-        deltas_.clear();
         // The index may list a word more than once (a pair that left and came back); the stamp
         // skips repeats, which matter for long words (Chinese text has pre-tokens of 100s of bytes).
         ++stamp_;
-        // Why prefetch: the holders of a frequent pair are scattered over a large word array, and
-        // each visit starts with two cache misses (the word's record, then its tokens). Fetching
-        // the record 16 words ahead and the tokens 8 ahead overlaps those misses.
+        const u32 *ws = lists_.data(where);
         const size_t nw = where.len;
-        for (size_t k = 0; k < nw; ++k) {
-            const u32 *ws = lists_.data(where);
-            if (k + 16 < nw) __builtin_prefetch(&words_[ws[k + 16]]);
-            if (k + 8 < nw) __builtin_prefetch(&tok_[words_[ws[k + 8]].off]);
-            u32 w = ws[k];
-            if (words_[w].stamp == stamp_) continue;
-            words_[w].stamp = stamp_;
-            merge_word(w, a, b, t);
+        // Why split only large merges: waking the helpers costs tens of microseconds, more than
+        // rewriting a few hundred short words; the merges held by many words are most of the work.
+        const unsigned parts = threads_ > 1 && nw >= parallel_min_words_ ? threads_ : 1;
+        if (works_.size() < parts) works_.resize(parts);
+        if (parts == 1) {
+            works_[0].clear();
+            rewrite(works_[0], ws, 0, nw, a, b, t, false);
+        } else {
+            if (!pool_) pool_.reset(new RewritePool(threads_ - 1));
+            ++parallel_merges_;
+            // Each part rewrites a contiguous range of the list (lists are mostly in word order,
+            // so the parts touch different memory); a word listed in two ranges is rewritten by
+            // the part that stamps it first. The sums below do not depend on the split.
+            pool_->run([&](unsigned k) {
+                works_[k].clear();
+                rewrite(works_[k], ws, nw * k / parts, nw * (k + 1) / parts, a, b, t, true);
+            });
         }
         WordLists::List done = where;
         lists_.release(done);
-        // Each pair the step touched gets its net change once: one lookup of its slot, one heap
-        // push if it grew (which keeps "every live pair has an entry >= its count").
-        for (const StepDeltas::Entry &d : deltas_) {
-            if (d.slot == kNone) continue;  // too long: never counted
-            Slot &s = slots_[d.slot];
-            s.count += d.delta;
-            mark_changed_pair(d.slot);
-            if (d.delta > 0) heap_push(s.count, d.slot);
-            else if (s.count == 0) lists_.release(s.where);  // no word holds it: its list is all stale
+        for (unsigned k = 0; k < parts; ++k) add_changes(works_[k]);
+        // Once every part's changes are in: one heap push per pair that grew (which keeps "every
+        // live pair has an entry >= its count"), and the lists of pairs no word holds are freed.
+        for (unsigned k = 0; k < parts; ++k) {
+            for (const StepWork::Entry &d : works_[k]) {
+                if (d.slot == kNone) continue;
+                const i64 c = slots_[d.slot].count;
+                if (d.delta > 0 && c > 0) heap_push(c, d.slot);
+                else if (c == 0) lists_.release(slots_[d.slot].where);  // its list is all stale
+            }
+            for (u32 w : works_[k].changed) changed_words_.push_back(w);
         }
         slots_[slot].count = 0;  // every holder was visited, so no word holds (a, b) any more
         mark_changed_pair(slot);
     }
 
-    // A pair (x, y) of word w, weighted c, that a merge removed (c < 0) or made (c > 0): its change
-    // goes to deltas_, and a made pair lists w. Why not update the slot here: a frequent merge
-    // makes and removes the same few pairs (" t" + "h" -> " th": (" th", "e") in thousands of
-    // words), and a slot lookup in the large pair table is a cache miss or two each time; the
-    // small per-step table stays in cache. The merged pair itself is left out: apply() zeroes it.
-    void change_pair(u32 x, u32 y, i64 c, u32 w, u64 merged) {
-        const u64 key = pair_key(x, y);
-        if (key == merged) return;
-        bool fresh;
-        StepDeltas::Entry &d = deltas_.get(key, fresh);
-        if (fresh) d.slot = too_long(x, y) ? kNone : c > 0 ? slot_of(x, y) : index_.find(key, KeyOf{&slots_});
-        d.delta += c;
-        if (c > 0 && d.slot != kNone && d.last_word != w) {
-            d.last_word = w;
-            lists_.add(slots_[d.slot].where, w);
+    // Rewrites the words ws[lo .. hi) into `work`. `shared`: other threads rewrite other ranges
+    // of the same list, so a word's stamp is claimed atomically.
+    void rewrite(StepWork &work, const u32 *ws, size_t lo, size_t hi, u32 a, u32 b, u32 t, bool shared) {
+        // Why prefetch: the holders of a frequent pair are scattered over a large word array, and
+        // each visit starts with two cache misses (the word's record, then its tokens). Fetching
+        // the record 16 words ahead and the tokens 8 ahead overlaps those misses.
+        for (size_t k = lo; k < hi; ++k) {
+            if (k + 16 < hi) __builtin_prefetch(&words_[ws[k + 16]]);
+            if (k + 8 < hi) __builtin_prefetch(&tok_[words_[ws[k + 8]].off]);
+            const u32 w = ws[k];
+            if (shared) {
+                if (__atomic_exchange_n(&words_[w].stamp, stamp_, __ATOMIC_RELAXED) == stamp_) continue;
+            } else {
+                if (words_[w].stamp == stamp_) continue;
+                words_[w].stamp = stamp_;
+            }
+            merge_word(work, w, a, b, t);
         }
+    }
+
+    // Adds one rewriter's pair changes into the pair table: each pair's net change once, and the
+    // words that gained it to its list (a pair made by this merge gets its slot here). Why the
+    // prefetches: the step's pairs are scattered over the table, a cache miss for the index cell
+    // and another for the slot; fetching the cell 16 entries ahead and the slot it names 8 ahead
+    // overlaps them.
+    void add_changes(StepWork &work) {
+        StepWork::Entry *e = work.begin();
+        const size_t n = work.size();
+        for (size_t k = 0; k < n; ++k) {
+            if (k + 16 < n) index_.prefetch_cell(e[k + 16].key);
+            if (k + 8 < n) {
+                const u32 ahead = index_.first_slot(e[k + 8].key);
+                if (ahead != kNone) __builtin_prefetch(&slots_[ahead]);
+            }
+            StepWork::Entry &d = e[k];
+            const u32 x = u32(d.key >> 32), y = u32(d.key);
+            if (too_long(x, y)) continue;  // never counted (d.slot stays kNone)
+            d.slot = d.head != kNone ? slot_of(x, y) : index_.find(d.key, KeyOf{&slots_});
+            if (d.slot == kNone) continue;  // cannot happen: a pair a word lost was counted
+            Slot &s = slots_[d.slot];
+            s.count += d.delta;
+            mark_changed_pair(d.slot);
+            for (u32 i = d.head; i != kNone; i = work.add(i).next) lists_.add(slots_[d.slot].where, work.add(i).word);
+        }
+    }
+
+    // A pair (x, y) of word w, weighted c, that a merge removed (c < 0) or made (c > 0). The
+    // merged pair itself is left out: apply() zeroes it.
+    static void change_pair(StepWork &work, u32 x, u32 y, i64 c, u32 w, u64 merged) {
+        const u64 key = pair_key(x, y);
+        if (key != merged) work.change(key, c, w);
     }
 
     // Rewrites word w in place, merging (a, b) -> t left to right without overlap, and records
@@ -1089,7 +1270,7 @@ class MergeEngine {
     // left pair (t, t) is then counted by that match). Every other pair maps one to one between
     // the old and new word and keeps its count. One pass, no copy of the word: the tokens between
     // matches move down (memmove), and writes never overtake reads.
-    void merge_word(u32 w, u32 a, u32 b, u32 t) {
+    void merge_word(StepWork &work, u32 w, u32 a, u32 b, u32 t) {
         u32 *p = &tok_[words_[w].off];
         const u32 n = words_[w].len;
         u32 i = find_pair(p, 0, n, a, b);
@@ -1100,15 +1281,15 @@ class MergeEngine {
         bool after_match = false;
         while (true) {  // a match at i
             if (m > 0) {
-                if (!after_match) change_pair(p[m - 1], a, -c, w, merged);
-                change_pair(p[m - 1], t, c, w, merged);
+                if (!after_match) change_pair(work, p[m - 1], a, -c, w, merged);
+                change_pair(work, p[m - 1], t, c, w, merged);
             }
             p[m++] = t;
             const u32 next = find_pair(p, i + 2, n, a, b);
             if (i + 2 < n) {
                 const u32 y = p[i + 2];
-                change_pair(b, y, -c, w, merged);
-                if (next != i + 2) change_pair(t, y, c, w, merged);
+                change_pair(work, b, y, -c, w, merged);
+                if (next != i + 2) change_pair(work, t, y, c, w, merged);
             }
             const u32 from = std::min(i + 2, n), to = std::min(next, n);
             if (to > from) std::memmove(p + m, p + from, size_t(to - from) * sizeof(u32));
@@ -1120,7 +1301,7 @@ class MergeEngine {
         words_[w].len = m;
         if (!words_[w].changed) {
             words_[w].changed = 1;
-            changed_words_.push_back(w);
+            work.changed.push_back(w);
         }
     }
 
@@ -1199,7 +1380,12 @@ class MergeEngine {
     std::vector<u32> changed_pairs_;
     PodVec<HeapEntry> heap_;
 
-    StepDeltas deltas_;  // the pair changes of the merge being applied
+    // the merge being applied: each rewriter's changes, and the helper threads (see apply())
+    std::vector<StepWork> works_;
+    std::unique_ptr<RewritePool> pool_;
+    unsigned threads_ = 1;
+    size_t parallel_min_words_ = kParallelMinWords;
+    u64 parallel_merges_ = 0;  // merges split between threads so far
 
     std::atomic<bool> busy_{false};
 };
@@ -1250,6 +1436,9 @@ void register_merge_engine(nb::module_ &m) {
         .def("take_checkpoint_rows", &MergeEngine::take_checkpoint_rows,
              "Changes since the last take as executemany rows: (words [(blob, id)], pair deletes "
              "[(l, r)], pair inserts [(l, r, count)], pair updates [(count, l, r)]).")
+        .def("set_threads", &MergeEngine::set_threads, nb::arg("threads"), nb::arg("min_words") = kParallelMinWords,
+             "Rewrite the words of merges held by at least min_words words on `threads` threads "
+             "(default 1: all on the calling thread); the results never depend on it.")
         .def("compact_lists", &MergeEngine::compact_lists_now,
              "Pack the pair -> words lists (done on its own when the pool is mostly free blocks).")
         .def("finish", &MergeEngine::finish,
@@ -1268,6 +1457,8 @@ void register_merge_engine(nb::module_ &m) {
         .def_prop_ro("num_words", &MergeEngine::num_words)
         .def_prop_ro("pair_slots", &MergeEngine::pair_slots, "Pairs ever seen (live or not): memory use.")
         .def_prop_ro("heap_size", &MergeEngine::heap_size, "Heap entries, stale ones included.")
+        .def_prop_ro("threads", &MergeEngine::threads, "Threads a large merge is rewritten on (set_threads).")
+        .def_prop_ro("parallel_merges", &MergeEngine::parallel_merges, "Merges whose words were rewritten on several threads.")
         .def_prop_ro("index_entries", &MergeEngine::index_entries, "Entries of the pair -> words lists.")
         .def_prop_ro("memory", &MergeEngine::memory, "{part: bytes} of the engine's large arrays.");
 }

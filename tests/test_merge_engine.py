@@ -290,6 +290,44 @@ def test_compacting_the_pair_word_lists_changes_no_merge(en_counts):
     assert e.pair_digest() == run(en_counts, "python", 400)[0].pair_digest()
 
 
+@needs_native
+@pytest.mark.parametrize("name", ["enwiki-100M.txt", "zhwiki-20M.txt"])
+def test_threads_never_change_a_merge(name):
+    """The words of a merge held by many words are rewritten on several threads, each adding up
+    its own pair changes, added into the pair table after. Forced here on every merge
+    (min_words=1) on 2, 3 and 4 threads: the merges, pair counts and checkpoint rows equal the
+    one-thread engine's after every batch, and the split really ran."""
+    counts = _slice_counts(name, 400_000, 1_000_000)
+    engines = {}
+    for threads in (1, 2, 3, 4):
+        engines[threads] = engine_for(counts, "native")
+        engines[threads]._e.set_threads(threads, 1)
+    for n in (1, 4, 60, 500):
+        merges = {t: e.step(n) for t, e in engines.items()}
+        rows = {t: listed(e.take_checkpoint_rows()) for t, e in engines.items()}
+        for t, e in engines.items():
+            assert merges[t] == merges[1], (t, n)
+            assert rows[t] == rows[1], (t, n)
+            assert e.pair_counts() == engines[1].pair_counts()
+    assert engines[1]._e.parallel_merges == 0
+    assert all(e._e.parallel_merges == 565 for t, e in engines.items() if t > 1)
+    with pytest.raises(ValueError, match="threads"):
+        engines[1]._e.set_threads(0)
+
+
+@needs_native
+def test_threads_split_only_large_merges(en_counts):
+    """``new_engine(threads=)`` reaches the native engine, which splits a merge only when its
+    pair's list holds at least ``min_words`` words (default 4096): on a 300 KB English slice with
+    500, the first merges of frequent pairs, not the later ones."""
+    e = new_engine(rows_of(en_counts), byte_vocab(), SPECIALS, SPECIALS + 256, 0, "native", threads=2)
+    assert e._e.threads == 2
+    e._e.set_threads(2, 500)
+    merges = e.step(400)
+    assert 0 < e._e.parallel_merges < 60
+    assert merges == run(en_counts, "native", 400)[1]
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_finish_frees_the_merging_state_and_the_checkpoint_is_the_same(kind, en_counts):
     a, _ = run(en_counts, kind, 500)

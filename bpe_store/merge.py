@@ -409,23 +409,15 @@ class NativeMergeEngine:
         if hasattr(rows, "pack"):  # a WordCounter: its words as ids 1, 2, ... (see new_engine)
             self._e = _core.MergeEngine(rows.pack(), 1, list(token_bytes), n_specials, first_merge_id, next_rank,
                                         min_frequency, max_token_length or 0)
-            self._e.set_threads(threads)
-            self.token_bytes = {i: b for i, b in enumerate(token_bytes) if b is not None}
-            self.bad_word = -1
-            return
-        if isinstance(rows, getattr(_core, "WordRows", ())):  # read natively from the store (Store.load_word_rows)
+        else:
+            if not isinstance(rows, getattr(_core, "WordRows", ())):  # else read natively (Store.load_word_rows)
+                if not isinstance(rows, list):
+                    rows = list(rows)
+                # sqlite3 returns tuples; other row types (SQLAlchemy Row) are converted once here
+                if rows and type(rows[0]) is not tuple:
+                    rows = [tuple(r) for r in rows]
             self._e = _core.MergeEngine(rows, list(token_bytes), n_specials, first_merge_id, next_rank,
                                         min_frequency, max_token_length or 0)
-            self.token_bytes = {i: b for i, b in enumerate(token_bytes) if b is not None}
-            self.bad_word = self._e.bad_word
-            return
-        if not isinstance(rows, list):
-            rows = list(rows)
-        # sqlite3 returns tuples; other row types (SQLAlchemy Row) are converted once here
-        if rows and type(rows[0]) is not tuple:
-            rows = [tuple(r) for r in rows]
-        self._e = _core.MergeEngine(rows, list(token_bytes), n_specials, first_merge_id, next_rank,
-                                    min_frequency, max_token_length or 0)
         self._e.set_threads(threads)
         self.token_bytes: dict[int, bytes] = {i: b for i, b in enumerate(token_bytes) if b is not None}
         self.bad_word: int = self._e.bad_word

@@ -267,6 +267,23 @@ def test_an_engine_built_from_a_word_counter_equals_one_built_from_rows(kind, mi
 
 
 @needs_native
+def test_word_ids_are_kept_exactly_up_to_32_bits():
+    """The native engine keeps a word's store id in 32 bits (store ids are 1..N, N < 2**32): the
+    largest is written back exactly in checkpoint rows, and a larger one is refused, not wrapped,
+    from rows and from packed counts."""
+    from bpe_store import _core
+
+    tb = byte_vocab()
+    e = new_engine([(1, b"ab", 2, None), (2**32 - 1, b"abc", 3, None)], tb, SPECIALS, 257, 0, "native")
+    e.step(2)
+    assert [wid for _, wid in listed(e.take_checkpoint_rows())[0]] == [1, 2**32 - 1]
+    with pytest.raises(ValueError, match="word row 1: word ids"):
+        new_engine([(1, b"ab", 2, None), (2**32, b"abc", 3, None)], tb, SPECIALS, 257, 0, "native")
+    with pytest.raises(ValueError, match="word row 1: word ids"):
+        _core.MergeEngine(_core.pack_counts({b"ab": 2, b"abc": 3}), 2**32 - 1, tb, SPECIALS, 257, 0)
+
+
+@needs_native
 def test_a_malformed_packed_counter_is_a_value_error():
     from bpe_store import _core
 

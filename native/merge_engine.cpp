@@ -643,6 +643,12 @@ struct RowStream {
 };
 
 class MergeEngine {
+    // the constructors' shared argument checks
+    static void check_limits(i64 next_rank, i64 min_count) {
+        if (next_rank < 0) throw nb::value_error("next_rank must be >= 0");
+        if (min_count < 1) throw nb::value_error("min_count must be >= 1");
+    }
+
   public:
     // rows: [(word id, word bytes, count, token blob or None)] as the store returns them;
     // token_bytes[id]: the bytes of vocab id `id`, None for special tokens (never in words).
@@ -651,8 +657,7 @@ class MergeEngine {
                 i64 min_count, u64 max_token_length)
         : first_merge_id_(first_merge_id), next_rank_(next_rank), min_count_(min_count),
           max_len_(max_token_length) {
-        if (next_rank < 0) throw nb::value_error("next_rank must be >= 0");
-        if (min_count < 1) throw nb::value_error("min_count must be >= 1");
+        check_limits(next_rank, min_count);
         load_vocab(token_bytes);
         load_words(rows, n_specials);
         build_pairs();
@@ -665,8 +670,7 @@ class MergeEngine {
                 i64 next_rank, i64 min_count, u64 max_token_length)
         : first_merge_id_(first_merge_id), next_rank_(next_rank), min_count_(min_count),
           max_len_(max_token_length) {
-        if (next_rank < 0) throw nb::value_error("next_rank must be >= 0");
-        if (min_count < 1) throw nb::value_error("min_count must be >= 1");
+        check_limits(next_rank, min_count);
         load_vocab(token_bytes);
         const u8 *data = static_cast<const u8 *>(packed.data());
         const size_t size = packed.size();
@@ -684,8 +688,7 @@ class MergeEngine {
                 i64 min_count, u64 max_token_length)
         : first_merge_id_(first_merge_id), next_rank_(next_rank), min_count_(min_count),
           max_len_(max_token_length) {
-        if (next_rank < 0) throw nb::value_error("next_rank must be >= 0");
-        if (min_count < 1) throw nb::value_error("min_count must be >= 1");
+        check_limits(next_rank, min_count);
         load_vocab(token_bytes);
         load_rows(BufferRows{rows}, n_specials);
         build_pairs();

@@ -36,6 +36,20 @@ settings.register_profile("default", max_examples=int(os.environ.get("HYPOTHESIS
 settings.load_profile("default")
 
 
+def kill_when_paused(cmd: list[str], point: str, env: dict[str, str] | None = None) -> None:
+    """Run ``cmd`` with ``BPE_STORE_TEST_PAUSE=point`` (the store pauses there, inside its
+    transaction, and says so on stderr), wait for that line and kill -9 the process."""
+    env = {**(os.environ if env is None else env), "BPE_STORE_TEST_PAUSE": point}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        assert f"paused at {point}" in line, line
+        proc.kill()
+    finally:
+        proc.wait()
+        proc.stderr.close()
+
+
 def shared_file(*parts: str) -> Path:
     """A file under ../shared/corpora. Where it is absent the test fails, unless
     BPE_STORE_ALLOW_NO_SHARED=1 says to skip it."""

@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 
 import pytest
-from conftest import EN, ROOT, RU, fixture_text
+from conftest import EN, ROOT, RU, fixture_text, kill_when_paused
 
 from bpe_store import train
 from bpe_store._version import __version__
@@ -171,16 +171,7 @@ def test_a_kill_inside_a_flush_resumes_to_the_uninterrupted_result(tmp_path, flu
     corpus.write_text(fixture_text(EN, 600_000), encoding="utf-8")
     expected = train([corpus], tmp_path / "whole.db", 600, ["<|endoftext|>"], workers=2, chunk_size=20_000)
     db = tmp_path / "killed.db"
-    env = {**os.environ, "BPE_STORE_TEST_PAUSE": f"flush:{flush}"}
-    proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(corpus), str(db)], cwd=ROOT, env=env,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stderr.readline()
-        assert f"paused at flush:{flush}" in line, line
-        proc.kill()
-    finally:
-        proc.wait()
-        proc.stderr.close()
+    kill_when_paused([sys.executable, "-c", RUNNER, str(corpus), str(db)], f"flush:{flush}")
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     counted = con.execute("SELECT count(*) FROM checkpoints WHERE phase = 'counting'").fetchone()[0]
     con.close()

@@ -290,23 +290,14 @@ def test_a_kill_inside_a_native_checkpoint_resumes_to_the_uninterrupted_result(t
     row written but not committed: the store holds exactly the N-1 checkpoints before it, and the
     same command ends with the uninterrupted run's store."""
     import os
-    import subprocess
     import sys
 
-    from conftest import ROOT
+    from conftest import kill_when_paused
 
     expected = train([corpus], tmp_path / "whole.db", 420, SPECIAL, checkpoint_merges=40)
     db = tmp_path / "killed.db"
-    env = {**os.environ, "BPE_STORE_TEST_PAUSE": f"checkpoint:{checkpoint}", store_db.ENV: "1"}
-    proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(corpus), str(db)], cwd=ROOT, env=env,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stderr.readline()
-        assert f"paused at checkpoint:{checkpoint}" in line, line
-        proc.kill()
-    finally:
-        proc.wait()
-        proc.stderr.close()
+    kill_when_paused([sys.executable, "-c", RUNNER, str(corpus), str(db)], f"checkpoint:{checkpoint}",
+                     {**os.environ, store_db.ENV: "1"})
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     merges = con.execute("SELECT count(*) FROM merges").fetchone()[0]
     last = con.execute("SELECT max(merges_done) FROM checkpoints WHERE phase = 'merging'").fetchone()[0]

@@ -50,18 +50,21 @@ try:  # the native core is optional: without it every pattern goes through `rege
     from ._core import ChunkCounts, WordCounter
     from ._core import add_counts as _native_add_counts
     from ._core import count_chunk as _native_count_chunk
+    from ._core import count_file_range as _native_count_file_range
     from ._core import count_words as _native_count_words
     from ._core import pack_counts as _native_pack_counts
+    from ._core import release_chunk_memory as _native_release_chunk_memory
     from ._core import utf8_valid as _native_utf8_valid
 except ImportError:  # pragma: no cover - a source tree without the built extension
     ChunkCounts = WordCounter = None  # type: ignore[assignment,misc]
     _native_add_counts = _native_count_chunk = _native_count_words = _native_utf8_valid = None
-    _native_pack_counts = None
+    _native_pack_counts = _native_count_file_range = _native_release_chunk_memory = None
 
 #: Default chunk size: large enough that per-chunk overhead vanishes, small enough that a kill
 #: loses little counting and every core gets work.
 DEFAULT_CHUNK_SIZE = 8 << 20
 _READ_BLOCK = 16 << 20
+_FINGERPRINT_BLOCK = 2 << 20
 _SEARCH_WINDOW = 1 << 20
 
 
@@ -169,38 +172,48 @@ def _fingerprint_native(p: Path, f, block_size: int = 0) -> str | None:
     """SHA-256 of ``f`` while checking it is UTF-8 natively; None if it is not (the caller then
     finds where). Why: the incremental decoder built a str of the whole input only to drop it
     (enwiki-100M: scan_source 0.52 s); the native check takes 0.02 s, and hashing a block runs
-    in a second thread (hashlib releases the GIL) while the next block is read and checked."""
-    block_size = block_size or _READ_BLOCK
+    in a second thread (hashlib releases the GIL) while the next block is read and checked.
+
+    Why two buffers read into, not a bytes object per block: each new 16 MB block was fresh
+    memory (malloc maps blocks over 1 MiB on their own, see merge.release_free_memory), so
+    reading enwiki-100M page-faulted and zeroed 100 MB (~27 K faults, ~0.1 s of kernel time);
+    two reused buffers of ``_FINGERPRINT_BLOCK`` fault once and stay in cache between the read,
+    the check and the hash. A buffer is read into again only once its hash is done."""
+    block_size = block_size or min(_READ_BLOCK, _FINGERPRINT_BLOCK)
     sha = hashlib.sha256()
-    carry = b""  # the start of a character cut by the previous block's end
+    carry = b""  # the start of a character cut by the previous block's end (a copy)
+    bufs = [bytearray(block_size), bytearray(block_size)]
     with ThreadPoolExecutor(1) as pool:
         pending: Future | None = None
+        turn = 0
         while True:
+            view = memoryview(bufs[turn])
+            turn ^= 1
             try:
-                block = f.read(block_size)
+                got = f.readinto(view)  # this buffer's hash finished before the last block was read
             except OSError as exc:
                 raise InputError(f"{p}: cannot read ({exc.strerror})") from exc
             if pending is not None:
                 pending.result()
                 pending = None
-            if not block:
+            if not got:
                 break
+            block = view[:got]
             pending = pool.submit(sha.update, block)
             start = 0
             if carry:  # complete the cut character and check it alone
                 b0 = carry[0]
                 start = (2 if b0 < 0xE0 else 3 if b0 < 0xF0 else 4) - len(carry)
-                if len(block) < start:  # a tiny block inside that character
-                    carry += block
+                if got < start:  # a tiny block inside that character
+                    carry += bytes(block)
                     continue
-                if not _native_utf8_valid(carry + block[:start]):
+                if not _native_utf8_valid(carry + bytes(block[:start])):
                     return None
             # characters are checked whole: cutting before a character's first byte keeps the
             # verdict of checking the file in one piece
-            end = len(block) - _utf8_tail(block)
-            carry = block[end:]
-            if start < end and not _native_utf8_valid(block if (start, end) == (0, len(block))
-                                                      else block[start:end]):
+            end = got - _utf8_tail(block)
+            carry = bytes(block[end:])
+            if start < end and not _native_utf8_valid(block[start:end]):
                 return None
         if pending is not None:
             pending.result()
@@ -315,9 +328,25 @@ def _valid_utf8(data: bytes, invalid_utf8: str) -> bytes:
 
 def count_chunk_native(path: str, start: int, end: int, special_tokens: Sequence[str],
                        invalid_utf8: str = "strict", max_pretoken_bytes: int | None = None) -> ChunkCounts:
-    """``count_chunk`` for the GPT-2 pattern, keeping the counts native for a ``WordCounter``."""
+    """``count_chunk`` for the GPT-2 pattern, keeping the counts native for a ``WordCounter``.
+
+    The range is read natively into memory reused from chunk to chunk (``count_file_range``;
+    why: see ChunkMemory in native/scanner.cpp); only a range that is not valid UTF-8, or a file
+    grown shorter, takes the path through a bytes object, which reports it or replaces."""
+    specials = [s.encode("utf-8") for s in special_tokens]
+    with open_regular(path) as f:
+        counts = _native_count_file_range(f.fileno(), start, end - start, specials, max_pretoken_bytes or 0)
+    if counts is not None:
+        return counts
     data = _valid_utf8(_read_chunk(path, start, end), invalid_utf8)
-    return _native_count_chunk(data, [s.encode("utf-8") for s in special_tokens], max_pretoken_bytes or 0)
+    return _native_count_chunk(data, specials, max_pretoken_bytes or 0)
+
+
+def release_chunk_memory() -> None:
+    """Free the memory native counting keeps for its next chunk (``count_chunk_native``): called
+    when counting ends, so that merging does not carry it."""
+    if _native_release_chunk_memory is not None:
+        _native_release_chunk_memory()
 
 
 def count_chunk_native_task(args: tuple) -> tuple[int, ChunkCounts, int]:

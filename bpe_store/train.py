@@ -52,6 +52,7 @@ from .count import (
     count_units_threaded,
     native_counts,
     new_word_counts,
+    release_chunk_memory,
     scan_source,
     ticking,
 )
@@ -585,6 +586,7 @@ def _count(job: _Job) -> None:
     if todo:
         results, buffer, status = _count_map(job, sources, todo)
         _count_reduce(job, results, buffer, status, {c.id: c.end - c.start for c in todo}, done, total)
+        release_chunk_memory()  # the chunk buffers kept for reuse: merging does not need them
     for chunk in streams:
         if job.stream is None:  # pragma: no cover - _same_inputs refuses a store whose stream is not given
             raise InputError(f"{job.store.path} was counting a stream; give it again to resume")

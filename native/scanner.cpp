@@ -13,15 +13,21 @@
 // Python result runs with the GIL released, so Python threads count chunks at the same time.
 #include "scanner.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
 
 #include "scanner_impl.h"
@@ -69,10 +75,86 @@ nb::list py_pretokenize(nb::bytes data) {
 // keeps alive. Handing this to a WordCounter instead of building a dict keeps the GIL free: a
 // dict of ~95 k words per 8 MB chunk costs ~10 ms with the GIL held, and adding it into the
 // flush's Counter ~12 ms more, which is what limits Python threads.
+// The memory one chunk's count needs when the chunk is read natively (`count_file_range`): the
+// chunk's bytes and its table's vectors. Why reused: malloc maps blocks over 1 MiB on their own
+// (merge.release_free_memory), so every 8 MB chunk read into a new bytes object, and its new
+// table, was ~3300 page faults and as many zeroed pages (enwiki-100M: ~50 K faults, ~0.2 s of
+// kernel time in counting). Taken from `ChunkMemoryPool` and given back when the ChunkCounts
+// viewing it is freed; the pool is emptied when counting ends (`release_chunk_memory`).
+struct ChunkMemory {
+    std::unique_ptr<uint8_t[]> bytes;  // not zeroed: every byte used is read into first
+    size_t capacity = 0;
+    bpe::detail::WordTable::Storage table;
+};
+
+class ChunkMemoryPool {
+  public:
+    // Memory for a chunk of `n` bytes: a free one (grown if it is too small) or a new one.
+    std::unique_ptr<ChunkMemory> take(size_t n) {
+        std::unique_ptr<ChunkMemory> m;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (!free_.empty()) {
+                m = std::move(free_.back());
+                free_.pop_back();
+            }
+        }
+        if (!m) m = std::make_unique<ChunkMemory>();
+        if (m->capacity < n) {
+            // rounded up to 1 MiB: chunks planned at one size differ by a few bytes
+            const size_t cap = (n + (size_t(1) << 20) - 1) & ~((size_t(1) << 20) - 1);
+            m->bytes.reset();
+            m->bytes.reset(new uint8_t[cap ? cap : 1]);
+            m->capacity = cap;
+        }
+        return m;
+    }
+
+    // Keeps `m` for the next chunk; at most kKeep are kept (as many as chunks counted at once).
+    void give(std::unique_ptr<ChunkMemory> m) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (free_.size() < kKeep) free_.push_back(std::move(m));
+    }
+
+    // Frees everything kept (counting is over).
+    void clear() {
+        std::vector<std::unique_ptr<ChunkMemory>> drop;
+        std::lock_guard<std::mutex> lock(mutex_);
+        drop.swap(free_);
+    }
+
+  private:
+    static constexpr size_t kKeep = 16;
+    std::mutex mutex_;
+    std::vector<std::unique_ptr<ChunkMemory>> free_;
+};
+
+ChunkMemoryPool &chunk_memory_pool() {
+    static ChunkMemoryPool *pool = new ChunkMemoryPool();  // never destroyed: freed at exit anyway
+    return *pool;
+}
+
+// The word counts of one chunk, still native: entries are views into `data` (count_chunk) or
+// into `memory` (count_file_range), which this object keeps alive. Handing this to a
+// WordCounter instead of building a dict keeps the GIL free: a dict of ~95 k words per 8 MB
+// chunk costs ~10 ms with the GIL held, and adding it into the flush's Counter ~12 ms more,
+// which is what limits Python threads.
 struct ChunkCounts {
-    nb::bytes data;
+    nb::object data;
+    std::unique_ptr<ChunkMemory> memory;
     bpe::detail::WordTable table;
     uint64_t total = 0;
+
+    ChunkCounts(nb::object d, std::unique_ptr<ChunkMemory> m, bpe::detail::WordTable t)
+        : data(std::move(d)), memory(std::move(m)), table(std::move(t)) {}
+    ChunkCounts(ChunkCounts &&) = default;
+    ChunkCounts &operator=(ChunkCounts &&) = delete;
+    ~ChunkCounts() {
+        if (memory) {  // the table's vectors and the bytes go back to the pool together
+            memory->table = table.release();
+            chunk_memory_pool().give(std::move(memory));
+        }
+    }
 };
 
 }  // namespace
@@ -91,32 +173,76 @@ std::vector<std::string> special_list(const std::vector<nb::bytes> &specials) {
 
 namespace {
 
+// English text has ~1 distinct word per 90 bytes in an 8 MB chunk (enwiki: 95 k), fewer per
+// byte in larger chunks; 1 per 64 bytes rarely needs a rehash.
+size_t expected_words(size_t n) { return n / 64; }
+
+// Counts the words of s[0, n) into `out` (the GIL released by the caller).
+void count_into(ChunkCounts &out, const uint8_t *s, size_t n, std::vector<std::string> toks, size_t max_bytes) {
+    const bpe::detail::SpecialSplitter splitter(std::move(toks));
+    bpe::detail::CountSink sink(out.table, nullptr, s + n);  // lookups prefetched a few tokens ahead
+    uint64_t total = 0;
+    splitter.split(s, n, [&](size_t a, size_t b) {
+        const uint8_t *piece = s + a;
+        bpe::detail::scan(piece, b - a, [&](size_t x, size_t y) {
+            // a pre-token longer than max_bytes counts as pieces (pretokenize.split_long_pretoken)
+            bpe::detail::split_long(piece, x, y, max_bytes, [&](size_t p, size_t q) {
+                sink.add(piece + p, q - p);
+                ++total;
+            });
+        });
+    });
+    sink.finish();
+    out.total = total;
+}
+
 ChunkCounts count_chunk(nb::bytes data, const std::vector<nb::bytes> &specials, size_t max_bytes) {
     std::vector<std::string> toks = special_list(specials);
     const auto *s = static_cast<const uint8_t *>(data.data());
     const size_t n = data.size();
-    // English text has ~1 distinct word per 90 bytes in an 8 MB chunk (enwiki: 95 k), fewer
-    // per byte in larger chunks; 1 per 64 bytes rarely needs a rehash.
-    ChunkCounts out{data, bpe::detail::WordTable(n / 64), 0};
+    ChunkCounts out(data, nullptr, bpe::detail::WordTable(expected_words(n)));
+    // `data` is immutable and referenced by `out`, so it outlives the scan
+    nb::gil_scoped_release release;
+    count_into(out, s, n, std::move(toks), max_bytes);
+    return out;
+}
+
+// count_chunk of the bytes [offset, offset + length) of the open file `fd`, read here into
+// reused memory (ChunkMemory) with the GIL released. None if the file ends before them or they
+// are not valid UTF-8: the caller then reads them itself, to report that or to replace.
+std::optional<ChunkCounts> count_file_range(int fd, uint64_t offset, size_t length,
+                                            const std::vector<nb::bytes> &specials, size_t max_bytes) {
+    std::vector<std::string> toks = special_list(specials);
+    std::unique_ptr<ChunkMemory> memory = chunk_memory_pool().take(length);
+    uint8_t *s = memory->bytes.get();
+    int err = 0;
+    bool ok = true;
+    std::optional<ChunkCounts> out;
     {
-        // `data` is immutable and referenced by `out`, so it outlives this block.
         nb::gil_scoped_release release;
-        const bpe::detail::SpecialSplitter splitter(std::move(toks));
-        bpe::detail::CountSink sink(out.table, nullptr, s + n);  // lookups prefetched a few tokens ahead
-        uint64_t total = 0;
-        splitter.split(s, n, [&](size_t a, size_t b) {
-            const uint8_t *piece = s + a;
-            bpe::detail::scan(piece, b - a, [&](size_t x, size_t y) {
-                // a pre-token longer than max_bytes counts as pieces (pretokenize.split_long_pretoken)
-                bpe::detail::split_long(piece, x, y, max_bytes, [&](size_t p, size_t q) {
-                    sink.add(piece + p, q - p);
-                    ++total;
-                });
-            });
-        });
-        sink.finish();
-        out.total = total;
+        size_t got = 0;
+        while (got < length) {
+            const ssize_t r = ::pread(fd, s + got, length - got, off_t(offset + got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) {
+                err = r < 0 ? errno : 0;
+                break;
+            }
+            got += size_t(r);
+        }
+        ok = got == length && bpe::detail::valid_utf8(s, length);
+        if (ok) {
+            bpe::detail::WordTable table(expected_words(length), std::move(memory->table));
+            out.emplace(nb::object(), std::move(memory), std::move(table));  // a null object: no refcount touched
+            count_into(*out, s, length, std::move(toks), max_bytes);
+        }
     }
+    if (err != 0) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        throw nb::python_error();
+    }
+    if (!ok) chunk_memory_pool().give(std::move(memory));
     return out;
 }
 
@@ -459,11 +585,30 @@ class WordIds {
     bpe::detail::WordTable table_{size_t(1) << 16};
 };
 
-bool py_utf8_valid(nb::bytes data) {
-    const auto *s = static_cast<const uint8_t *>(data.data());
-    const size_t n = data.size();
+// A read-only view of any bytes-like object (bytes, bytearray, a contiguous memoryview),
+// released with this object.
+class ByteView {
+  public:
+    explicit ByteView(nb::handle obj) {
+        if (PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_SIMPLE) != 0) throw nb::python_error();
+    }
+    ByteView(const ByteView &) = delete;
+    ByteView &operator=(const ByteView &) = delete;
+    ~ByteView() { PyBuffer_Release(&view_); }
+    const uint8_t *data() const { return static_cast<const uint8_t *>(view_.buf); }
+    size_t size() const { return size_t(view_.len); }
+
+  private:
+    Py_buffer view_;
+};
+
+// Any bytes-like object: scan_source checks blocks read into reused buffers (memoryviews of
+// bytearrays), without a bytes copy of each. The view holds the buffer's export, so the caller
+// cannot resize it meanwhile.
+bool py_utf8_valid(nb::handle data) {
+    const ByteView view(data);
     nb::gil_scoped_release release;
-    return bpe::detail::valid_utf8(s, n);
+    return bpe::detail::valid_utf8(view.data(), view.size());
 }
 
 // total[word] += count for every word of `counts`: the in-memory reduce, with the GIL held (it
@@ -521,6 +666,12 @@ void register_scanner(nb::module_ &m) {
              "The counts as one compact bytes object (see ``WordCounter.add_packed``). Releases the GIL.");
     m.def("count_chunk", &count_chunk, nb::arg("data"), nb::arg("specials"), nb::arg("max_bytes") = 0,
           "``count_words`` without building the dict: a ChunkCounts. Releases the GIL.");
+    m.def("count_file_range", &count_file_range, nb::arg("fd"), nb::arg("offset"), nb::arg("length"),
+          nb::arg("specials"), nb::arg("max_bytes") = 0,
+          "``count_chunk`` of bytes ``[offset, offset + length)`` of the open file ``fd``, read natively into "
+          "reused memory; None if the file ends before them or they are not valid UTF-8. Releases the GIL.");
+    m.def("release_chunk_memory", [] { chunk_memory_pool().clear(); },
+          "Free the memory ``count_file_range`` keeps for the next chunk (call when counting ends).");
     nb::class_<WordCounter::RowStream>(m, "WordRowStream", "WordCounter.row_stream: rows made as they are iterated.")
         .def("__len__", &WordCounter::RowStream::size)
         .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
@@ -555,7 +706,8 @@ void register_scanner(nb::module_ &m) {
     m.def("pack_counts", &py_pack_counts, nb::arg("counts"),
           "A ``{word bytes: count}`` dict as packed counts (for ``WordCounter.add_packed``).");
     m.def("utf8_valid", &py_utf8_valid, nb::arg("data"),
-          "Whether ``data`` is well-formed UTF-8 (as ``bytes.decode('utf-8')`` accepts). Releases the GIL.");
+          "Whether ``data`` (any bytes-like object) is well-formed UTF-8 (as ``bytes.decode('utf-8')`` "
+          "accepts). Releases the GIL.");
     m.def("add_counts", &py_add_counts, nb::arg("total"), nb::arg("counts"),
           "``total[w] += c`` for each ``w, c`` in ``counts`` (dicts of bytes -> int; a Counter is a dict).");
     m.def("char_class", &py_char_class, nb::arg("cp"),

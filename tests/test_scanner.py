@@ -247,6 +247,64 @@ def test_count_chunk_native_equals_regex_path(tmp_path: Path) -> None:
         count_chunk(str(path), 0, size, [], GPT2_PATTERN, "strict")
 
 
+def _ranges_counted_natively(path: Path, ranges: list[tuple[int, int]], specials: list[bytes],
+                             max_bytes: int = 0) -> list:
+    with open(path, "rb") as f:
+        return [_core.count_file_range(f.fileno(), a, b - a, specials, max_bytes) for a, b in ranges]
+
+
+def test_file_ranges_count_as_their_bytes_in_reused_memory(tmp_path: Path) -> None:
+    """count_file_range reads a range natively into memory reused from chunk to chunk (bytes and
+    table): every range counts as count_chunk of its bytes, while earlier results are still
+    alive (their memory is not handed out again) and after they are freed (it is, to ranges
+    larger and smaller, with more words than a table's first guess)."""
+    rng = __import__("random").Random(7)
+    text = (fixture_text(RU, 200_000, 0) + "<|endoftext|>" + fixture_text(ZH, 200_000, 0) + " "
+            + " ".join(f"w{rng.randrange(10**9)}" for _ in range(60_000))).encode("utf-8")
+    path = tmp_path / "c.txt"
+    path.write_bytes(text)
+    def char_start(i: int) -> int:  # a cut between characters: the range is valid UTF-8
+        while i < len(text) and (text[i] & 0xC0) == 0x80:
+            i += 1
+        return i
+
+    cuts = sorted({0, len(text)} | {char_start(rng.randrange(len(text))) for _ in range(12)})
+    small = (char_start(10), char_start(5000))
+    ranges = list(zip(cuts, cuts[1:])) + [(0, len(text)), small, (0, len(text))]
+    specials = [b"<|endoftext|>"]
+
+    def expected(a: int, b: int, max_bytes: int = 0):
+        c = _core.count_chunk(text[a:b], specials, max_bytes)
+        return c.to_dict(), c.total
+
+    kept = _ranges_counted_natively(path, ranges, specials)  # all alive at once
+    for _ in range(2):  # then freed one by one, their memory counting the next ones
+        for (a, b), counts in zip(ranges, kept):
+            assert (counts.to_dict(), counts.total) == expected(a, b), (a, b)
+        kept = [c for r in ranges for c in _ranges_counted_natively(path, [r], specials)]
+    acc = _core.WordCounter()
+    for counts in _ranges_counted_natively(path, ranges, specials, 7):
+        acc.add(counts)
+    want: Counter[bytes] = Counter()
+    for a, b in ranges:
+        want.update(expected(a, b, 7)[0])
+    assert dict(acc.items()) == dict(want)
+    _core.release_chunk_memory()
+    assert _ranges_counted_natively(path, [small], specials)[0].to_dict() == expected(*small)[0]
+
+
+def test_file_range_past_the_end_or_not_utf8_is_left_to_the_caller(tmp_path: Path) -> None:
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"hello world \xc3( tail")
+    got = _ranges_counted_natively(path, [(0, 12), (0, 13), (13, 19), (13, 20), (30, 31)], [])
+    assert [c if c is None else c.to_dict() for c in got] == \
+        [{b"hello": 1, b" world": 1, b" ": 1}, None, {b"(": 1, b" tail": 1}, None, None]
+    with pytest.raises(OSError):
+        _core.count_file_range(-1, 0, 5, [])
+    with open(path, "rb") as f, pytest.raises(ValueError):
+        _core.count_file_range(f.fileno(), 0, 5, [b""])
+
+
 def test_add_counts_is_a_counter_update() -> None:
     total = Counter({b"a": 1, b"b": 2**62})
     add_counts(total, {b"b": 2**62, b"c": 3})

@@ -4,6 +4,10 @@
 merge engine's arrays to ``sqlite3_bind_*`` with the GIL released, and a counting flush's new
 words from packed counts, without a Python tuple per row. Why: the ``sqlite3`` driver's
 ``executemany`` was ~1.9 of ~4.7 CPU s of enwiki-100M -> 32K, binding one tuple per row.
+Large writes run as ONE bulk statement each (``StoreDb.bulk``: ``INSERT ... SELECT p1, p2, p3
+FROM bpe_store_rows``), which reads its rows from native memory through a virtual table that
+exists only on this connection, instead of stepping a statement once per row: SQLite's per-row
+statement overhead was as large as the row's own b-tree work (``store.BulkWriter.executemany``).
 
 It talks to the very SQLite library Python's ``sqlite3`` module uses (resolved at run time from
 ``_sqlite3``'s own file; two copies of SQLite in one process must never open one file: each keeps

@@ -47,10 +47,71 @@ using i64 = long long;
 
 struct sqlite3;
 struct sqlite3_stmt;
+struct sqlite3_context;
+struct sqlite3_value;
 using Destructor = void (*)(void *);
 
-constexpr int kOk = 0, kRow = 100, kDone = 101;
+constexpr int kOk = 0, kError = 1, kRow = 100, kDone = 101;
 constexpr int kOpenReadWrite = 0x00000002;
+// SQLITE_OPEN_NOMUTEX: no connection mutex taken by every bind/step/reset/column call (perf: ~4 %
+// of enwiki-100M -> 32K was pthread mutex lock/unlock). Safe because this connection is used by
+// one thread at a time: every call holds Busy (a second concurrent call is refused, never run).
+constexpr int kOpenNoMutex = 0x00008000;
+constexpr int kVtabDirectOnly = 3;  // SQLITE_VTAB_DIRECTONLY: never usable from a schema's views/triggers
+
+// The virtual table API (sqlite3.h's sqlite3_module, version 1, and what it passes): its layout is
+// part of SQLite's stable ABI since 3.9 (estimatedRows 3.8.2, idxFlags 3.9, colUsed 3.10).
+struct sqlite3_vtab;
+struct sqlite3_vtab_cursor;
+struct sqlite3_index_info {
+    int nConstraint;
+    struct Constraint {
+        int iColumn;
+        unsigned char op, usable;
+        int iTermOffset;
+    } *aConstraint;
+    int nOrderBy;
+    struct OrderBy {
+        int iColumn;
+        unsigned char desc;
+    } *aOrderBy;
+    struct Usage {
+        int argvIndex;
+        unsigned char omit;
+    } *aConstraintUsage;
+    int idxNum;
+    char *idxStr;
+    int needToFreeIdxStr;
+    int orderByConsumed;
+    double estimatedCost;
+    long long estimatedRows;
+    int idxFlags;
+    unsigned long long colUsed;
+};
+struct sqlite3_module {
+    int iVersion;
+    int (*xCreate)(sqlite3 *, void *, int, const char *const *, sqlite3_vtab **, char **);
+    int (*xConnect)(sqlite3 *, void *, int, const char *const *, sqlite3_vtab **, char **);
+    int (*xBestIndex)(sqlite3_vtab *, sqlite3_index_info *);
+    int (*xDisconnect)(sqlite3_vtab *);
+    int (*xDestroy)(sqlite3_vtab *);
+    int (*xOpen)(sqlite3_vtab *, sqlite3_vtab_cursor **);
+    int (*xClose)(sqlite3_vtab_cursor *);
+    int (*xFilter)(sqlite3_vtab_cursor *, int, const char *, int, sqlite3_value **);
+    int (*xNext)(sqlite3_vtab_cursor *);
+    int (*xEof)(sqlite3_vtab_cursor *);
+    int (*xColumn)(sqlite3_vtab_cursor *, sqlite3_context *, int);
+    int (*xRowid)(sqlite3_vtab_cursor *, long long *);
+    void *xUpdate, *xBegin, *xSync, *xCommit, *xRollback, *xFindFunction, *xRename;  // unused: NULL
+};
+struct sqlite3_vtab {
+    const sqlite3_module *pModule;
+    int nRef;
+    char *zErrMsg;
+};
+struct sqlite3_vtab_cursor {
+    sqlite3_vtab *pVtab;
+};
 constexpr int kInteger = 1, kFloat = 2, kText = 3, kBlob = 4;
 const Destructor kStatic = nullptr;  // SQLITE_STATIC: the value outlives the statement's step
 
@@ -79,6 +140,15 @@ struct Api {
     int (*extended_result_codes)(sqlite3 *, int);
     int (*get_autocommit)(sqlite3 *);
     int (*libversion_number)();
+    int (*create_module_v2)(sqlite3 *, const char *, const sqlite3_module *, void *, Destructor);
+    int (*declare_vtab)(sqlite3 *, const char *);
+    int (*vtab_config)(sqlite3 *, int, ...);
+    void (*result_int64)(sqlite3_context *, i64);
+    void (*result_double)(sqlite3_context *, double);
+    void (*result_blob)(sqlite3_context *, const void *, int, Destructor);
+    void (*result_text)(sqlite3_context *, const char *, int, Destructor);
+    void (*result_null)(sqlite3_context *);
+    void (*result_error)(sqlite3_context *, const char *, int);
 };
 
 Api api;
@@ -121,6 +191,15 @@ int load_api(const std::string &module_file) {
     need(a.extended_result_codes, "sqlite3_extended_result_codes");
     need(a.get_autocommit, "sqlite3_get_autocommit");
     need(a.libversion_number, "sqlite3_libversion_number");
+    need(a.create_module_v2, "sqlite3_create_module_v2");
+    need(a.declare_vtab, "sqlite3_declare_vtab");
+    need(a.vtab_config, "sqlite3_vtab_config");
+    need(a.result_int64, "sqlite3_result_int64");
+    need(a.result_double, "sqlite3_result_double");
+    need(a.result_blob, "sqlite3_result_blob");
+    need(a.result_text, "sqlite3_result_text");
+    need(a.result_null, "sqlite3_result_null");
+    need(a.result_error, "sqlite3_result_error");
     api = a;
     api_loaded = true;
     return api.libversion_number();
@@ -141,6 +220,278 @@ PyObject *sqlite_error_type = nullptr;
 // A zero-length blob must still have a non-NULL pointer: sqlite3_bind_blob(NULL) binds NULL.
 const char kEmpty[1] = {0};
 
+// ---- bulk statements: rows read by SQLite from native memory -------------------------------------
+//
+// Why: a statement stepped once per row costs ~1-1.5 us of SQLite's own work per row beyond the
+// row's b-tree work (sqlite3VdbeHalt, BtreeBeginTrans, opening and closing cursors, re-running the
+// statement's OP_Once parts: a CHECK ... IN (...) builds an ephemeral table every time, which made
+// vocab's INSERT ~4-6 us a row), plus a mutex and a call per bound value. A bulk statement
+// (StoreDb::bulk) runs ONCE and reads every row from the eponymous virtual table bpe_store_rows,
+// whose columns p1, p2, ... are the parameters 1, 2, ... of the per-row statement it replaces:
+//     INSERT INTO t (a, b, c) SELECT p1, p2, p3 FROM bpe_store_rows
+// The rows are those of the call running it (registered on this connection only; a statement
+// run outside such a call fails). Same rows, same order, same constraints as executemany.
+
+// Where a bpe_store_rows cursor is: row i, and for packed words the byte offset of the next one
+// and the current word.
+struct RowsCursorState {
+    size_t i = 0, off = 0;
+    const uint8_t *word = nullptr;
+    size_t len = 0;
+    uint64_t count = 0;
+#if !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
+    std::vector<uint8_t> le;  // a word's tokens as the stored little-endian blob
+#endif
+};
+
+// One bulk statement's rows. Read with the GIL released: nothing here touches Python.
+struct Rows {
+    virtual ~Rows() = default;
+    virtual size_t size() const = 0;
+    virtual void start(RowsCursorState &c) const { c.i = 0; }
+    virtual void next(RowsCursorState &c) const { ++c.i; }
+    // parameter k (0-based) of the cursor's row, as sqlite3_result_* into ctx
+    virtual void column(RowsCursorState &c, sqlite3_context *ctx, int k) const = 0;
+};
+
+void no_such_parameter(sqlite3_context *ctx) {
+    api.result_error(ctx, "bpe_store_rows: the rows have no such parameter", -1);
+}
+
+// A merge engine's checkpoint stream (CheckpointRowsView: parameters in the order it documents).
+struct ViewRows final : Rows {
+    CheckpointRowsView v;
+    explicit ViewRows(const CheckpointRowsView &view) : v(view) {}
+    size_t size() const override { return v.n; }
+    void column(RowsCursorState &c, sqlite3_context *ctx, int k) const override {
+        const size_t i = c.i;
+        switch (v.kind) {
+            case CheckpointRowsView::kWords: {
+                if (k == 1) return api.result_int64(ctx, v.c[i]);
+                if (k != 0) return no_such_parameter(ctx);
+                const size_t lo = v.a[i], hi = v.a[i + 1], bytes = (hi - lo) * 4;
+                if (bytes > size_t(INT32_MAX)) return api.result_error(ctx, "a word's tokens are 2 GiB or more", -1);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                // the engine's tokens ARE the blob's bytes here: no copy (SQLite copies into its record)
+                return api.result_blob(ctx, bytes ? static_cast<const void *>(v.toks + lo) : kEmpty, int(bytes),
+                                       kStatic);
+#else
+                c.le.resize(bytes);
+                for (size_t t = lo; t < hi; ++t)
+                    for (int s = 0; s < 4; ++s) c.le[(t - lo) * 4 + s] = uint8_t(v.toks[t] >> (8 * s));
+                return api.result_blob(ctx, bytes ? static_cast<const void *>(c.le.data()) : kEmpty, int(bytes),
+                                       kStatic);
+#endif
+            }
+            case CheckpointRowsView::kDeletes:
+            case CheckpointRowsView::kInserts:
+                if (k == 0) return api.result_int64(ctx, i64(v.a[i]));
+                if (k == 1) return api.result_int64(ctx, i64(v.b[i]));
+                if (k == 2 && v.kind == CheckpointRowsView::kInserts) return api.result_int64(ctx, v.c[i]);
+                return no_such_parameter(ctx);
+            case CheckpointRowsView::kUpdates:
+                if (k == 0) return api.result_int64(ctx, v.c[i]);
+                if (k == 1) return api.result_int64(ctx, i64(v.a[i]));
+                if (k == 2) return api.result_int64(ctx, i64(v.b[i]));
+                return no_such_parameter(ctx);
+        }
+        no_such_parameter(ctx);
+    }
+};
+
+// Packed word counts (WordCounter.pack, validated before): (id, bytes, count), ids first, first + 1, ...
+// Layout (scanner.cpp, pack_entries): "BPC1" varint(n) then n times varint(len) bytes varint(count).
+// Why decoded here rather than by bpe::unpack_counts: that calls back for every word at once,
+// while SQLite asks for one row at a time (an index of all words would be 24 bytes a word).
+struct PackedWordRows final : Rows {
+    const uint8_t *data;
+    size_t bytes, n = 0, first_off = 0;
+    i64 first_id;
+    PackedWordRows(const uint8_t *d, size_t size, i64 first) : data(d), bytes(size), first_id(first) {
+        size_t off = 4;
+        n = size_t(varint(off));
+        first_off = off;
+    }
+    uint64_t varint(size_t &off) const {  // the buffer was validated: every varint is whole
+        uint64_t v = 0;
+        for (int shift = 0; off < bytes; shift += 7) {
+            const uint8_t b = data[off++];
+            v |= uint64_t(b & 0x7F) << shift;
+            if (!(b & 0x80)) break;
+        }
+        return v;
+    }
+    void read(RowsCursorState &c) const {
+        if (c.i >= n) return;
+        c.len = size_t(varint(c.off));
+        c.word = data + c.off;
+        c.off += c.len;
+        c.count = varint(c.off);
+    }
+    size_t size() const override { return n; }
+    void start(RowsCursorState &c) const override {
+        c.i = 0;
+        c.off = first_off;
+        read(c);
+    }
+    void next(RowsCursorState &c) const override {
+        ++c.i;
+        read(c);
+    }
+    void column(RowsCursorState &c, sqlite3_context *ctx, int k) const override {
+        if (k == 0) return api.result_int64(ctx, first_id + i64(c.i));
+        if (k == 1) return api.result_blob(ctx, c.len ? static_cast<const void *>(c.word) : kEmpty, int(c.len), kStatic);
+        if (k == 2) return api.result_int64(ctx, i64(c.count));  // <= INT64_MAX: checked before
+        no_such_parameter(ctx);
+    }
+};
+
+// Python rows (tuples or lists), copied first with the GIL held, as bind_python binds them.
+struct PyRows final : Rows {
+    struct Cell {
+        int type;  // kInteger, kFloat, kText, kBlob, or 5 (NULL)
+        i64 i;
+        double d;
+        size_t off, len;  // text and blobs: in `bytes`
+    };
+    size_t n = 0, arity = 0;
+    std::vector<Cell> cells;
+    std::string bytes;
+
+    explicit PyRows(nb::handle rows) {
+        for (nb::handle row : nb::iter(rows)) {
+            PyObject *seq = row.ptr();
+            if (!PyTuple_Check(seq) && !PyList_Check(seq)) throw nb::type_error("parameters must be a tuple or list");
+            const size_t have = size_t(PySequence_Fast_GET_SIZE(seq));
+            if (n == 0) arity = have;
+            if (have != arity) throw nb::value_error("every row must have as many parameters as the first");
+            PyObject **items = PySequence_Fast_ITEMS(seq);
+            for (size_t k = 0; k < have; ++k) cells.push_back(cell(items[k]));
+            ++n;
+        }
+    }
+    Cell cell(PyObject *o) {
+        Cell c{5, 0, 0.0, 0, 0};
+        if (o == Py_None) return c;
+        if (PyLong_Check(o)) {
+            c.type = kInteger;
+            c.i = PyLong_AsLongLong(o);
+            if (c.i == -1 && PyErr_Occurred()) throw nb::python_error();
+        } else if (PyFloat_Check(o)) {
+            c.type = kFloat;
+            c.d = PyFloat_AS_DOUBLE(o);
+        } else if (PyUnicode_Check(o)) {
+            Py_ssize_t len;
+            const char *s = PyUnicode_AsUTF8AndSize(o, &len);
+            if (s == nullptr) throw nb::python_error();
+            c.type = kText;
+            c.off = bytes.size(), c.len = size_t(len);
+            bytes.append(s, size_t(len));
+        } else if (PyBytes_Check(o) || PyByteArray_Check(o)) {
+            const bool b = PyBytes_Check(o);
+            c.type = kBlob;
+            c.off = bytes.size(), c.len = size_t(b ? PyBytes_GET_SIZE(o) : PyByteArray_GET_SIZE(o));
+            bytes.append(b ? PyBytes_AS_STRING(o) : PyByteArray_AS_STRING(o), c.len);
+        } else {
+            throw nb::type_error(("cannot store a " + std::string(Py_TYPE(o)->tp_name) + " value").c_str());
+        }
+        return c;
+    }
+    size_t size() const override { return n; }
+    void column(RowsCursorState &c, sqlite3_context *ctx, int k) const override {
+        if (k < 0 || size_t(k) >= arity) return no_such_parameter(ctx);
+        const Cell &x = cells[c.i * arity + size_t(k)];
+        const char *p = x.len ? bytes.data() + x.off : kEmpty;
+        switch (x.type) {
+            case kInteger: return api.result_int64(ctx, x.i);
+            case kFloat: return api.result_double(ctx, x.d);
+            case kText: return api.result_text(ctx, p, int(x.len), kStatic);
+            case kBlob: return api.result_blob(ctx, p, int(x.len), kStatic);
+            default: return api.result_null(ctx);
+        }
+    }
+};
+
+// The rows of the bulk statement running on a connection (nullptr between them).
+struct RowsSlot {
+    const Rows *rows = nullptr;
+};
+
+// bpe_store_rows: an eponymous-only virtual table (no xCreate: nothing in the schema) over *slot.
+struct RowsVtab {
+    sqlite3_vtab base;  // first: SQLite sees a sqlite3_vtab *
+    RowsSlot *slot;
+};
+struct RowsCursor {
+    sqlite3_vtab_cursor base;
+    const Rows *rows = nullptr;
+    RowsCursorState at;
+};
+constexpr int kRowsColumns = 5;  // p1 .. p5: the widest per-row statement (merges) has 5 parameters
+
+int rows_connect(sqlite3 *db, void *aux, int, const char *const *, sqlite3_vtab **out, char **) {
+    int rc = api.declare_vtab(db, "CREATE TABLE x(p1, p2, p3, p4, p5)");
+    if (rc != kOk) return rc;
+    api.vtab_config(db, kVtabDirectOnly);
+    auto *t = new (std::nothrow) RowsVtab{};
+    if (t == nullptr) return 7;  // SQLITE_NOMEM
+    t->slot = static_cast<RowsSlot *>(aux);
+    *out = &t->base;
+    return kOk;
+}
+int rows_disconnect(sqlite3_vtab *t) {
+    delete reinterpret_cast<RowsVtab *>(t);
+    return kOk;
+}
+int rows_best_index(sqlite3_vtab *, sqlite3_index_info *info) {
+    // Only a whole scan: no constraint is used (SQLite tests them itself). The estimate makes
+    // any join read bpe_store_rows once, outside (UPDATE ... FROM bpe_store_rows WHERE id = p2).
+    info->estimatedCost = 1e5;
+    info->estimatedRows = 100000;
+    return kOk;
+}
+int rows_open(sqlite3_vtab *t, sqlite3_vtab_cursor **out) {
+    auto *c = new (std::nothrow) RowsCursor{};
+    if (c == nullptr) return 7;
+    c->rows = reinterpret_cast<RowsVtab *>(t)->slot->rows;
+    *out = &c->base;
+    return kOk;
+}
+int rows_close(sqlite3_vtab_cursor *c) {
+    delete reinterpret_cast<RowsCursor *>(c);
+    return kOk;
+}
+int rows_filter(sqlite3_vtab_cursor *cur, int, const char *, int, sqlite3_value **) {
+    auto *c = reinterpret_cast<RowsCursor *>(cur);
+    if (c->rows == nullptr) return kError;  // run outside StoreDb::bulk: a bug
+    c->rows->start(c->at);
+    return kOk;
+}
+int rows_next(sqlite3_vtab_cursor *cur) {
+    auto *c = reinterpret_cast<RowsCursor *>(cur);
+    c->rows->next(c->at);
+    return kOk;
+}
+int rows_eof(sqlite3_vtab_cursor *cur) {
+    auto *c = reinterpret_cast<RowsCursor *>(cur);
+    return c->rows == nullptr || c->at.i >= c->rows->size();
+}
+int rows_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int k) {
+    auto *c = reinterpret_cast<RowsCursor *>(cur);
+    c->rows->column(c->at, ctx, k);
+    return kOk;
+}
+int rows_rowid(sqlite3_vtab_cursor *cur, long long *out) {
+    *out = i64(reinterpret_cast<RowsCursor *>(cur)->at.i) + 1;
+    return kOk;
+}
+
+const sqlite3_module kRowsModule = {
+    1,       nullptr,     rows_connect, rows_best_index, rows_disconnect, rows_disconnect, rows_open,
+    rows_close, rows_filter, rows_next, rows_eof,        rows_column,     rows_rowid,
+    nullptr, nullptr,     nullptr,      nullptr,         nullptr,         nullptr,         nullptr,
+};
+
 class StoreDb {
   public:
     // Opens `path` (an existing store; never creates one) with the pragmas of store._configure.
@@ -150,7 +501,7 @@ class StoreDb {
         int rc;
         {
             nb::gil_scoped_release unlocked;
-            rc = api.open_v2(path.c_str(), &db_, kOpenReadWrite, nullptr);
+            rc = api.open_v2(path.c_str(), &db_, kOpenReadWrite | kOpenNoMutex, nullptr);
         }
         if (rc != kOk) {
             SqliteFailure f{rc, db_ ? api.errmsg(db_) : "unable to open database file"};
@@ -160,6 +511,8 @@ class StoreDb {
         }
         api.extended_result_codes(db_, 1);
         try {
+            rc = api.create_module_v2(db_, "bpe_store_rows", &kRowsModule, &slot_, nullptr);
+            if (rc != kOk) fail(rc);
             configure(busy_timeout_ms, synchronous, cache_kib, journal_size_limit);
         } catch (...) {
             release();  // a constructor that throws runs no destructor
@@ -248,43 +601,38 @@ class StoreDb {
         return n;
     }
 
-    // INSERT of a counting flush's new words from packed counts (``WordCounter.pack``,
-    // ``WordIds.pack``): parameters (id, bytes, count), ids first_id, first_id + 1, ... in order.
-    // Why packed: 7 M words at OpenWebText scale would each be a Python tuple otherwise.
-    size_t insert_packed_words(const std::string &sql, nb::bytes packed, i64 first_id) {
+    // A bulk statement (see bpe_store_rows above): `sql` runs once, reading `rows` as the table
+    // bpe_store_rows (p1, p2, ... = a row's parameters 1, 2, ...): a merge engine's checkpoint
+    // stream (read from its arrays) or any iterable of parameter tuples (copied first). Returns the
+    // number of rows. The GIL is released while it runs.
+    size_t bulk(const std::string &sql, nb::handle rows) {
         Busy busy(this);
         sqlite3_stmt *st = prepare(sql);
         Reset reset(st);
-        if (api.bind_parameter_count(st) != 3) throw nb::value_error("the statement must take (id, bytes, count)");
+        CheckpointRowsView v;
+        if (checkpoint_rows_view(rows, v)) return run_bulk(st, ViewRows(v));
+        return run_bulk(st, PyRows(rows));
+    }
+
+    // A bulk statement over a counting flush's new words as packed counts (``WordCounter.pack``,
+    // ``WordIds.pack``): rows (id, bytes, count), ids first_id, first_id + 1, ... in order.
+    // Why packed: 7 M words at OpenWebText scale would each be a Python tuple otherwise.
+    size_t bulk_packed_words(const std::string &sql, nb::bytes packed, i64 first_id) {
+        Busy busy(this);
+        sqlite3_stmt *st = prepare(sql);
+        Reset reset(st);
         const auto *data = static_cast<const uint8_t *>(packed.data());
         const size_t size = packed.size();
-        try {
-            bpe::unpack_counts(data, size, [](const uint8_t *, size_t, uint64_t) {});  // valid: all or nothing
+        bool too_big = false;
+        try {  // valid: all or nothing, before any row is written
+            bpe::unpack_counts(data, size, [&](const uint8_t *, size_t, uint64_t count) {
+                too_big = too_big || count > uint64_t(INT64_MAX);
+            });
         } catch (const std::invalid_argument &e) {
             throw nb::value_error(e.what());
         }
-        size_t n = 0;
-        int failed = kOk;
-        {
-            nb::gil_scoped_release unlocked;  // `packed` is immutable and held by the caller
-            bpe::unpack_counts(data, size, [&](const uint8_t *w, size_t len, uint64_t count) {
-                if (failed != kOk) return;
-                if (count > uint64_t(INT64_MAX)) {
-                    failed = -1;
-                    return;
-                }
-                api.bind_int64(st, 1, first_id + i64(n));
-                api.bind_blob(st, 2, len ? static_cast<const void *>(w) : kEmpty, int(len), kStatic);
-                api.bind_int64(st, 3, i64(count));
-                int rc = api.step(st);
-                api.reset(st);
-                if (rc != kDone && rc != kRow) failed = rc;
-                ++n;
-            });
-        }
-        if (failed == -1) throw std::overflow_error("a word count does not fit in 64 bits");
-        if (failed != kOk) fail(failed);
-        return n;
+        if (too_big) throw std::overflow_error("a word count does not fit in 64 bits");
+        return run_bulk(st, PackedWordRows(data, size, first_id));  // `packed` is immutable, held by the caller
     }
 
     // Every row of `sql` (id, bytes, count, tokens or NULL), into one buffer for the merge engine,
@@ -334,6 +682,24 @@ class StoreDb {
     }
 
   private:
+    size_t run_bulk(sqlite3_stmt *st, const Rows &rows) {
+        if (api.bind_parameter_count(st) != 0)
+            throw nb::value_error("a bulk statement takes no parameters: it reads bpe_store_rows");
+        struct Clear {
+            RowsSlot &slot;
+            ~Clear() { slot.rows = nullptr; }
+        } clear{slot_};
+        slot_.rows = &rows;
+        int rc;
+        {
+            nb::gil_scoped_release unlocked;
+            while ((rc = api.step(st)) == kRow) {
+            }
+        }
+        if (rc != kDone) fail(rc);
+        return rows.size();
+    }
+
     // Refuses a second call while one runs with the GIL released (another Python thread).
     struct Busy {
         StoreDb *d;
@@ -499,6 +865,7 @@ class StoreDb {
     }
 
     sqlite3 *db_ = nullptr;
+    RowsSlot slot_;  // bpe_store_rows's rows while bulk() runs (the module's pAux: lives as long as db_)
     std::unordered_map<std::string, sqlite3_stmt *> stmts_;
     std::atomic<bool> busy_{false};
 };
@@ -531,8 +898,13 @@ void register_store_db(nb::module_ &m) {
              "Run one statement; its rows as tuples.")
         .def("executemany", &StoreDb::executemany, nb::arg("sql"), nb::arg("rows"),
              "Run the statement for each row: a checkpoint RowStream (bound from its arrays) or tuples.")
-        .def("insert_packed_words", &StoreDb::insert_packed_words, nb::arg("sql"), nb::arg("packed"),
-             nb::arg("first_id"), "INSERT (id, bytes, count) for each word of packed counts, ids from first_id.")
+        .def("bulk", &StoreDb::bulk, nb::arg("sql"), nb::arg("rows"),
+             "Run sql once over rows read as the table bpe_store_rows (p1, p2, ... = a row's parameters): "
+             "a checkpoint RowStream (from its arrays) or tuples. Returns the number of rows.")
+        .def("bulk_packed_words", &StoreDb::bulk_packed_words, nb::arg("sql"), nb::arg("packed"),
+             nb::arg("first_id"),
+             "Run sql once over the words of packed counts as bpe_store_rows (p1 id from first_id, p2 bytes, "
+             "p3 count).")
         .def("read_word_rows", &StoreDb::read_word_rows, nb::arg("sql"),
              "Every row of sql (id, bytes, count, tokens or NULL) as one WordRows buffer, for MergeEngine.")
         .def("close", &StoreDb::close)

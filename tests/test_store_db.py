@@ -50,21 +50,23 @@ def test_the_native_path_is_available_here():
     {"min_frequency": 2, "max_token_length": 6},
 ], ids=["one-flush", "many-flushes", "python-engine", "options"])
 def test_native_and_fallback_write_the_same_store(tmp_path, corpus, monkeypatch, kw):
-    used = []
+    used, bulk_used = [], []
     real = BulkWriter.executemany
 
-    def spy(self, statement, rows):
+    def spy(self, statement, rows, bulk=None):
         used.append(self.native)
-        return real(self, statement, rows)
+        bulk_used.append(self.native and bulk is not None)
+        return real(self, statement, rows, bulk)
 
     monkeypatch.setattr(BulkWriter, "executemany", spy)
     results = {}
     for native in (True, False):
         monkeypatch.setenv(store_db.ENV, "1" if native else "0")
-        used.clear()
+        used.clear(), bulk_used.clear()
         db = tmp_path / f"native-{native}.db"
         results[native] = train([corpus], db, 420, SPECIAL, checkpoint_merges=20, **kw)
         assert used and set(used) == {native}, "every bulk write took the path asked for"
+        assert any(bulk_used) == native, "the native path ran bulk statements (bpe_store_rows), the fallback none"
     assert results[True].merges == results[False].merges
     assert tables(tmp_path / "native-True.db") == tables(tmp_path / "native-False.db")
 
@@ -343,3 +345,105 @@ def test_the_native_connection_is_not_closed_under_a_running_statement(tmp_path)
     ndb.close()  # a second close does nothing
     with pytest.raises(RuntimeError, match="closed"):
         ndb.execute("SELECT 1")
+
+
+# -- bulk statements: one statement reading its rows from bpe_store_rows -------------------------
+
+def _table_db(tmp_path, name="t.db"):
+    db = tmp_path / name
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, a, b NOT NULL)")
+    return db, con
+
+
+def test_a_bulk_statement_stores_what_the_per_row_statement_stores(tmp_path):
+    """Every kind of value the driver binds (int, 64-bit extremes, float, str, bytes, bytearray,
+    empty blob, None) comes out of bpe_store_rows with the same type and value, in row order."""
+    db, con = _table_db(tmp_path)
+    rows = [(1, 2**63 - 1, b"x"), (2, -2**63, bytearray(b"\x00\xff")), (3, 1.5, "t\u00e9xt"), (4, None, b""),
+            (5, "", bytearray()), (7, 0, 3)]
+    con.executemany("INSERT INTO t (id, a, b) VALUES (?, ?, ?)", rows)
+    want = con.execute("SELECT id, a, typeof(a), b, typeof(b) FROM t ORDER BY id").fetchall()
+    con.execute("DELETE FROM t")
+    ndb = store_db.native_db(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
+    assert ndb.bulk("INSERT INTO t (id, a, b) SELECT p1, p2, p3 FROM bpe_store_rows", rows) == len(rows)
+    assert con.execute("SELECT id, a, typeof(a), b, typeof(b) FROM t ORDER BY id").fetchall() == want
+    # UPDATE ... FROM: the same as the per-row UPDATE
+    ndb.bulk("UPDATE t SET a = r.p1 FROM bpe_store_rows AS r WHERE t.id = r.p2", [(10, 1), (b"z", 4), (None, 99)])
+    assert con.execute("SELECT a FROM t WHERE id IN (1, 4) ORDER BY id").fetchall() == [(10,), (b"z",)]
+    ndb.close()
+    con.close()
+
+
+def test_a_failing_bulk_statement_is_the_per_row_statements_error(tmp_path):
+    """A constraint failing on the 3rd row: the same exception, message and extended code as the
+    driver's per-row statement, and the bulk statement changed nothing (it is one statement)."""
+    from bpe_store import _core
+
+    db, con = _table_db(tmp_path)
+    con.execute("INSERT INTO t VALUES (3, 0, 'old')")
+    for rows in ([(1, 0, b"a"), (2, 0, b"b"), (3, 0, b"c")], [(1, 0, b"a"), (2, 0, None)]):
+        with pytest.raises(sqlite3.Error) as driver:
+            con.execute("BEGIN")
+            try:
+                con.executemany("INSERT INTO t (id, a, b) VALUES (?, ?, ?)", rows)
+            finally:
+                con.execute("ROLLBACK")
+        ndb = store_db.native_db(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
+        with pytest.raises(_core.SqliteError) as native:
+            ndb.bulk("INSERT INTO t (id, a, b) SELECT p1, p2, p3 FROM bpe_store_rows", rows)
+        err = store_db.to_sqlite_error(native.value)
+        assert (type(err), str(err), err.sqlite_errorcode) == (
+            type(driver.value), str(driver.value), driver.value.sqlite_errorcode)
+        assert con.execute("SELECT id FROM t").fetchall() == [(3,)]
+        ndb.close()
+    con.close()
+
+
+def test_bpe_store_rows_exist_only_inside_a_bulk_call(tmp_path):
+    """bpe_store_rows outside a bulk call, a column past the rows' parameters, or a bulk statement
+    with parameters of its own: each is an error, never rows from elsewhere or NULLs."""
+    from bpe_store import _core
+
+    db, con = _table_db(tmp_path)
+    ndb = store_db.native_db(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
+    with pytest.raises(_core.SqliteError):
+        ndb.execute("SELECT p1 FROM bpe_store_rows")
+    with pytest.raises(_core.SqliteError, match="no such parameter"):
+        ndb.bulk("INSERT INTO t (id, a, b) SELECT p1, p2, p3 FROM bpe_store_rows", [(1, 2)])
+    with pytest.raises(ValueError, match="no parameters"):
+        ndb.bulk("INSERT INTO t (id, a, b) SELECT p1, p2, ? FROM bpe_store_rows", [(1, 2)])
+    with pytest.raises(ValueError, match="as many parameters"):
+        ndb.bulk("INSERT INTO t (id, a, b) SELECT p1, p2, 0 FROM bpe_store_rows", [(1, 2), (3,)])
+    with pytest.raises(TypeError, match="cannot store"):
+        ndb.bulk("INSERT INTO t (id, a, b) SELECT p1, p2, 0 FROM bpe_store_rows", [(1, object())])
+    assert con.execute("SELECT count(*) FROM t").fetchone() == (0,)
+    other = sqlite3.connect(db)  # another connection has no such table: it is this connection's only
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        other.execute("SELECT * FROM bpe_store_rows")
+    other.close()
+    ndb.close()
+    con.close()
+
+
+def test_packed_words_are_written_whole_or_not_at_all(tmp_path):
+    """A counting flush's packed words: ids from first_id in order, bytes and counts as packed; a
+    count past 64 bits or a damaged buffer is refused before any row is written."""
+    from bpe_store import _core
+
+    db = tmp_path / "w.db"
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("CREATE TABLE words (id INTEGER PRIMARY KEY, bytes BLOB NOT NULL, count INTEGER NOT NULL)")
+    ndb = store_db.native_db(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
+    sql = "INSERT INTO words (id, bytes, count) SELECT p1, p2, p3 FROM bpe_store_rows"
+    counts = {b"the": 5, b"": 1, bytes(range(256)) * 40: 2**63 - 1, b" a": 7}
+    assert ndb.bulk_packed_words(sql, _core.pack_counts(counts), 10) == 4
+    assert con.execute("SELECT id, bytes, count FROM words ORDER BY id").fetchall() == [
+        (10 + k, w, c) for k, (w, c) in enumerate(counts.items())]
+    with pytest.raises(OverflowError):
+        ndb.bulk_packed_words(sql, _core.pack_counts({b"x": 1, b"y": 2**63}), 100)
+    with pytest.raises(ValueError, match="packed counts"):
+        ndb.bulk_packed_words(sql, _core.pack_counts({b"x": 1, b"yy": 2})[:-2], 100)
+    assert con.execute("SELECT count(*) FROM words").fetchone() == (4,)
+    ndb.close()
+    con.close()

@@ -23,8 +23,7 @@ Two trainer options (``reference.train_from_counts`` is their spec):
 
 Two engines share one interface (``Engine``): ``MergeEngine`` here, pure Python, the portable
 fallback and the readable spec; and ``NativeMergeEngine``, a thin wrapper over the C++
-``_core.MergeEngine`` (native/merge_engine.cpp), which must give identical merges, on any number
-of threads (it rewrites the words of a merge held by many words on ``threads`` threads). ``new_engine``
+``_core.MergeEngine`` (native/merge_engine.cpp), which must give identical merges. ``new_engine``
 builds either from the store's word rows; ``engine="auto"`` takes the native one when it is built.
 """
 
@@ -403,7 +402,7 @@ class NativeMergeEngine:
 
     def __init__(self, rows: list[WordRow], token_bytes: Sequence[bytes | None], n_specials: int,
                  first_merge_id: int, next_rank: int, min_frequency: int = 1,
-                 max_token_length: int | None = None, threads: int = 1):
+                 max_token_length: int | None = None):
         from . import _core
 
         if hasattr(rows, "pack"):  # a WordCounter: its words as ids 1, 2, ... (see new_engine)
@@ -418,7 +417,6 @@ class NativeMergeEngine:
                     rows = [tuple(r) for r in rows]
             self._e = _core.MergeEngine(rows, list(token_bytes), n_specials, first_merge_id, next_rank,
                                         min_frequency, max_token_length or 0)
-        self._e.set_threads(threads)
         self.token_bytes: dict[int, bytes] = {i: b for i, b in enumerate(token_bytes) if b is not None}
         self.bad_word: int = self._e.bad_word
 
@@ -493,21 +491,20 @@ def uses_native(engine: str) -> bool:
 
 def new_engine(rows: list[WordRow] | WordCounter, token_bytes: Sequence[bytes | None], n_specials: int,
                first_merge_id: int, next_rank: int, engine: str = "auto", *, min_frequency: int = 1,
-               max_token_length: int | None = None, threads: int = 1) -> Engine:
+               max_token_length: int | None = None) -> Engine:
     """A merge engine over the store's word rows (in id order); ``engine`` is one of ``ENGINES``:
     "native" requires the C++ core, "python" forces the fallback, "auto" prefers native.
     ``rows`` may also be the native ``WordCounter`` a first counting flush wrote (words still single
     bytes, ids 1, 2, ... in its order; ``Store.take_fresh_word_rows``): the native engine then
     reads it without a Python object per word. ``min_frequency`` and ``max_token_length``: see the
-    module doc. ``threads``: the native engine rewrites the words of a merge held by many words
-    on that many threads (the Python engine has one); never changes a result."""
+    module doc."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if uses_native(engine):
         if not native_available():
             raise RuntimeError("the native merge engine is not built here (use engine='python')")
         return NativeMergeEngine(rows, token_bytes, n_specials, first_merge_id, next_rank, min_frequency,
-                                 max_token_length, threads)
+                                 max_token_length)
     if hasattr(rows, "pack"):
         rows = rows.rows(1)
     return MergeEngine.from_rows(rows, token_bytes, n_specials, first_merge_id, next_rank, min_frequency,

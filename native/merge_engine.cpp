@@ -27,10 +27,6 @@
 //   A word is rewritten in one pass, with an SSE2 scan for the pair (Chinese pre-tokens are
 //   hundreds of tokens long). On enwiki-100M -> 32K this took the merge loop from ~0.8 to ~0.6
 //   CPU s, zhwiki-20M -> 10K from ~4.0 to ~2.7 (bench/RESULTS-merge.md).
-// * A merge held by many words is split between threads (set_threads): each rewrites a range of
-//   the pair's word list into its own StepWork, and one thread adds them into the pair table.
-//   Sums do not depend on the split, and lists are sets (their order only changes which words
-//   are visited first), so the merges, counts and checkpoints are the same for any thread count.
 // * The max-heap is lazily invalidated: a decrease leaves the old entry (too high) in place, an
 //   increase pushes a fresh one once per merge step. When an entry surfaces its count is checked
 //   against the slot: equal means it is the true maximum, otherwise it is re-pushed or dropped.
@@ -53,6 +49,9 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "scanner.h"
 #include "store_db.h"
@@ -62,19 +61,13 @@
 #include <emmintrin.h>
 #endif
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
-#include <functional>
-#include <mutex>
-#include <memory>
 #include <new>
 #include <stdexcept>
 #include <type_traits>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -103,10 +96,6 @@ using u64 = uint64_t;
 using i64 = int64_t;
 
 constexpr u32 kNone = 0xFFFFFFFFu;
-
-// A merge is split between threads (MergeEngine.set_threads) when its pair's word list holds at
-// least this many entries; smaller merges are rewritten on the calling thread alone.
-constexpr size_t kParallelMinWords = 4096;
 
 // The digest the resume check compares with the same SQL aggregate over `pair_counts`
 // (see bpe_store/store.py: pair_counts_digest). Every term is reduced below the prime, so the sums
@@ -162,6 +151,74 @@ class PodVec {
   private:
     T *p_ = nullptr;
     size_t n_ = 0, cap_ = 0;
+};
+
+// A fixed-size, zero-filled array of trivially copyable T for the engine's largest arrays (the
+// words' records and tokens), sized once when the words are loaded. Why not std::vector: these
+// arrays are read at random by every merge (a frequent pair's holders are scattered over all
+// words), and with 4 KiB pages nearly every visit also misses the TLB; on a VM (nested paging)
+// a TLB miss costs a two-level page walk. An array of 4 MiB or more is mapped on 2 MiB
+// boundaries with MADV_HUGEPAGE (Linux's THP in "madvise" mode, the common default), so one TLB
+// entry covers 2 MiB instead of 4 KiB. Elsewhere, or if the kernel refuses, it is plain memory.
+template <class T>
+class BigArray {
+    static_assert(std::is_trivially_copyable_v<T>, "BigArray holds plain records");
+    static constexpr size_t kHuge = size_t(2) << 20;
+
+  public:
+    BigArray() = default;
+    BigArray(const BigArray &) = delete;
+    BigArray &operator=(const BigArray &) = delete;
+    ~BigArray() { release(); }
+
+    // n zero-filled elements (the old ones are dropped).
+    void assign_zero(size_t n) {
+        release();
+        if (n == 0) return;
+        if (n > (SIZE_MAX - 2 * kHuge) / sizeof(T)) throw std::bad_alloc();
+        const size_t bytes = n * sizeof(T);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+        if (bytes >= 2 * kHuge) {
+            const size_t len = (bytes + kHuge - 1) / kHuge * kHuge + kHuge;  // room to align
+            void *m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (m == MAP_FAILED) throw std::bad_alloc();
+            const uintptr_t at = (uintptr_t(m) + kHuge - 1) & ~uintptr_t(kHuge - 1);
+            madvise(reinterpret_cast<void *>(at), len - (at - uintptr_t(m)), MADV_HUGEPAGE);  // a hint
+            map_ = m;
+            map_len_ = len;
+            p_ = reinterpret_cast<T *>(at);  // fresh anonymous pages are zero
+            n_ = n;
+            return;
+        }
+#endif
+        p_ = static_cast<T *>(std::calloc(n, sizeof(T)));
+        if (p_ == nullptr) throw std::bad_alloc();
+        n_ = n;
+    }
+    void release() {
+#if defined(__linux__)
+        if (map_ != nullptr) munmap(map_, map_len_);
+        else std::free(p_);
+#else
+        std::free(p_);
+#endif
+        map_ = nullptr;
+        map_len_ = 0;
+        p_ = nullptr;
+        n_ = 0;
+    }
+
+    size_t size() const { return n_; }
+    size_t capacity() const { return n_; }
+    T &operator[](size_t i) { return p_[i]; }
+    const T &operator[](size_t i) const { return p_[i]; }
+    T *data() { return p_; }
+
+  private:
+    T *p_ = nullptr;
+    size_t n_ = 0;
+    void *map_ = nullptr;  // the mapping p_ lies in, when mapped
+    size_t map_len_ = 0;
 };
 
 // Open addressing with linear probing over a power-of-two table of 8-byte cells: the slot a pair
@@ -270,6 +327,14 @@ class WordLists {
     // Appends w unless it is already the last entry (a word adding several pairs in one visit).
     void add(List &l, u32 w) {
         if (l.len != 0 && pool_[l.off + l.len - 1] == w) return;
+        append(l, w);
+    }
+
+    // Appends w without reading the last entry: the caller knows it is not w, or accepts a repeat
+    // (apply() skips a word listed twice by its stamp). Why: the last entries of the lists are
+    // scattered over tens of MB, so reading one is a cache miss, and a load that misses stalls
+    // where a store does not (half of the first pair count, a third of adding a merge's changes).
+    void append(List &l, u32 w) {
         if (!l.has_block() || l.len == (u32(1) << l.cls)) grow(l);
         pool_[l.off + l.len++] = w;
     }
@@ -354,6 +419,7 @@ class WordLists {
         if (p == nullptr) throw std::bad_alloc();
         pool_ = p;
         cap_ = cap;
+
     }
 
     u32 *pool_ = nullptr;
@@ -380,14 +446,13 @@ inline u32 find_pair(const u32 *p, u32 i, u32 n, u32 a, u32 b) {
     return n;
 }
 
-// What rewriting some of a merge's words changed: pair key -> (net count change, the words that
+// What rewriting a merge's words changed: pair key -> (net count change, the words that
 // gained the pair), and the words changed for the first time since the last take. A small
 // open-addressing table (a step touches thousands of pairs, not hundreds of thousands), so it
 // stays in cache while the words are rewritten; cleared by resetting only the cells it used.
 // Why the pair table is not touched while rewriting: a frequent merge makes and removes the
 // same few pairs in thousands of words (" t" + "h" -> " th": (" th", "e")), and each slot
-// lookup in the large table is a cache miss or two; and rewriters on several threads can each
-// fill their own StepWork, added into the pair table by one thread after (see apply()).
+// lookup in the large table is a cache miss or two (see apply()).
 class StepWork {
   public:
     struct Entry {
@@ -434,7 +499,7 @@ class StepWork {
     size_t size() const { return entries_.size(); }
     const Add &add(u32 i) const { return adds_[i]; }
 
-    std::vector<u32> changed;  // words this rewriter changed first since the last take
+    std::vector<u32> changed;  // words this merge changed first since the last take
 
   private:
     Entry &get(u64 key) {
@@ -470,85 +535,6 @@ class StepWork {
     std::vector<Entry> entries_;
     std::vector<Add> adds_;
     size_t mask_ = 0;
-};
-
-// Threads that rewrite a large merge's words alongside the thread calling step(): run(job) calls
-// job(0 .. helpers) (the last on the caller) and returns when all are done. The helpers wait on a
-// condition variable between jobs, so an engine that never merges a large pair costs nothing,
-// and only merges held by many words are split (a wake-up costs tens of microseconds).
-class RewritePool {
-  public:
-    explicit RewritePool(unsigned helpers) {
-        for (unsigned k = 0; k < helpers; ++k) threads_.emplace_back([this, k] { serve(k); });
-    }
-    RewritePool(const RewritePool &) = delete;
-    RewritePool &operator=(const RewritePool &) = delete;
-    ~RewritePool() {
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            stop_ = true;
-        }
-        go_.notify_all();
-        for (std::thread &t : threads_) t.join();
-    }
-
-    void run(const std::function<void(unsigned)> &job) {
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            job_ = &job;
-            pending_ = unsigned(threads_.size());
-            error_ = nullptr;
-            ++generation_;
-        }
-        go_.notify_all();
-        std::exception_ptr mine;
-        try {
-            job(unsigned(threads_.size()));
-        } catch (...) {
-            mine = std::current_exception();
-        }
-        std::unique_lock<std::mutex> lock(mu_);
-        done_.wait(lock, [this] { return pending_ == 0; });
-        job_ = nullptr;
-        if (mine) std::rethrow_exception(mine);
-        if (error_) std::rethrow_exception(error_);
-    }
-
-  private:
-    void serve(unsigned k) {
-        u64 seen = 0;
-        while (true) {
-            const std::function<void(unsigned)> *job;
-            {
-                std::unique_lock<std::mutex> lock(mu_);
-                go_.wait(lock, [&] { return stop_ || generation_ != seen; });
-                if (stop_) return;
-                seen = generation_;
-                job = job_;
-            }
-            std::exception_ptr err;
-            try {
-                (*job)(k);
-            } catch (...) {
-                err = std::current_exception();
-            }
-            {
-                std::lock_guard<std::mutex> lock(mu_);
-                if (err && !error_) error_ = err;
-                --pending_;
-            }
-            done_.notify_one();
-        }
-    }
-
-    std::mutex mu_;
-    std::condition_variable go_, done_;
-    const std::function<void(unsigned)> *job_ = nullptr;
-    u64 generation_ = 0;
-    unsigned pending_ = 0;
-    bool stop_ = false;
-    std::exception_ptr error_;
-    std::vector<std::thread> threads_;
 };
 
 struct HeapEntry {
@@ -660,7 +646,7 @@ class MergeEngine {
         check_limits(next_rank, min_count);
         load_vocab(token_bytes);
         load_words(rows, n_specials);
-        build_pairs();
+        build_pairs(n_specials);
     }
 
     // The same from packed counts (``WordCounter.pack``: a first counting flush's words, every
@@ -679,7 +665,7 @@ class MergeEngine {
         // its rows, is written on another thread
         nb::gil_scoped_release unlocked;
         load_packed(data, size, first_id, n_specials);
-        build_pairs();
+        build_pairs(n_specials);
     }
 
     // The same from the store's rows read by the native connection (StoreDb.read_word_rows): a
@@ -691,7 +677,7 @@ class MergeEngine {
         check_limits(next_rank, min_count);
         load_vocab(token_bytes);
         load_rows(BufferRows{rows}, n_specials);
-        build_pairs();
+        build_pairs(n_specials);
     }
 
     // ---- the merge loop --------------------------------------------------------------------
@@ -741,18 +727,6 @@ class MergeEngine {
         return result;
     }
 
-    // Rewrite the words of a merge whose pair is held by at least min_words list entries on
-    // `threads` threads (the caller and threads - 1 helpers); 1: all on the caller. Never changes
-    // a result: each thread adds up its own pair changes, and the sums are added in after.
-    void set_threads(u32 threads, size_t min_words) {
-        Busy busy(this);
-        if (threads < 1 || threads > 1024) throw nb::value_error("threads must be 1 to 1024");
-        if (min_words < 1) throw nb::value_error("min_words must be >= 1");
-        if (threads != threads_) pool_.reset();
-        threads_ = threads;
-        parallel_min_words_ = min_words;
-    }
-
     void compact_lists_now() {
         Busy busy(this);
         compact_lists();
@@ -768,8 +742,7 @@ class MergeEngine {
         lists_.clear();
         heap_.release();
         index_.clear();
-        pool_.reset();
-        std::vector<StepWork>().swap(works_);
+        work_.release();
         release_free_memory();
     }
 
@@ -871,8 +844,6 @@ class MergeEngine {
     i64 bad_word() const { return bad_word_; }
     size_t num_words() const { return words_.size(); }
     size_t pair_slots() const { return slots_.size(); }
-    u64 parallel_merges() const { return parallel_merges_; }
-    u32 threads() const { return threads_; }
     size_t heap_size() const { return heap_.size(); }
     // Bytes held by each part of the engine (capacity, not size: what the process pays for).
     nb::dict memory() const {
@@ -940,8 +911,8 @@ class MergeEngine {
             throw nb::value_error(e.what());
         }
         if (n >= kNone) throw nb::value_error("too many words");
-        tok_.resize(total);
-        words_.resize(kept);
+        tok_.assign_zero(total);
+        words_.assign_zero(kept);
         size_t pos = 0, w = 0, i = 0;
         bpe::unpack_counts(data, size, [&](const u8 *bytes, size_t len, uint64_t count) {
             const i64 id = first_id + i64(i++);
@@ -1035,8 +1006,8 @@ class MergeEngine {
             ++kept;
             total += r.tokens == nullptr ? r.nbytes : r.ntokbytes / 4;
         }
-        tok_.resize(total);
-        words_.resize(kept);
+        tok_.assign_zero(total);
+        words_.assign_zero(kept);
         size_t pos = 0, w = 0;
         for (size_t i = 0; i < n; ++i) {
             rows.read(i, r);
@@ -1088,15 +1059,45 @@ class MergeEngine {
         return max_len_ != 0 && u64(tlen_[a]) + tlen_[b] > max_len_;
     }
 
-    void build_pairs() {
+    // Counts every pair of every word, and lists each word once under each pair it holds.
+    // Why a dense table for pairs of two bytes: when counting is just over (and on a resume before
+    // the first merge checkpoint) every word is still its bytes, and the pair index's hash probe
+    // and tag check were a third of this loop (a 2 GB corpus: 2.65 M words, 13 M pairs); the
+    // table (256 KiB) stays in cache. Slots are still made in first-seen order, as before. Why
+    // the seen-slots list: a word lists itself under a pair once; checking the list's last entry
+    // instead (WordLists::add) was half of this loop in cache misses.
+    void build_pairs(u32 n_specials) {
+        constexpr u32 kDenseSide = 256, kLocal = 32;
+        const u32 base = n_specials;
+        std::vector<u32> dense(kDenseSide * kDenseSide, kNone);
+        u32 seen[kLocal];
         for (u32 w = 0; w < words_.size(); ++w) {
             const u32 *p = &tok_[words_[w].off];
-            i64 c = words_[w].count;
-            for (u32 i = 0; i + 1 < words_[w].len; ++i) {
-                if (too_long(p[i], p[i + 1])) continue;
-                u32 s = slot_of(p[i], p[i + 1]);
+            const i64 c = words_[w].count;
+            const u32 n = words_[w].len;
+            u32 nseen = 0;
+            for (u32 i = 0; i + 1 < n; ++i) {
+                const u32 x = p[i], y = p[i + 1];
+                if (too_long(x, y)) continue;
+                u32 s;
+                const u32 dx = x - base, dy = y - base;  // wraps to large for ids below base
+                if (dx < kDenseSide && dy < kDenseSide) {
+                    u32 &d = dense[dx * kDenseSide + dy];
+                    if (d == kNone) d = slot_of(x, y);
+                    s = d;
+                } else {
+                    s = slot_of(x, y);
+                }
                 slots_[s].count += c;
-                add_where(s, w);
+                if (n - 1 > kLocal) {
+                    add_where(s, w);
+                    continue;
+                }
+                bool listed = false;
+                for (u32 k = 0; k < nseen; ++k) listed |= seen[k] == s;
+                if (listed) continue;
+                seen[nseen++] = s;
+                lists_.append(slots_[s].where, w);
             }
         }
         heap_.reserve(slots_.size());
@@ -1181,63 +1182,32 @@ class MergeEngine {
         ++stamp_;
         const u32 *ws = lists_.data(where);
         const size_t nw = where.len;
-        // Why split only large merges: waking the helpers costs tens of microseconds, more than
-        // rewriting a few hundred short words; the merges held by many words are most of the work.
-        const unsigned parts = threads_ > 1 && nw >= parallel_min_words_ ? threads_ : 1;
-        if (works_.size() < parts) works_.resize(parts);
-        if (parts == 1) {
-            works_[0].clear();
-            rewrite(works_[0], ws, 0, nw, a, b, t, false);
-        } else {
-            if (!pool_) pool_.reset(new RewritePool(threads_ - 1));
-            ++parallel_merges_;
-            // Each part rewrites a contiguous range of the list (lists are mostly in word order,
-            // so the parts touch different memory); a word listed in two ranges is rewritten by
-            // the part that stamps it first. The sums below do not depend on the split.
-            pool_->run([&](unsigned k) {
-                works_[k].clear();
-                rewrite(works_[k], ws, nw * k / parts, nw * (k + 1) / parts, a, b, t, true);
-            });
-        }
+        work_.clear();
+        rewrite(work_, ws, nw, a, b, t);
         WordLists::List done = where;
         lists_.release(done);
-        for (unsigned k = 0; k < parts; ++k) add_changes(works_[k]);
-        // Once every part's changes are in: one heap push per pair that grew (which keeps "every
-        // live pair has an entry >= its count"), and the lists of pairs no word holds are freed.
-        for (unsigned k = 0; k < parts; ++k) {
-            for (const StepWork::Entry &d : works_[k]) {
-                if (d.slot == kNone) continue;
-                const i64 c = slots_[d.slot].count;
-                if (d.delta > 0 && c > 0) heap_push(c, d.slot);
-                else if (c == 0) lists_.release(slots_[d.slot].where);  // its list is all stale
-            }
-            for (u32 w : works_[k].changed) changed_words_.push_back(w);
-        }
+        add_changes(work_);
+        for (u32 w : work_.changed) changed_words_.push_back(w);
         slots_[slot].count = 0;  // every holder was visited, so no word holds (a, b) any more
         mark_changed_pair(slot);
     }
 
-    // Rewrites the words ws[lo .. hi) into `work`. `shared`: other threads rewrite other ranges
-    // of the same list, so a word's stamp is claimed atomically.
-    void rewrite(StepWork &work, const u32 *ws, size_t lo, size_t hi, u32 a, u32 b, u32 t, bool shared) {
+    // Rewrites the words ws[0 .. n) into `work`.
+    void rewrite(StepWork &work, const u32 *ws, size_t n, u32 a, u32 b, u32 t) {
         // Why prefetch: the holders of a frequent pair are scattered over a large word array, and
         // each visit starts with two cache misses (the word's record, then its tokens). Fetching
         // the record 16 words ahead and the tokens 8 ahead overlaps those misses.
-        for (size_t k = lo; k < hi; ++k) {
-            if (k + 16 < hi) __builtin_prefetch(&words_[ws[k + 16]]);
-            if (k + 8 < hi) __builtin_prefetch(&tok_[words_[ws[k + 8]].off]);
+        for (size_t k = 0; k < n; ++k) {
+            if (k + 16 < n) __builtin_prefetch(&words_[ws[k + 16]]);
+            if (k + 8 < n) __builtin_prefetch(&tok_[words_[ws[k + 8]].off]);
             const u32 w = ws[k];
-            if (shared) {
-                if (__atomic_exchange_n(&words_[w].stamp, stamp_, __ATOMIC_RELAXED) == stamp_) continue;
-            } else {
-                if (words_[w].stamp == stamp_) continue;
-                words_[w].stamp = stamp_;
-            }
+            if (words_[w].stamp == stamp_) continue;
+            words_[w].stamp = stamp_;
             merge_word(work, w, a, b, t);
         }
     }
 
-    // Adds one rewriter's pair changes into the pair table: each pair's net change once, and the
+    // Adds a merge's pair changes into the pair table: each pair's net change once, and the
     // words that gained it to its list (a pair made by this merge gets its slot here). Why the
     // prefetches: the step's pairs are scattered over the table, a cache miss for the index cell
     // and another for the slot; fetching the cell 16 entries ahead and the slot it names 8 ahead
@@ -1259,7 +1229,13 @@ class MergeEngine {
             Slot &s = slots_[d.slot];
             s.count += d.delta;
             mark_changed_pair(d.slot);
-            for (u32 i = d.head; i != kNone; i = work.add(i).next) lists_.add(slots_[d.slot].where, work.add(i).word);
+            // append, not add: the list's last entry is rarely this word, and reading it is a
+            // cache miss per pair (a word listed twice is skipped by its stamp in apply)
+            for (u32 i = d.head; i != kNone; i = work.add(i).next) lists_.append(s.where, work.add(i).word);
+            // one heap push per pair that grew keeps "every live pair has an entry >= its count";
+            // the list of a pair no word holds is all stale
+            if (d.delta > 0 && s.count > 0) heap_push(s.count, d.slot);
+            else if (s.count == 0) lists_.release(s.where);
         }
     }
 
@@ -1364,8 +1340,8 @@ class MergeEngine {
         u32 id;      // the word's id in the store, for checkpoint rows (store ids are 1..N, N < 2^32)
         u8 changed;  // listed in changed_words_
     };
-    std::vector<u32> tok_;
-    std::vector<Word> words_;
+    BigArray<u32> tok_;
+    BigArray<Word> words_;
     std::vector<u32> changed_words_;
     u32 stamp_ = 0;
 
@@ -1388,12 +1364,7 @@ class MergeEngine {
     std::vector<u32> changed_pairs_;
     PodVec<HeapEntry> heap_;
 
-    // the merge being applied: each rewriter's changes, and the helper threads (see apply())
-    std::vector<StepWork> works_;
-    std::unique_ptr<RewritePool> pool_;
-    unsigned threads_ = 1;
-    size_t parallel_min_words_ = kParallelMinWords;
-    u64 parallel_merges_ = 0;  // merges split between threads so far
+    StepWork work_;  // the merge being applied: its pair changes (see apply())
 
     std::atomic<bool> busy_{false};
 };
@@ -1444,9 +1415,6 @@ void register_merge_engine(nb::module_ &m) {
         .def("take_checkpoint_rows", &MergeEngine::take_checkpoint_rows,
              "Changes since the last take as executemany rows: (words [(blob, id)], pair deletes "
              "[(l, r)], pair inserts [(l, r, count)], pair updates [(count, l, r)]).")
-        .def("set_threads", &MergeEngine::set_threads, nb::arg("threads"), nb::arg("min_words") = kParallelMinWords,
-             "Rewrite the words of merges held by at least min_words words on `threads` threads "
-             "(default 1: all on the calling thread); the results never depend on it.")
         .def("compact_lists", &MergeEngine::compact_lists_now,
              "Pack the pair -> words lists (done on its own when the pool is mostly free blocks).")
         .def("finish", &MergeEngine::finish,
@@ -1465,8 +1433,6 @@ void register_merge_engine(nb::module_ &m) {
         .def_prop_ro("num_words", &MergeEngine::num_words)
         .def_prop_ro("pair_slots", &MergeEngine::pair_slots, "Pairs ever seen (live or not): memory use.")
         .def_prop_ro("heap_size", &MergeEngine::heap_size, "Heap entries, stale ones included.")
-        .def_prop_ro("threads", &MergeEngine::threads, "Threads a large merge is rewritten on (set_threads).")
-        .def_prop_ro("parallel_merges", &MergeEngine::parallel_merges, "Merges whose words were rewritten on several threads.")
         .def_prop_ro("index_entries", &MergeEngine::index_entries, "Entries of the pair -> words lists.")
         .def_prop_ro("memory", &MergeEngine::memory, "{part: bytes} of the engine's large arrays.");
 }

@@ -308,41 +308,60 @@ def test_compacting_the_pair_word_lists_changes_no_merge(en_counts):
 
 
 @needs_native
-@pytest.mark.parametrize("name", ["enwiki-100M.txt", "zhwiki-20M.txt"])
-def test_threads_never_change_a_merge(name):
-    """The words of a merge held by many words are rewritten on several threads, each adding up
-    its own pair changes, added into the pair table after. Forced here on every merge
-    (min_words=1) on 2, 3 and 4 threads: the merges, pair counts and checkpoint rows equal the
-    one-thread engine's after every batch, and the split really ran."""
-    counts = _slice_counts(name, 400_000, 1_000_000)
-    engines = {}
-    for threads in (1, 2, 3, 4):
-        engines[threads] = engine_for(counts, "native")
-        engines[threads]._e.set_threads(threads, 1)
-    for n in (1, 4, 60, 500):
-        merges = {t: e.step(n) for t, e in engines.items()}
-        rows = {t: listed(e.take_checkpoint_rows()) for t, e in engines.items()}
-        for t, e in engines.items():
-            assert merges[t] == merges[1], (t, n)
-            assert rows[t] == rows[1], (t, n)
-            assert e.pair_counts() == engines[1].pair_counts()
-    assert engines[1]._e.parallel_merges == 0
-    assert all(e._e.parallel_merges == 565 for t, e in engines.items() if t > 1)
-    with pytest.raises(ValueError, match="threads"):
-        engines[1]._e.set_threads(0)
+@pytest.mark.parametrize("n_specials", [0, 1, 3])
+def test_first_pair_count_lists_each_word_once_per_pair(n_specials):
+    """The engine's first pair count (``build_pairs``) finds pairs of two byte tokens through a
+    dense table and lists a word once under each pair it holds, checked against the words it has
+    seen rather than the list's last entry; longer words (over 32 pairs) take the list check.
+    Built from rows mixing single bytes, stored tokens with merge ids (outside the dense table)
+    and repeated pairs, short and long: the pair counts, the number of (word, pair) listings,
+    the merges and the checkpoint rows equal the Python engine's and the exact count."""
+    vocab = [None] * n_specials + [bytes([b]) for b in range(256)] + [b"ab", b"aba", b"ba"]
+    first = n_specials + 256
+    ab, aba, ba = first, first + 1, first + 2
+
+    def ids(*toks) -> bytes:
+        return array.array("I", toks).tobytes()
+
+    def byte(c: str) -> int:
+        return n_specials + ord(c)
+
+    rows = [(1, b"abab", 5, None), (2, b"aaaa", 2, None), (3, b"abcab", 7, ids(ab, byte("c"), ab)),
+            (4, b"abaaba", 3, ids(aba, aba)), (5, b"ab" * 40, 11, None), (6, b"ba" * 30 + b"c", 2, None),
+            (7, b"abab" * 12, 4, ids(*[ab] * 24)), (8, b"ba" * 20, 9, ids(*[ba] * 20)), (9, b"x", 1, None)]
+    engines = {k: new_engine(rows, vocab, n_specials, first, 3, k) for k in ("python", "native")}
+    native, python = engines["native"], engines["python"]
+    assert native.bad_word == python.bad_word == -1
+    assert native.pair_counts() == python.pair_counts()
+    holdings = 0
+    for _, wbytes, _, blob in rows:
+        toks = array.array("I", blob).tolist() if blob else [n_specials + b for b in wbytes]
+        holdings += len(set(zip(toks, toks[1:])))
+    assert native._e.index_entries == holdings
+    merges = {k: e.step(20) for k, e in engines.items()}
+    assert as_bytes(native, merges["native"]) == as_bytes(python, merges["python"])
+    assert listed(native.take_checkpoint_rows()) == listed(python.take_checkpoint_rows())
 
 
 @needs_native
-def test_threads_split_only_large_merges(en_counts):
-    """``new_engine(threads=)`` reaches the native engine, which splits a merge only when its
-    pair's list holds at least ``min_words`` words (default 4096): on a 300 KB English slice with
-    500, the first merges of frequent pairs, not the later ones."""
-    e = new_engine(rows_of(en_counts), byte_vocab(), SPECIALS, SPECIALS + 256, 0, "native", threads=2)
-    assert e._e.threads == 2
-    e._e.set_threads(2, 500)
-    merges = e.step(400)
-    assert 0 < e._e.parallel_merges < 60
-    assert merges == run(en_counts, "native", 400)[1]
+def test_an_engine_of_large_arrays_equals_the_python_engine():
+    """300 K words: the word records (32 bytes each) and tokens take the engine's large-array path
+    (``BigArray``: mapped on 2 MiB boundaries, huge pages asked for, zero-filled by the kernel),
+    which smaller tests never reach. The same merges, counts and checkpoint rows as Python."""
+    import random
+
+    rng = random.Random(13)
+    counts: dict[bytes, int] = {}
+    while len(counts) < 300_000:
+        word = bytes(rng.choice(b"abcdeeetth ") for _ in range(rng.randint(1, 9)))
+        counts[word] = counts.get(word, 0) + rng.choice((1, 1, 2, 3, 50))
+    native = engine_for(counts, "native")
+    assert native._e.memory["words"] >= 4 << 20
+    python = engine_for(counts, "python")
+    for n in (1, 40, 200):
+        assert as_bytes(native, native.step(n)) == as_bytes(python, python.step(n))
+        assert listed(native.take_checkpoint_rows()) == listed(python.take_checkpoint_rows())
+    assert native.pair_counts() == python.pair_counts()
 
 
 @pytest.mark.parametrize("kind", KINDS)

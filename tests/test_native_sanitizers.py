@@ -45,16 +45,6 @@ open(src, "w", encoding="utf-8").write(text)
 native = train([src], work + "/run.db", 700, [EOT], workers=2, chunk_size=1 << 15, engine="native")
 python = train([src], work + "/py.db", 700, [EOT], workers=1, engine="python")
 assert native.merges == python.merges, "native and Python engines disagree"
-# the merge engine's threaded rewrite, forced on every merge (3 threads: ranges of unequal parts)
-from bpe_store.merge import new_engine
-from bpe_store.pretokenize import count_words
-rows = [(i + 1, w, c, None) for i, (w, c) in enumerate(dict(count_words(text, [EOT])).items())]
-split = new_engine(rows, [None] + [bytes([b]) for b in range(256)], 1, 257, 0, "native", threads=3)
-split._e.set_threads(3, 1)
-tb = split.token_bytes
-assert [(tb[m.left], tb[m.right]) for m in split.step(700 - 257)] == python.merges, "threaded merges differ"
-assert split._e.parallel_merges == 700 - 257
-
 tok = Tokenizer.from_store(work + "/run.db")
 spec_tok = Tokenizer.from_store(work + "/run.db", native=False)
 sample = text[-60_000:] + EOT + "  odd\t\r\n spaces 12345 \U0001F643 中文字符" + EOT

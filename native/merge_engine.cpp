@@ -11,9 +11,10 @@
 // `max_token_length` a pair whose two tokens together spell more bytes is never counted at all.
 //
 // Performance notes (why the code looks the way it does):
-// * Words live in ONE flat uint32 array (offset + current length per word). Merging only ever
-//   shortens a word, so it is rewritten in place; no per-word allocation, good locality, and
-//   loading 1M words is a single pass over the Python rows.
+// * Words live in ONE flat uint32 arena, each a small header (length, stamp, count, id) followed
+//   by its tokens, and are known by their offset. Merging only ever shortens a word, so it is
+//   rewritten in place; no per-word allocation, one cache miss per visited word, and the arena is
+//   mapped with huge pages (BigArray).
 // * Pairs are "slots" found through an open-addressing hash table keyed by (left << 32 | right);
 //   a slot holds the 64-bit count, the count the store last saw, and the words holding the pair.
 //   std::unordered_map costs a node allocation and a pointer chase per pair; this does not.
@@ -30,9 +31,9 @@
 // * The max-heap is lazily invalidated: a decrease leaves the old entry (too high) in place, an
 //   increase pushes a fresh one once per merge step. When an entry surfaces its count is checked
 //   against the slot: equal means it is the true maximum, otherwise it is re-pushed or dropped.
-// * Memory is laid out for the cache: one record per word and one per pair slot (the fields a
-//   visit reads together), hash cells holding key and value side by side, and the records and
-//   tokens of upcoming words prefetched while the current one is merged. This took the merge
+// * Memory is laid out for the cache: one header per word and one record per pair slot (the
+//   fields a visit reads together), hash cells holding key and value side by side, and upcoming
+//   words prefetched while the current one is merged. This took the merge
 //   loop on enwiki-100M -> 32K from 1.4 to 1.0 CPU s (bench/RESULTS-merge.md).
 // * max_token_length filters pairs where they would enter the table (build_pairs, and the new
 //   pairs of a merge), so a pair too long has no slot, no heap entry and no store row: it can
@@ -760,16 +761,16 @@ class MergeEngine {
         RowStream word_rows(RowStream::kWords), deletes(RowStream::kDeletes), inserts(RowStream::kInserts),
             updates(RowStream::kUpdates);
         size_t ntok = 0;
-        for (u32 w : words) ntok += words_[w].len;
+        for (u32 o : words) ntok += ar_[o + kLen];
         word_rows.toks.reserve(ntok);
         word_rows.a.reserve(words.size() + 1);
         word_rows.c.reserve(words.size());
         word_rows.a.push_back(0);
-        for (u32 w : words) {
-            const u32 *t = &tok_[words_[w].off];
-            word_rows.toks.insert(word_rows.toks.end(), t, t + words_[w].len);
+        for (u32 o : words) {
+            const u32 *t = &ar_[o + kHdr];
+            word_rows.toks.insert(word_rows.toks.end(), t, t + ar_[o + kLen]);
             word_rows.a.push_back(word_rows.toks.size());  // end offset
-            word_rows.c.push_back(words_[w].id);
+            word_rows.c.push_back(ar_[o + kId]);
         }
         for (u32 s : take_changed_pairs()) {
             i64 cur = slots_[s].count, old = slots_[s].stored;
@@ -787,9 +788,13 @@ class MergeEngine {
     nb::tuple take_changes() {
         Busy busy(this);
         nb::dict words, pairs;
-        for (u32 w : take_changed_words()) {
+        const std::vector<u32> changed = take_changed_words();  // arena order = word order
+        size_t i = 0;
+        for (size_t o = 0, w = 0; o < ar_.size() && i < changed.size(); o = next_word(o), ++w) {
+            if (o != changed[i]) continue;
+            ++i;
             nb::list toks;
-            for (u32 i = 0; i < words_[w].len; ++i) toks.append(tok_[words_[w].off + i]);
+            for (u32 k = 0; k < ar_[o + kLen]; ++k) toks.append(ar_[o + kHdr + k]);
             words[nb::int_(w)] = toks;
         }
         for (u32 s : take_changed_pairs()) {
@@ -826,9 +831,11 @@ class MergeEngine {
 
     nb::list word_tokens(u32 w) {
         Busy busy(this);
-        if (w >= words_.size()) throw nb::index_error("no such word");
+        if (w >= n_words_) throw nb::index_error("no such word");
+        size_t o = 0;
+        for (u32 k = 0; k < w; ++k) o = next_word(o);
         nb::list toks;
-        for (u32 i = 0; i < words_[w].len; ++i) toks.append(tok_[words_[w].off + i]);
+        for (u32 i = 0; i < ar_[o + kLen]; ++i) toks.append(ar_[o + kHdr + i]);
         return toks;
     }
 
@@ -842,14 +849,14 @@ class MergeEngine {
     i64 next_rank() const { return next_rank_; }
     u32 first_merge_id() const { return first_merge_id_; }
     i64 bad_word() const { return bad_word_; }
-    size_t num_words() const { return words_.size(); }
+    size_t num_words() const { return n_words_; }
     size_t pair_slots() const { return slots_.size(); }
     size_t heap_size() const { return heap_.size(); }
     // Bytes held by each part of the engine (capacity, not size: what the process pays for).
     nb::dict memory() const {
         nb::dict d;
-        d["tokens"] = tok_.capacity() * sizeof(u32);
-        d["words"] = words_.capacity() * sizeof(Word);
+        d["tokens"] = (ar_.capacity() - n_words_ * kHdr) * sizeof(u32);
+        d["words"] = n_words_ * kHdr * sizeof(u32);  // the words' headers in the arena
         d["slots"] = slots_.capacity() * sizeof(Slot);
         d["word_lists"] = lists_.bytes();
         d["pair_index"] = index_.bytes();
@@ -903,7 +910,7 @@ class MergeEngine {
             ++n;
             if (i64(count) < min_count_) return;
             ++kept;
-            total += len;
+            total += kHdr + len;
         };
         try {
             bpe::unpack_counts(data, size, check);
@@ -911,30 +918,24 @@ class MergeEngine {
             throw nb::value_error(e.what());
         }
         if (n >= kNone) throw nb::value_error("too many words");
-        tok_.assign_zero(total);
-        words_.assign_zero(kept);
-        size_t pos = 0, w = 0, i = 0;
+        alloc_arena(total, kept);
+        size_t pos = 0, i = 0;
         bpe::unpack_counts(data, size, [&](const u8 *bytes, size_t len, uint64_t count) {
             const i64 id = first_id + i64(i++);
             if (i64(count) < min_count_) return;
-            words_[w].off = pos;
-            words_[w].count = i64(count);
-            words_[w].len = u32(len);
-            words_[w].id = store_id(id, i - 1);
-            for (size_t k = 0; k < len; ++k) tok_[pos + k] = n_specials + bytes[k];
-            pos += len;
-            ++w;
+            start_word(pos, u32(len), i64(count), store_id(id, i - 1));
+            for (size_t k = 0; k < len; ++k) ar_[pos + kHdr + k] = n_specials + bytes[k];
+            pos += kHdr + len;
         });
     }
 
-    // A word's store id, kept in 32 bits (the padding of its Word record: 3.5 MB less than an
-    // array of 64-bit ids for enwiki-100M's 445 K words, at the merge phase's peak).
+    // A word's store id, kept in 32 bits (in its header in the arena).
     static u32 store_id(i64 id, size_t row) {
         if (id < 0 || id > i64(kNone)) bad_row(row, "word ids must be 0 to 2^32 - 1");
         return u32(id);
     }
 
-    // Words whose count is below min_count_ are skipped: words_[w] is the w-th row kept, and
+    // Words whose count is below min_count_ are skipped: word w is the w-th row kept, and
     // bad_word_ is an index into `rows`.
     // One word row as load_rows reads it: tokens == nullptr means the word is still its single
     // bytes (NULL in the store, or a counting flush's (id, bytes, count) row).
@@ -1004,23 +1005,21 @@ class MergeEngine {
             if (r.count < 1) bad_row(i, "word counts must be positive");
             if (r.count < min_count_) continue;
             ++kept;
-            total += r.tokens == nullptr ? r.nbytes : r.ntokbytes / 4;
+            total += kHdr + (r.tokens == nullptr ? r.nbytes : r.ntokbytes / 4);
         }
-        tok_.assign_zero(total);
-        words_.assign_zero(kept);
-        size_t pos = 0, w = 0;
+        alloc_arena(total, kept);
+        size_t pos = 0;
         for (size_t i = 0; i < n; ++i) {
             rows.read(i, r);
             if (r.count < min_count_) continue;
             const u8 *bytes = r.bytes;
             size_t nbytes = r.nbytes;
-            words_[w].off = pos;
-            words_[w].id = store_id(r.id, i);
-            words_[w].count = r.count;
+            const size_t cap = r.tokens == nullptr ? nbytes : r.ntokbytes / 4;  // as sized above
+            start_word(pos, u32(cap), r.count, store_id(r.id, i));
+            u32 *tok = &ar_[pos + kHdr];
             if (r.tokens == nullptr) {
                 if (n_specials + 256 > tb_.size()) bad_row(i, "the vocabulary lacks the 256 bytes");
-                for (size_t k = 0; k < nbytes; ++k) tok_[pos + k] = n_specials + bytes[k];
-                words_[w].len = u32(nbytes);
+                for (size_t k = 0; k < nbytes; ++k) tok[k] = n_specials + bytes[k];
             } else {
                 size_t nb_ = r.ntokbytes;
                 size_t ntok = nb_ / 4;
@@ -1039,18 +1038,38 @@ class MergeEngine {
                     if (s.empty() || at + s.size() > nbytes || std::memcmp(bytes + at, s.data(), s.size()) != 0)
                         ok = false;
                     at += s.size();
-                    tok_[pos + k] = t;
+                    tok[k] = t;
                 }
                 if (!ok || at != nbytes) {
                     if (bad_word_ < 0) bad_word_ = i64(i);
-                    ntok = 0;  // the caller refuses the store; keep the engine memory-safe
+                    ar_[pos + kLen] = 0;  // the caller refuses the store; keep the engine memory-safe
                 }
-                words_[w].len = u32(ntok);
             }
-            pos += words_[w].len;
-            ++w;
+            pos += kHdr + cap;
         }
     }
+
+    // The arena for `words` words holding `total` u32 (headers and tokens). Why the limit: the
+    // pair -> words lists and the changed words hold a word's arena offset in 32 bits.
+    void alloc_arena(size_t total, size_t words) {
+        if (total >= kNone) throw std::overflow_error("more than 2^32 - 1 word tokens and headers");
+        ar_.assign_zero(total);
+        n_words_ = words;
+    }
+
+    // Writes the header of the word at offset o (its tokens follow; its stamp starts at 0).
+    void start_word(size_t o, u32 len, i64 count, u32 id) {
+        ar_[o + kLen] = len;
+        ar_[o + kCap] = len;
+        std::memcpy(&ar_[o + kCount], &count, sizeof count);
+        ar_[o + kId] = id;
+    }
+    i64 count_at(size_t o) const {
+        i64 c;
+        std::memcpy(&c, &ar_[o + kCount], sizeof c);
+        return c;
+    }
+    size_t next_word(size_t o) const { return o + kHdr + ar_[o + kCap]; }
 
     // Whether merging (a, b) would make a token longer than max_token_length: such a pair is
     // never counted. Token bytes never change, so a pair is too long always or never.
@@ -1071,10 +1090,11 @@ class MergeEngine {
         const u32 base = n_specials;
         std::vector<u32> dense(kDenseSide * kDenseSide, kNone);
         u32 seen[kLocal];
-        for (u32 w = 0; w < words_.size(); ++w) {
-            const u32 *p = &tok_[words_[w].off];
-            const i64 c = words_[w].count;
-            const u32 n = words_[w].len;
+        for (size_t o = 0; o < ar_.size(); o = next_word(o)) {
+            const u32 w = u32(o);  // a word is known by its offset in the arena
+            const u32 *p = &ar_[o + kHdr];
+            const i64 c = count_at(o);
+            const u32 n = ar_[o + kLen];
             u32 nseen = 0;
             for (u32 i = 0; i + 1 < n; ++i) {
                 const u32 x = p[i], y = p[i + 1];
@@ -1179,7 +1199,10 @@ class MergeEngine {
         slots_[slot].where = WordLists::List{};
         // The index may list a word more than once (a pair that left and came back); the stamp
         // skips repeats, which matter for long words (Chinese text has pre-tokens of 100s of bytes).
-        ++stamp_;
+        if (++stamp_ == kChangedBit) {  // 2^31 merges: start the stamps again (keeping the flags)
+            for (size_t o = 0; o < ar_.size(); o = next_word(o)) ar_[o + kStamp] &= kChangedBit;
+            stamp_ = 1;
+        }
         const u32 *ws = lists_.data(where);
         const size_t nw = where.len;
         work_.clear();
@@ -1192,18 +1215,22 @@ class MergeEngine {
         mark_changed_pair(slot);
     }
 
-    // Rewrites the words ws[0 .. n) into `work`.
+    // Rewrites the words at arena offsets ws[0 .. n) into `work`.
     void rewrite(StepWork &work, const u32 *ws, size_t n, u32 a, u32 b, u32 t) {
-        // Why prefetch: the holders of a frequent pair are scattered over a large word array, and
-        // each visit starts with two cache misses (the word's record, then its tokens). Fetching
-        // the record 16 words ahead and the tokens 8 ahead overlaps those misses.
+        // Why prefetch: the holders of a frequent pair are scattered over the arena, and each
+        // visit starts with a cache miss (its header and first tokens, which share a line or two);
+        // fetching both lines 12 words ahead overlaps those misses.
         for (size_t k = 0; k < n; ++k) {
-            if (k + 16 < n) __builtin_prefetch(&words_[ws[k + 16]]);
-            if (k + 8 < n) __builtin_prefetch(&tok_[words_[ws[k + 8]].off]);
-            const u32 w = ws[k];
-            if (words_[w].stamp == stamp_) continue;
-            words_[w].stamp = stamp_;
-            merge_word(work, w, a, b, t);
+            if (k + 12 < n) {
+                const char *ahead = reinterpret_cast<const char *>(&ar_[ws[k + 12]]);
+                __builtin_prefetch(ahead);
+                __builtin_prefetch(ahead + 64);
+            }
+            const u32 o = ws[k];
+            u32 &stamp = ar_[o + kStamp];
+            if ((stamp & ~kChangedBit) == stamp_) continue;
+            stamp = (stamp & kChangedBit) | stamp_;
+            merge_word(work, o, a, b, t);
         }
     }
 
@@ -1255,12 +1282,12 @@ class MergeEngine {
     // the old and new word and keeps its count. One pass, no copy of the word: the tokens between
     // matches move down (memmove), and writes never overtake reads.
     void merge_word(StepWork &work, u32 w, u32 a, u32 b, u32 t) {
-        u32 *p = &tok_[words_[w].off];
-        const u32 n = words_[w].len;
+        u32 *p = &ar_[w + kHdr];
+        const u32 n = ar_[w + kLen];
         u32 i = find_pair(p, 0, n, a, b);
         if (i >= n) return;  // a stale index entry: the pair left this word earlier
         const u64 merged = pair_key(a, b);
-        const i64 c = words_[w].count;
+        const i64 c = count_at(w);
         u32 m = i;  // tokens before the first match are unchanged
         bool after_match = false;
         while (true) {  // a match at i
@@ -1282,18 +1309,31 @@ class MergeEngine {
             if (next >= n) break;
             i = next;
         }
-        words_[w].len = m;
-        if (!words_[w].changed) {
-            words_[w].changed = 1;
+        ar_[w + kLen] = m;
+        if (!(ar_[w + kStamp] & kChangedBit)) {
+            ar_[w + kStamp] |= kChangedBit;
             work.changed.push_back(w);
         }
     }
 
+    // The changed words' offsets in arena order (= store id order: B-tree friendly), flags cleared.
     std::vector<u32> take_changed_words() {
         std::vector<u32> out;
         out.swap(changed_words_);
-        std::sort(out.begin(), out.end());  // word index order = store id order: B-tree friendly
-        for (u32 w : out) words_[w].changed = 0;
+        if (out.size() >= n_words_ / 8) {
+            // Why a walk: when many words changed (the final checkpoint: nearly all of them),
+            // one pass over the arena in order reads it sequentially, where sorting the offsets
+            // (2.65 M on a 2 GB corpus) took ~4 % of a resume's engine time.
+            size_t i = 0;
+            for (size_t o = 0; o < ar_.size(); o = next_word(o)) {
+                if (!(ar_[o + kStamp] & kChangedBit)) continue;
+                ar_[o + kStamp] &= ~kChangedBit;
+                out[i++] = u32(o);
+            }
+            return out;  // i == out.size(): each flagged word is listed once
+        }
+        std::sort(out.begin(), out.end());
+        for (u32 o : out) ar_[o + kStamp] &= ~kChangedBit;
         return out;
     }
 
@@ -1330,18 +1370,18 @@ class MergeEngine {
     bool finished_ = false;  // finish() was called: no more merging
     i64 bad_word_ = -1;
 
-    // words: the tokens of word w are tok_[words_[w].off : words_[w].off + words_[w].len].
-    // Why one struct per word: visiting a word reads all of these; one cache line, not five.
-    struct Word {
-        size_t off;
-        i64 count;
-        u32 len;
-        u32 stamp;   // the merge step that last visited the word
-        u32 id;      // the word's id in the store, for checkpoint rows (store ids are 1..N, N < 2^32)
-        u8 changed;  // listed in changed_words_
-    };
-    BigArray<u32> tok_;
-    BigArray<Word> words_;
+    // words: ONE arena of u32, each word a header then its tokens, in store id order; a word is
+    // known by its offset (the pair -> words lists and the changed words hold offsets). Header:
+    // current length, stamp (the merge that last visited it; kChangedBit: listed in
+    // changed_words_), count (64-bit, two halves), store id, capacity (its length when loaded:
+    // words only shrink, so the next word starts kHdr + capacity on).
+    // Why headers inline, not records in an array beside the tokens: a merge visits its words at
+    // random, and a record pointing to the tokens made two dependent cache misses per word (the
+    // record, then the tokens); here it is one, and one prefetch covers it (as gigabpe's arena).
+    static constexpr u32 kLen = 0, kStamp = 1, kCount = 2, kId = 4, kCap = 5, kHdr = 6;
+    static constexpr u32 kChangedBit = 0x80000000u;
+    BigArray<u32> ar_;
+    size_t n_words_ = 0;
     std::vector<u32> changed_words_;
     u32 stamp_ = 0;
 

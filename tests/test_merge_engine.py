@@ -345,9 +345,11 @@ def test_first_pair_count_lists_each_word_once_per_pair(n_specials):
 
 @needs_native
 def test_an_engine_of_large_arrays_equals_the_python_engine():
-    """300 K words: the word records (32 bytes each) and tokens take the engine's large-array path
-    (``BigArray``: mapped on 2 MiB boundaries, huge pages asked for, zero-filled by the kernel),
-    which smaller tests never reach. The same merges, counts and checkpoint rows as Python."""
+    """300 K words: the word arena (a 24-byte header and the tokens of each word) takes the
+    engine's large-array path (``BigArray``: mapped on 2 MiB boundaries, huge pages asked for,
+    zero-filled by the kernel), which smaller tests never reach; the final take walks the arena
+    for its changed words (most of them) instead of sorting them. The same merges, counts and
+    checkpoint rows as Python."""
     import random
 
     rng = random.Random(13)

@@ -320,18 +320,31 @@ void unpack(const uint8_t *p, size_t n, F &&f) {
     if (p != end) throw std::invalid_argument("packed counts: trailing bytes");
 }
 
-// pack_counts({word: count}): the regex path's dict, packed (GIL held: it reads the dict).
-nb::bytes py_pack_counts(nb::dict counts) {
-    bpe::detail::WordTable table(PyDict_Size(counts.ptr()));
+// Calls f(word, length, count) for each item of a {bytes: count} dict (the `regex` counting
+// path's counts), in the dict's order, with the GIL held; `what` names the caller in errors.
+// TypeError for a key that is not bytes; OverflowError (or TypeError) for a count that is not a
+// non-negative 64-bit int. The words stay views into the dict's keys.
+template <class F>
+void for_each_dict_count(nb::dict counts, const char *what, F &&f) {
     PyObject *key, *value;
     Py_ssize_t pos = 0;
     while (PyDict_Next(counts.ptr(), &pos, &key, &value)) {
-        if (!PyBytes_Check(key)) throw nb::type_error("pack_counts: keys must be bytes");
+        if (!PyBytes_Check(key)) throw nb::type_error((std::string(what) + ": keys must be bytes").c_str());
         const unsigned long long c = PyLong_AsUnsignedLongLong(value);
         if (c == (unsigned long long)-1 && PyErr_Occurred()) throw nb::python_error();
-        table.add(reinterpret_cast<const uint8_t *>(PyBytes_AS_STRING(key)), size_t(PyBytes_GET_SIZE(key)), c);
+        f(reinterpret_cast<const uint8_t *>(PyBytes_AS_STRING(key)), size_t(PyBytes_GET_SIZE(key)), uint64_t(c));
     }
-    return to_bytes(pack_entries(table.entries()));
+}
+
+// pack_counts({word: count}): the regex path's dict, packed (GIL held: it reads the dict). The
+// keys of a dict are distinct, so its items are the entries as they are (no table).
+nb::bytes py_pack_counts(nb::dict counts) {
+    std::vector<bpe::detail::WordTable::Entry> entries;
+    entries.reserve(size_t(PyDict_Size(counts.ptr())));
+    for_each_dict_count(counts, "pack_counts", [&](const uint8_t *p, size_t n, uint64_t c) {
+        entries.push_back({p, n, c, 0});
+    });
+    return to_bytes(pack_entries(entries));
 }
 
 nb::tuple py_count_words(nb::bytes data, const std::vector<nb::bytes> &specials, size_t max_bytes) {
@@ -520,15 +533,9 @@ class WordIds {
     nb::tuple add_dict(nb::dict counts) {
         const size_t first_new = table_.entries().size();
         std::vector<std::pair<uint32_t, uint64_t>> known;
-        PyObject *key, *value;
-        Py_ssize_t pos = 0;
-        while (PyDict_Next(counts.ptr(), &pos, &key, &value)) {
-            if (!PyBytes_Check(key)) throw nb::type_error("word counts: keys must be bytes");
-            const unsigned long long c = PyLong_AsUnsignedLongLong(value);
-            if (c == (unsigned long long)-1 && PyErr_Occurred()) throw nb::python_error();
-            add_one(reinterpret_cast<const uint8_t *>(PyBytes_AS_STRING(key)), size_t(PyBytes_GET_SIZE(key)), c,
-                    first_new, known);
-        }
+        for_each_dict_count(counts, "word counts", [&](const uint8_t *p, size_t n, uint64_t c) {
+            add_one(p, n, c, first_new, known);
+        });
         std::sort(known.begin(), known.end());
         return result(first_new, known);
     }

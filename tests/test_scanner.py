@@ -305,6 +305,23 @@ def test_file_range_past_the_end_or_not_utf8_is_left_to_the_caller(tmp_path: Pat
         _core.count_file_range(f.fileno(), 0, 5, [b""])
 
 
+def test_dict_counts_read_alike_by_pack_counts_and_word_ids() -> None:
+    """pack_counts and WordIds.add read a {bytes: count} dict with one walk (for_each_dict_count
+    in native/scanner.cpp): the same words and counts in the dict's order, the same refusals."""
+    counts = {b"a": 1, "é中".encode(): 2**64 - 1, b"": 0, b" the": 7, b"x" * 300: 3}
+    acc = _core.WordCounter()
+    acc.add_packed(_core.pack_counts(counts))
+    assert acc.items() == list(counts.items())
+    fresh, deltas = _core.WordIds().add(counts)
+    assert fresh == [(i + 1, bytearray(w), c) for i, (w, c) in enumerate(counts.items())] and deltas == []
+    for bad, error in (({"a": 1}, TypeError), ({b"a": -1}, OverflowError), ({b"a": 2**64}, OverflowError),
+                       ({b"a": "1"}, TypeError)):
+        with pytest.raises(error):
+            _core.pack_counts(bad)
+        with pytest.raises(error):
+            _core.WordIds().add(bad)
+
+
 def test_add_counts_is_a_counter_update() -> None:
     total = Counter({b"a": 1, b"b": 2**62})
     add_counts(total, {b"b": 2**62, b"c": 3})

@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
-import regex
+TYPE_CHECKING = False  # not typing's (its import costs more than this module)
+if TYPE_CHECKING:
+    import regex
 
 #: The GPT-2 pre-tokenization pattern, exactly as CS336 and tiktoken's r50k use it.
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -69,6 +71,8 @@ def special_splitter(special_tokens: Sequence[str]) -> regex.Pattern | None:
     another never wins over it). None when there are no special tokens."""
     if not special_tokens:
         return None
+    import regex  # Why imported here: a run on the native scanner never loads `regex` (cold start)
+
     ordered = sorted(set(special_tokens), key=lambda s: (-len(s), s))
     return regex.compile("|".join(regex.escape(s) for s in ordered))
 
@@ -83,6 +87,8 @@ def pretokenize(
     text: str, special_tokens: Sequence[str] = (), pattern: str = GPT2_PATTERN
 ) -> Iterator[str]:
     """Yield the pre-tokens of ``text``: the pattern's matches inside each special-free piece."""
+    import regex
+
     compiled = regex.compile(pattern)
     for piece in split_at_specials(text, special_tokens):
         for m in compiled.finditer(piece):
@@ -99,6 +105,8 @@ def count_words(
     Empty matches (a pattern such as ``\\w*`` matches the empty string between words) are not
     pre-tokens: they hold no bytes to merge, so they are not counted.
     """
+    import regex
+
     compiled = regex.compile(pattern)
     counts: Counter[str] = Counter()
     for piece in split_at_specials(text, special_tokens):

@@ -94,11 +94,26 @@ def test_public_names_still_import():
         bpe_store.no_such_name  # noqa: B018
 
 
-def test_train_bpe_imports_neither_sqlalchemy_nor_alembic(corpus):
+def test_train_bpe_imports_neither_sqlalchemy_nor_alembic_nor_regex(corpus):
+    # regex: GPT-2's pattern is counted by the native scanner and is known to compile (test below)
     code = ("import sys; from bpe_store import train_bpe; v, m = train_bpe(sys.argv[1], 300, ['<|endoftext|>']); "
-            "print(len(m), sorted(x for x in sys.modules if x.split('.')[0] in ('sqlalchemy', 'alembic')))")
+            "print(len(m), sorted(x for x in sys.modules if x.split('.')[0] in ('sqlalchemy', 'alembic', 'regex')))")
     out = subprocess.run([sys.executable, "-c", code, str(corpus)], capture_output=True, text=True, env=env())
     assert out.stdout.strip() == f"{VOCAB - 257} []", out.stderr
+
+
+def test_the_built_in_patterns_compile_and_another_is_still_checked():
+    import regex
+
+    from bpe_store.errors import InputError
+    from bpe_store.options import check_params
+    from bpe_store.pretokenize import PATTERNS
+
+    for pattern in PATTERNS.values():  # check_params trusts these without compiling them
+        regex.compile(pattern)
+        assert check_params(300, [], pattern, "strict").pattern == pattern
+    with pytest.raises(InputError, match="does not compile"):
+        check_params(300, [], r"(\p{L}", "strict")
 
 
 # -- complete or absent ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ statement overhead was as large as the row's own b-tree work (``store.BulkWriter
 It talks to the very SQLite library Python's ``sqlite3`` module uses (resolved at run time from
 ``_sqlite3``'s own file; two copies of SQLite in one process must never open one file: each keeps
 its own POSIX locks, and one closing the file drops the other's). ``native_db`` opens it only when
-that library is found and its version equals ``sqlite3.sqlite_version_info``; otherwise, or with
+that library is found, its version equals ``sqlite3.sqlite_version_info`` and is 3.33 or later; otherwise, or with
 ``BPE_STORE_NATIVE_DB=0`` in the environment, the store keeps writing with ``executemany`` (the
 fallback: static or Windows builds, an installation without the native core).
 
@@ -57,8 +57,19 @@ def _load() -> bool:
         version = _core.store_db_load(_sqlite3.__file__)
     except RuntimeError:  # not loaded from a file, symbols hidden (static build), no dlopen
         return False
-    a, b, c = sqlite3.sqlite_version_info
-    return version == a * 1_000_000 + b * 1_000 + c  # the same library, not merely some SQLite
+    return usable_version(version, sqlite3.sqlite_version_info)
+
+
+#: The oldest SQLite the native path's statements run on: ``UPDATE ... FROM`` (a checkpoint's bulk
+#: word and pair updates, ``store._MERGE_CHECKPOINT``) came in SQLite 3.33.0.
+MIN_VERSION = 3_033_000
+
+
+def usable_version(native: int, driver: tuple[int, int, int]) -> bool:
+    """Whether the library the native core found (``sqlite3_libversion_number()``) is the very one
+    the ``sqlite3`` driver reports, and new enough for the bulk statements (older: the fallback)."""
+    a, b, c = driver
+    return native == a * 1_000_000 + b * 1_000 + c and native >= MIN_VERSION
 
 
 def native_db(path: Path, *, busy_timeout_ms: int, synchronous: str, cache_kib: int,

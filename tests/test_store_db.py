@@ -43,6 +43,13 @@ def test_the_native_path_is_available_here():
     assert store_db.available()
 
 
+def test_the_native_path_needs_the_drivers_own_sqlite_at_3_33_or_later():
+    # UPDATE ... FROM (the bulk statements) is SQLite 3.33.0's: an older library takes the fallback
+    assert store_db.usable_version(3_033_000, (3, 33, 0)) and store_db.usable_version(3_045_001, (3, 45, 1))
+    assert not store_db.usable_version(3_031_001, (3, 31, 1))  # Ubuntu 20.04's
+    assert not store_db.usable_version(3_040_001, (3, 40, 0))  # another copy of SQLite than the driver's
+
+
 @pytest.mark.parametrize("kw", [
     {},  # one counting flush (the WordCounter's packed words), checkpoints every 20 merges
     {"chunk_size": 4096, "count_flush_seconds": 0, "workers": 1},  # many flushes: WordIds rows and deltas

@@ -947,10 +947,10 @@ class Store:
 
     def load_merges(self) -> list[tuple[int, int, int, int, int]]:
         """``[(rank, left, right, token, count)]`` in rank order."""
-        return [tuple(r) for r in self.sql('SELECT rank, "left", "right", token, count FROM merges ORDER BY rank')]
+        return self.sql('SELECT rank, "left", "right", token, count FROM merges ORDER BY rank').fetchall()
 
     def load_vocab(self) -> list[tuple[int, bytes, str]]:
-        return [tuple(r) for r in self.sql("SELECT id, bytes, kind FROM vocab ORDER BY id")]
+        return self.sql("SELECT id, bytes, kind FROM vocab ORDER BY id").fetchall()
 
     def load_pair_counts(self) -> PairCounts:
         return {(a, b): c for a, b, c in self.sql('SELECT "left", "right", count FROM pair_counts')}

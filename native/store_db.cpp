@@ -141,6 +141,13 @@ struct Api {
     int (*get_autocommit)(sqlite3 *);
     int (*libversion_number)();
     int (*create_module_v2)(sqlite3 *, const char *, const sqlite3_module *, void *, Destructor);
+    int (*create_function_v2)(sqlite3 *, const char *, int, int, void *,
+                              void (*)(sqlite3_context *, int, sqlite3_value **),
+                              void (*)(sqlite3_context *, int, sqlite3_value **), void (*)(sqlite3_context *),
+                              Destructor);
+    void *(*user_data)(sqlite3_context *);
+    int (*value_type)(sqlite3_value *);
+    i64 (*value_int64)(sqlite3_value *);
     int (*declare_vtab)(sqlite3 *, const char *);
     int (*vtab_config)(sqlite3 *, int, ...);
     void (*result_int64)(sqlite3_context *, i64);
@@ -192,6 +199,10 @@ int load_api(const std::string &module_file) {
     need(a.get_autocommit, "sqlite3_get_autocommit");
     need(a.libversion_number, "sqlite3_libversion_number");
     need(a.create_module_v2, "sqlite3_create_module_v2");
+    need(a.create_function_v2, "sqlite3_create_function_v2");
+    need(a.user_data, "sqlite3_user_data");
+    need(a.value_type, "sqlite3_value_type");
+    need(a.value_int64, "sqlite3_value_int64");
     need(a.declare_vtab, "sqlite3_declare_vtab");
     need(a.vtab_config, "sqlite3_vtab_config");
     need(a.result_int64, "sqlite3_result_int64");
@@ -252,6 +263,9 @@ struct Rows {
     virtual void next(RowsCursorState &c) const { ++c.i; }
     // parameter k (0-based) of the cursor's row, as sqlite3_result_* into ctx
     virtual void column(RowsCursorState &c, sqlite3_context *ctx, int k) const = 0;
+    // row i's parameter 2 when it is an integer (the key bpe_store_lookup finds rows by); false
+    // when these rows have no such key
+    virtual bool key(size_t, i64 &) const { return false; }
 };
 
 void no_such_parameter(sqlite3_context *ctx) {
@@ -296,6 +310,11 @@ struct ViewRows final : Rows {
                 return no_such_parameter(ctx);
         }
         no_such_parameter(ctx);
+    }
+    bool key(size_t i, i64 &out) const override {
+        if (v.kind != CheckpointRowsView::kWords) return false;
+        out = v.c[i];
+        return true;
     }
 };
 
@@ -410,11 +429,19 @@ struct PyRows final : Rows {
             default: return api.result_null(ctx);
         }
     }
+    bool key(size_t i, i64 &out) const override {
+        if (arity < 2 || cells[i * arity + 1].type != kInteger) return false;
+        out = cells[i * arity + 1].i;
+        return true;
+    }
 };
 
-// The rows of the bulk statement running on a connection (nullptr between them).
+// The rows of the bulk statement running on a connection (nullptr between them), and where
+// bpe_store_lookup last found one (keys_checked: the rows' keys were found ascending).
 struct RowsSlot {
     const Rows *rows = nullptr;
+    RowsCursorState at;
+    bool keys_checked = false;
 };
 
 // bpe_store_rows: an eponymous-only virtual table (no xCreate: nothing in the schema) over *slot.
@@ -492,6 +519,68 @@ const sqlite3_module kRowsModule = {
     nullptr, nullptr,     nullptr,      nullptr,         nullptr,         nullptr,         nullptr,
 };
 
+// bpe_store_lookup(key): parameter 1 of the running bulk statement's row whose parameter 2 is
+// `key`, or NULL when no row has it. Why: an UPDATE ... FROM bpe_store_rows first copies every row
+// into an ephemeral table, then seeks each target row in the table's B-tree; when most of a table's
+// rows change (the final checkpoint rewrites nearly every word's tokens: 7 M at OpenWebText scale),
+//     UPDATE words SET tokens = bpe_store_lookup(id) WHERE bpe_store_lookup(id) IS NOT NULL
+// is ONE pass over the table in rowid order that updates each row where the scan stands.
+// The rows must be in ascending key order (checked on first use); a scan in key order finds each
+// in O(1) (the next row, or the one after the last found), any other order by binary search.
+size_t lookup_lower_bound(const Rows &rows, i64 key) {
+    size_t lo = 0, hi = rows.size();
+    while (lo < hi) {  // the first row whose key is >= `key`
+        const size_t mid = lo + (hi - lo) / 2;
+        i64 k = 0;
+        rows.key(mid, k);
+        if (k < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+void rows_lookup(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    auto *slot = static_cast<RowsSlot *>(api.user_data(ctx));
+    if (slot->rows == nullptr) return api.result_error(ctx, "bpe_store_lookup: no bulk statement is running", -1);
+    const Rows &rows = *slot->rows;
+    const size_t n = rows.size();
+    const auto key_at = [&rows](size_t j) {
+        i64 k = 0;
+        rows.key(j, k);
+        return k;
+    };
+    if (!slot->keys_checked) {
+        for (size_t j = 0; j < n; ++j) {
+            i64 k = 0;
+            if (!rows.key(j, k)) return api.result_error(ctx, "bpe_store_lookup: the rows have no integer key (p2)", -1);
+            if (j > 0 && k <= key_at(j - 1))
+                return api.result_error(ctx, "bpe_store_lookup: the rows are not in ascending key (p2) order", -1);
+        }
+        slot->keys_checked = true;
+        slot->at = RowsCursorState{};
+    }
+    if (argc != 1 || api.value_type(argv[0]) != kInteger) return api.result_null(ctx);
+    const i64 want = api.value_int64(argv[0]);
+    // i: the first row whose key is >= want. The cursor holds the last call's; in a scan in key
+    // order it is that one or the next.
+    size_t i = slot->at.i;
+    if (n == 0 || key_at(n - 1) < want) {
+        i = n;  // past the last row
+    } else if (i < n && key_at(i) >= want && (i == 0 || key_at(i - 1) < want)) {
+        // the same as the last call's
+    } else if (i + 1 < n && key_at(i) < want && key_at(i + 1) >= want) {
+        ++i;
+    } else {
+        i = lookup_lower_bound(rows, want);
+    }
+    if (i >= n || key_at(i) != want) {
+        if (i < n) slot->at.i = i;
+        return api.result_null(ctx);
+    }
+    slot->at.i = i;
+    rows.column(slot->at, ctx, 0);
+}
+
 class StoreDb {
   public:
     // Opens `path` (an existing store; never creates one) with the pragmas of store._configure.
@@ -512,6 +601,10 @@ class StoreDb {
         api.extended_result_codes(db_, 1);
         try {
             rc = api.create_module_v2(db_, "bpe_store_rows", &kRowsModule, &slot_, nullptr);
+            if (rc != kOk) fail(rc);
+            // SQLITE_UTF8 | SQLITE_DIRECTONLY: never callable from a schema's views or triggers
+            rc = api.create_function_v2(db_, "bpe_store_lookup", 1, 1 | 0x00080000, &slot_, rows_lookup, nullptr,
+                                        nullptr, nullptr);
             if (rc != kOk) fail(rc);
             configure(busy_timeout_ms, synchronous, cache_kib, journal_size_limit);
         } catch (...) {
@@ -579,17 +672,13 @@ class StoreDb {
         return out;
     }
 
-    // The statement once per row of `rows`: a merge engine's checkpoint stream (bound straight
-    // from its arrays, the GIL released) or any iterable of parameter tuples. Returns the rows.
+    // The statement once per row of `rows`, any iterable of parameter tuples (a counting flush's
+    // count deltas and chunk marks; a checkpoint's large writes are bulk statements). Returns
+    // the number of rows.
     size_t executemany(const std::string &sql, nb::handle rows) {
         Busy busy(this);
         sqlite3_stmt *st = prepare(sql);
         Reset reset(st);
-        CheckpointRowsView v;
-        if (checkpoint_rows_view(rows, v)) {
-            write_view(st, v);
-            return v.n;
-        }
         size_t n = 0;
         for (nb::handle row : nb::iter(rows)) {
             bind_python(st, row);
@@ -691,6 +780,8 @@ class StoreDb {
             ~Clear() { slot.rows = nullptr; }
         } clear{slot_};
         slot_.rows = &rows;
+        slot_.keys_checked = false;
+        slot_.at = RowsCursorState{};
         int rc;
         {
             nb::gil_scoped_release unlocked;
@@ -805,66 +896,6 @@ class StoreDb {
         }
     }
 
-    // A checkpoint stream's rows, bound from its arrays with the GIL released (the stream object
-    // is held by the caller's arguments). Why here and not in Python: binding is ~50-100 ns a value
-    // this way, against a tuple, a PyLong per value and the driver's type dispatch per row.
-    void write_view(sqlite3_stmt *st, const CheckpointRowsView &v) {
-        static const int arity[] = {2, 2, 3, 3};
-        if (api.bind_parameter_count(st) != arity[v.kind])
-            throw nb::value_error("the statement's parameters do not match the checkpoint rows");
-        int failed = kOk;
-        {
-            nb::gil_scoped_release unlocked;
-#if !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
-            std::vector<uint8_t> le;  // the stored blob is little-endian uint32 ids
-#endif
-            for (size_t i = 0; i < v.n && failed == kOk; ++i) {
-                switch (v.kind) {
-                    case CheckpointRowsView::kWords: {
-                        const size_t lo = v.a[i], hi = v.a[i + 1];
-                        const size_t bytes = (hi - lo) * 4;
-                        if (bytes > size_t(INT32_MAX)) {
-                            failed = -1;
-                            break;
-                        }
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-                        // the engine's tokens ARE the blob's bytes here: bound in place, no copy
-                        const void *p = bytes ? static_cast<const void *>(v.toks + lo) : kEmpty;
-#else
-                        le.resize(bytes);
-                        for (size_t k = lo; k < hi; ++k)
-                            for (int s = 0; s < 4; ++s) le[(k - lo) * 4 + s] = uint8_t(v.toks[k] >> (8 * s));
-                        const void *p = bytes ? static_cast<const void *>(le.data()) : kEmpty;
-#endif
-                        api.bind_blob(st, 1, p, int(bytes), kStatic);
-                        api.bind_int64(st, 2, v.c[i]);
-                        break;
-                    }
-                    case CheckpointRowsView::kDeletes:
-                        api.bind_int64(st, 1, i64(v.a[i]));
-                        api.bind_int64(st, 2, i64(v.b[i]));
-                        break;
-                    case CheckpointRowsView::kInserts:
-                        api.bind_int64(st, 1, i64(v.a[i]));
-                        api.bind_int64(st, 2, i64(v.b[i]));
-                        api.bind_int64(st, 3, v.c[i]);  // counts are 64-bit
-                        break;
-                    case CheckpointRowsView::kUpdates:
-                        api.bind_int64(st, 1, v.c[i]);
-                        api.bind_int64(st, 2, i64(v.a[i]));
-                        api.bind_int64(st, 3, i64(v.b[i]));
-                        break;
-                }
-                if (failed != kOk) break;
-                int rc = api.step(st);
-                api.reset(st);
-                if (rc != kDone && rc != kRow) failed = rc;
-            }
-        }
-        if (failed == -1) throw nb::value_error("a word's tokens are 2 GiB or more");
-        if (failed != kOk) fail(failed);
-    }
-
     sqlite3 *db_ = nullptr;
     RowsSlot slot_;  // bpe_store_rows's rows while bulk() runs (the module's pAux: lives as long as db_)
     std::unordered_map<std::string, sqlite3_stmt *> stmts_;
@@ -898,7 +929,7 @@ void register_store_db(nb::module_ &m) {
         .def("execute", &StoreDb::execute, nb::arg("sql"), nb::arg("params") = nb::tuple(),
              "Run one statement; its rows as tuples.")
         .def("executemany", &StoreDb::executemany, nb::arg("sql"), nb::arg("rows"),
-             "Run the statement for each row: a checkpoint RowStream (bound from its arrays) or tuples.")
+             "Run the statement for each row of parameter tuples.")
         .def("bulk", &StoreDb::bulk, nb::arg("sql"), nb::arg("rows"),
              "Run sql once over rows read as the table bpe_store_rows (p1, p2, ... = a row's parameters): "
              "a checkpoint RowStream (from its arrays) or tuples. Returns the number of rows.")

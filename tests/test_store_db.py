@@ -454,3 +454,77 @@ def test_packed_words_are_written_whole_or_not_at_all(tmp_path):
     assert con.execute("SELECT count(*) FROM words").fetchone() == (4,)
     ndb.close()
     con.close()
+
+
+@pytest.mark.parametrize("changed", [[], [1], [3, 4], [1, 2, 3, 4, 5, 6, 7, 8], [2, 5, 8], [9]])
+def test_a_lookup_scan_updates_what_update_from_updates(tmp_path, changed):
+    """``bpe_store_lookup`` (the final checkpoint's one-pass words UPDATE): row by row the same
+    change as ``UPDATE ... FROM bpe_store_rows``, whichever rows changed (none, the first, the last,
+    all, every third, one past the table's end), found from Python rows and in a scan's order."""
+    db, con = _table_db(tmp_path)
+    con.executemany("INSERT INTO t (id, a, b) VALUES (?, ?, ?)", [(i, None, f"w{i}") for i in range(1, 9)])
+    rows = [(bytes([i]) * i, i) for i in changed]
+    ndb = store_db.native_db(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
+    ndb.bulk("UPDATE t SET a = r.p1 FROM bpe_store_rows AS r WHERE t.id = r.p2", rows)
+    want = con.execute("SELECT id, a, b FROM t ORDER BY id").fetchall()
+    con.execute("UPDATE t SET a = NULL")
+    ndb.bulk(store_mod._WORDS_SCAN.replace("words", "t").replace("tokens", "a"), rows)
+    assert con.execute("SELECT id, a, b FROM t ORDER BY id").fetchall() == want
+    # out of a scan's order (descending, repeated, missing keys): found by search, the same rows
+    if rows:
+        keys = [9, 8, 3, 3, 0, 5, 1, 2, 7, 4, 6, -1]
+        con.execute("CREATE TABLE probe (k)")
+        ndb.bulk("INSERT INTO probe SELECT group_concat(ifnull(nullif(hex(bpe_store_lookup(value)), ''), '-'), ',')"
+                 f" FROM json_each('{keys}')", rows)
+        found = {i: bytes([i]) * i for i in changed}
+        want_keys = ",".join(found[k].hex().upper() if k in found else "-" for k in keys)
+        assert con.execute("SELECT k FROM probe").fetchone() == (want_keys,)
+    ndb.close()
+    con.close()
+
+
+def test_a_lookup_needs_rows_in_key_order_inside_a_bulk_call(tmp_path):
+    """``bpe_store_lookup`` outside a bulk call, over rows without an integer key, or over rows not
+    in ascending key order is an error (a binary search over unsorted keys would miss rows)."""
+    from bpe_store import _core
+
+    db, con = _table_db(tmp_path)
+    con.execute("INSERT INTO t (id, a, b) VALUES (1, NULL, 'x'), (2, NULL, 'y')")
+    ndb = store_db.native_db(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
+    scan = "UPDATE t SET a = bpe_store_lookup(id) WHERE bpe_store_lookup(id) IS NOT NULL"
+    with pytest.raises(_core.SqliteError, match="no bulk statement"):
+        ndb.execute(scan)
+    for rows, why in (([(b"a", 2), (b"b", 1)], "ascending"), ([(b"a", 1), (b"b", 1)], "ascending"),
+                      ([(b"a", "1")], "no integer key"), ([(b"a",)], "no integer key")):
+        with pytest.raises(_core.SqliteError, match=why):
+            ndb.bulk(scan, rows)
+    assert con.execute("SELECT a FROM t").fetchall() == [(None,), (None,)]
+    other = sqlite3.connect(db)  # the function is this connection's only, like bpe_store_rows
+    with pytest.raises(sqlite3.OperationalError, match="no such function"):
+        other.execute("SELECT bpe_store_lookup(1)")
+    other.close()
+    ndb.close()
+    con.close()
+
+
+@pytest.mark.parametrize("share", [0, 10**9])
+def test_checkpoints_write_the_same_store_with_the_lookup_scan_or_update_from(tmp_path, corpus, monkeypatch, share):
+    """A run whose checkpoints write words by the lookup scan always (share 10**9) or never (0),
+    with a checkpoint every 20 merges (few words change in each after the first), stores exactly
+    what the fallback's per-row statements store."""
+    kw = dict(workers=1, checkpoint_merges=20)
+    monkeypatch.setenv(store_db.ENV, "0")
+    train([corpus], tmp_path / "fallback.db", 400, SPECIAL, **kw)
+    monkeypatch.setenv(store_db.ENV, "1")
+    monkeypatch.setattr(store_mod, "_WORDS_SCAN_SHARE", share)
+    bulks = []
+    real = BulkWriter.executemany
+
+    def spy(self, statement, rows, bulk=None):
+        bulks.append(bulk)
+        return real(self, statement, rows, bulk)
+
+    monkeypatch.setattr(BulkWriter, "executemany", spy)
+    train([corpus], tmp_path / "native.db", 400, SPECIAL, **kw)
+    assert (store_mod._WORDS_SCAN in bulks) == (share > 0)
+    assert tables(tmp_path / "native.db") == tables(tmp_path / "fallback.db")

@@ -46,7 +46,14 @@ from .errors import InputError
 from .pretokenize import GPT2_PATTERN, count_words, native_splitter
 from .sources import Source
 
-try:  # the native core is optional: without it every pattern goes through `regex`
+try:
+    from . import _core
+except ImportError:  # pragma: no cover - a source tree without the built extension
+    _core = None
+if _core is not None:
+    # Why not these imports inside the `try`: a core built from older sources (a stale editable
+    # build) lacks some of these names, and every native counting path would then fall back to
+    # `regex` silently, ~10x slower. A core that is there must have them all: ImportError here.
     from ._core import ChunkCounts, WordCounter
     from ._core import add_counts as _native_add_counts
     from ._core import count_chunk as _native_count_chunk
@@ -55,7 +62,7 @@ try:  # the native core is optional: without it every pattern goes through `rege
     from ._core import pack_counts as _native_pack_counts
     from ._core import release_chunk_memory as _native_release_chunk_memory
     from ._core import utf8_valid as _native_utf8_valid
-except ImportError:  # pragma: no cover - a source tree without the built extension
+else:  # pragma: no cover - a source tree without the built extension: every pattern goes through `regex`
     ChunkCounts = WordCounter = None  # type: ignore[assignment,misc]
     _native_add_counts = _native_count_chunk = _native_count_words = _native_utf8_valid = None
     _native_pack_counts = _native_count_file_range = _native_release_chunk_memory = None

@@ -176,3 +176,23 @@ def test_opening_a_current_store_does_not_import_alembic(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s.db")], capture_output=True,
                          text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_a_core_built_from_older_sources_fails_loudly_instead_of_counting_slowly():
+    """A stale native core (an editable build older than the sources: here one without
+    ``count_file_range``) makes ``bpe_store.count`` fail to import, naming the missing function,
+    rather than sending every native counting path to ``regex`` without a word."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, types\n"
+        "import bpe_store._core as real\n"
+        "fake = types.ModuleType('bpe_store._core')\n"
+        "fake.__dict__.update({k: v for k, v in vars(real).items() if k != 'count_file_range'})\n"
+        "sys.modules['bpe_store._core'] = fake\n"
+        "import bpe_store.count\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "ImportError" in proc.stderr and "count_file_range" in proc.stderr

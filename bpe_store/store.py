@@ -871,9 +871,8 @@ class Store:
             # tokens stay NULL (single bytes); see WordCounter.rows for why no 4th column
             w.insert_words("INSERT INTO words (id, bytes, count) VALUES (?, ?, ?)",
                            "INSERT INTO words (id, bytes, count) SELECT p1, p2, p3 FROM bpe_store_rows", new)
-            # per row, not bulk: its rows are Python tuples already (a bulk statement would copy them
-            # first, 80 bytes a row: millions a flush at 12 GB), and no CPU gain was measured for it
-            w.executemany("UPDATE words SET count = count + ? WHERE id = ?", old)
+            if len(old):
+                w.executemany(_COUNT_DELTAS[0], old, self._words_bulk(w, len(old), _COUNT_DELTAS))
             w.executemany("UPDATE chunks SET counted = 1, pretokens = ? WHERE id = ?",
                           [(n, cid) for cid, n in chunk_done])
             if stream_at is not None:
@@ -1001,8 +1000,8 @@ class Store:
             w.execute(f"PRAGMA cache_size = -{CHECKPOINT_CACHE_KIB}")
             for (statement, bulk), rows in zip(_MERGE_CHECKPOINT, (
                     merges, new_vocab, word_rows, pair_deletes, pair_updates, pair_inserts)):
-                if rows is word_rows and w.native and len(rows) * _WORDS_SCAN_SHARE >= self._max_word_id(w):
-                    bulk = _WORDS_SCAN
+                if rows is word_rows and len(rows):
+                    bulk = self._words_bulk(w, len(rows), _WORD_TOKENS)
                 if len(rows):
                     w.executemany(statement, rows, bulk)
             phase = "done" if done_reason else "merging"
@@ -1014,18 +1013,30 @@ class Store:
         return time.perf_counter() - t0
 
     @staticmethod
-    def _max_word_id(w: BulkWriter) -> int:
-        return w.execute("SELECT coalesce(max(id), 0) FROM words")[0][0]
+    def _words_bulk(w: BulkWriter, n_rows: int, statements: tuple[str, str, str]) -> str:
+        """Which bulk form of a per-row ``words`` update runs for ``n_rows`` rows sorted by id (see
+        ``_WORD_TOKENS``): the one-pass scan when they are 1 / _WORDS_SCAN_SHARE of the words or more."""
+        if w.native and n_rows * _WORDS_SCAN_SHARE >= w.execute("SELECT coalesce(max(id), 0) FROM words")[0][0]:
+            return statements[2]
+        return statements[1]
 
 
-#: A merge checkpoint's words statement when at least 1 / _WORDS_SCAN_SHARE of the store's words
-#: changed (the final checkpoint: nearly all): ONE pass over ``words`` in id order, each row's new
-#: tokens found among the checkpoint's rows (``bpe_store_lookup``, native/store_db.cpp), updated
-#: where the scan stands. Why: ``UPDATE ... FROM`` first copies every row into an ephemeral table,
-#: then seeks each word (the final checkpoint of a 12 GB OWT-like corpus, 7.0 M words: 8.2-9.0 ->
-#: 5.8-6.1 s, alternated). Why not always: the scan reads every word (~0.1 us each), which pays
-#: only once enough of them changed.
-_WORDS_SCAN = "UPDATE words SET tokens = bpe_store_lookup(id) WHERE bpe_store_lookup(id) IS NOT NULL"
+#: A per-row update of ``words`` (parameters ``(value, id)``, rows sorted by id) and its two bulk
+#: forms: ``UPDATE ... FROM bpe_store_rows``, and ONE pass over ``words`` in id order, each row's
+#: value found among the rows (``bpe_store_lookup``, native/store_db.cpp) and the row updated where
+#: the scan stands. Why the scan when many rows change (a final checkpoint: nearly every word):
+#: ``UPDATE ... FROM`` first copies every row into an ephemeral table, then seeks each word
+#: (the final checkpoint of a 12 GB OWT-like corpus, 7.0 M words: 8.2-9.0 -> 5.8-6.1 s, alternated).
+#: Why not always: the scan reads every word (~0.1 us each), which pays only once enough changed.
+_WORD_TOKENS = ("UPDATE words SET tokens = ? WHERE id = ?",
+                "UPDATE words SET tokens = r.p1 FROM bpe_store_rows AS r WHERE words.id = r.p2",
+                "UPDATE words SET tokens = bpe_store_lookup(id) WHERE bpe_store_lookup(id) IS NOT NULL")
+#: A counting flush's count deltas ``(delta, id)``. Why bulk: per row, SQLite's statement overhead
+#: and the driver's binding were ~2.6 us a row at 12 GB (37 flushes of ~850 K deltas: 55 s of the
+#: writer thread's CPU in a 340 CPU s run, beside the counting workers on 2 cores).
+_COUNT_DELTAS = ("UPDATE words SET count = count + ? WHERE id = ?",
+                 "UPDATE words SET count = count + r.p1 FROM bpe_store_rows AS r WHERE words.id = r.p2",
+                 "UPDATE words SET count = count + bpe_store_lookup(id) WHERE bpe_store_lookup(id) IS NOT NULL")
 _WORDS_SCAN_SHARE = 8
 
 
@@ -1037,8 +1048,7 @@ _MERGE_CHECKPOINT: tuple[tuple[str, str], ...] = (
      'INSERT INTO merges (rank, "left", "right", token, count) SELECT p1, p2, p3, p4, p5 FROM bpe_store_rows'),
     ("INSERT INTO vocab (id, bytes, kind) VALUES (?, ?, 'merge')",
      "INSERT INTO vocab (id, bytes, kind) SELECT p1, p2, 'merge' FROM bpe_store_rows"),
-    ("UPDATE words SET tokens = ? WHERE id = ?",
-     "UPDATE words SET tokens = r.p1 FROM bpe_store_rows AS r WHERE words.id = r.p2"),
+    _WORD_TOKENS[:2],
     ('DELETE FROM pair_counts WHERE "left" = ? AND "right" = ?',
      'DELETE FROM pair_counts WHERE ("left", "right") IN (SELECT p1, p2 FROM bpe_store_rows)'),
     ('UPDATE pair_counts SET count = ? WHERE "left" = ? AND "right" = ?',

@@ -468,7 +468,7 @@ def test_a_lookup_scan_updates_what_update_from_updates(tmp_path, changed):
     ndb.bulk("UPDATE t SET a = r.p1 FROM bpe_store_rows AS r WHERE t.id = r.p2", rows)
     want = con.execute("SELECT id, a, b FROM t ORDER BY id").fetchall()
     con.execute("UPDATE t SET a = NULL")
-    ndb.bulk(store_mod._WORDS_SCAN.replace("words", "t").replace("tokens", "a"), rows)
+    ndb.bulk(store_mod._WORD_TOKENS[2].replace("words", "t").replace("tokens", "a"), rows)
     assert con.execute("SELECT id, a, b FROM t ORDER BY id").fetchall() == want
     # out of a scan's order (descending, repeated, missing keys): found by search, the same rows
     if rows:
@@ -508,11 +508,13 @@ def test_a_lookup_needs_rows_in_key_order_inside_a_bulk_call(tmp_path):
 
 
 @pytest.mark.parametrize("share", [0, 10**9])
-def test_checkpoints_write_the_same_store_with_the_lookup_scan_or_update_from(tmp_path, corpus, monkeypatch, share):
-    """A run whose checkpoints write words by the lookup scan always (share 10**9) or never (0),
-    with a checkpoint every 20 merges (few words change in each after the first), stores exactly
-    what the fallback's per-row statements store."""
-    kw = dict(workers=1, checkpoint_merges=20)
+def test_flushes_and_checkpoints_write_the_same_store_with_the_lookup_scan_or_update_from(
+        tmp_path, corpus, monkeypatch, share):
+    """A run whose counting flushes (count deltas) and merge checkpoints (words' tokens) write by
+    the lookup scan always (share 10**9) or by UPDATE ... FROM always (0), with many flushes and a
+    checkpoint every 20 merges (few words change in each after the first), stores exactly what the
+    fallback's per-row statements store."""
+    kw = dict(workers=1, checkpoint_merges=20, chunk_size=4096, count_flush_seconds=0)
     monkeypatch.setenv(store_db.ENV, "0")
     train([corpus], tmp_path / "fallback.db", 400, SPECIAL, **kw)
     monkeypatch.setenv(store_db.ENV, "1")
@@ -526,5 +528,6 @@ def test_checkpoints_write_the_same_store_with_the_lookup_scan_or_update_from(tm
 
     monkeypatch.setattr(BulkWriter, "executemany", spy)
     train([corpus], tmp_path / "native.db", 400, SPECIAL, **kw)
-    assert (store_mod._WORDS_SCAN in bulks) == (share > 0)
+    form = 2 if share else 1
+    assert store_mod._COUNT_DELTAS[form] in bulks and store_mod._WORD_TOKENS[form] in bulks
     assert tables(tmp_path / "native.db") == tables(tmp_path / "fallback.db")

@@ -266,6 +266,8 @@ struct Rows {
     // row i's parameter 2 when it is an integer (the key bpe_store_lookup finds rows by); false
     // when these rows have no such key
     virtual bool key(size_t, i64 &) const { return false; }
+    // every row's key as one array, when the rows hold them so (else nullptr: key() per row)
+    virtual const i64 *keys() const { return nullptr; }
 };
 
 void no_such_parameter(sqlite3_context *ctx) {
@@ -315,6 +317,10 @@ struct ViewRows final : Rows {
         if (v.kind != CheckpointRowsView::kWords) return false;
         out = v.c[i];
         return true;
+    }
+    const i64 *keys() const override {
+        static_assert(sizeof(i64) == sizeof(int64_t), "word ids are 64-bit");
+        return v.kind == CheckpointRowsView::kWords ? reinterpret_cast<const i64 *>(v.c) : nullptr;
     }
 };
 
@@ -527,13 +533,12 @@ const sqlite3_module kRowsModule = {
 // is ONE pass over the table in rowid order that updates each row where the scan stands.
 // The rows must be in ascending key order (checked on first use); a scan in key order finds each
 // in O(1) (the next row, or the one after the last found), any other order by binary search.
-size_t lookup_lower_bound(const Rows &rows, i64 key) {
-    size_t lo = 0, hi = rows.size();
+template <class KeyAt>
+size_t lookup_lower_bound(size_t n, i64 key, const KeyAt &key_at) {
+    size_t lo = 0, hi = n;
     while (lo < hi) {  // the first row whose key is >= `key`
         const size_t mid = lo + (hi - lo) / 2;
-        i64 k = 0;
-        rows.key(mid, k);
-        if (k < key) lo = mid + 1;
+        if (key_at(mid) < key) lo = mid + 1;
         else hi = mid;
     }
     return lo;
@@ -544,7 +549,9 @@ void rows_lookup(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     if (slot->rows == nullptr) return api.result_error(ctx, "bpe_store_lookup: no bulk statement is running", -1);
     const Rows &rows = *slot->rows;
     const size_t n = rows.size();
-    const auto key_at = [&rows](size_t j) {
+    const i64 *keys = rows.keys();  // why: two calls a row over 7 M words; a virtual call per key adds up
+    const auto key_at = [&rows, keys](size_t j) {
+        if (keys != nullptr) return keys[j];
         i64 k = 0;
         rows.key(j, k);
         return k;
@@ -564,14 +571,16 @@ void rows_lookup(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     // i: the first row whose key is >= want. The cursor holds the last call's; in a scan in key
     // order it is that one or the next.
     size_t i = slot->at.i;
-    if (n == 0 || key_at(n - 1) < want) {
+    if (i < n && key_at(i) == want) {
+        // the last call's row: an UPDATE's SET after its WHERE
+    } else if (n == 0 || key_at(n - 1) < want) {
         i = n;  // past the last row
     } else if (i < n && key_at(i) >= want && (i == 0 || key_at(i - 1) < want)) {
         // the same as the last call's
     } else if (i + 1 < n && key_at(i) < want && key_at(i + 1) >= want) {
         ++i;
     } else {
-        i = lookup_lower_bound(rows, want);
+        i = lookup_lower_bound(n, want, key_at);
     }
     if (i >= n || key_at(i) != want) {
         if (i < n) slot->at.i = i;

@@ -1031,9 +1031,11 @@ class Store:
 _WORD_TOKENS = ("UPDATE words SET tokens = ? WHERE id = ?",
                 "UPDATE words SET tokens = r.p1 FROM bpe_store_rows AS r WHERE words.id = r.p2",
                 "UPDATE words SET tokens = bpe_store_lookup(id) WHERE bpe_store_lookup(id) IS NOT NULL")
-#: A counting flush's count deltas ``(delta, id)``. Why bulk: per row, SQLite's statement overhead
-#: and the driver's binding were ~2.6 us a row at 12 GB (37 flushes of ~850 K deltas: 55 s of the
-#: writer thread's CPU in a 340 CPU s run, beside the counting workers on 2 cores).
+#: A counting flush's count deltas ``(delta, id)``. Why bulk: per row, the statement ran with the
+#: GIL held from the first row to the last (binding Python tuples), ~850 K rows a flush at 12 GB,
+#: while the main thread waited to reduce the workers' counts; as one statement with the GIL
+#: released the whole 12 GB run went 181-187 -> 151 s wall, 258-266 -> 239-244 CPU s (alternated,
+#: bench/RESULTS-scale.md).
 _COUNT_DELTAS = ("UPDATE words SET count = count + ? WHERE id = ?",
                  "UPDATE words SET count = count + r.p1 FROM bpe_store_rows AS r WHERE words.id = r.p2",
                  "UPDATE words SET count = count + bpe_store_lookup(id) WHERE bpe_store_lookup(id) IS NOT NULL")

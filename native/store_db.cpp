@@ -575,10 +575,10 @@ void rows_lookup(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
         // the last call's row: an UPDATE's SET after its WHERE
     } else if (n == 0 || key_at(n - 1) < want) {
         i = n;  // past the last row
-    } else if (i < n && key_at(i) >= want && (i == 0 || key_at(i - 1) < want)) {
-        // the same as the last call's
+    } else if (i < n && key_at(i) > want && (i == 0 || key_at(i - 1) < want)) {
+        // between the last call's row and the next: a word without a row
     } else if (i + 1 < n && key_at(i) < want && key_at(i + 1) >= want) {
-        ++i;
+        ++i;  // the next row (or, past `want`, a word without a row)
     } else {
         i = lookup_lower_bound(n, want, key_at);
     }

@@ -71,7 +71,7 @@ def check_run_options(workers: int | None, chunk_size: int, checkpoint_merges: i
     return min(workers or os.cpu_count() or 1, MAX_WORKERS)
 
 
-#: The patterns bpe_store ships (tests/test_pretokenize.py compiles each): not compiled again per run.
+#: The patterns bpe_store ships (tests/test_patterns.py compiles each): not compiled again per run.
 _BUILT_IN_PATTERNS = frozenset(PATTERNS.values())
 
 

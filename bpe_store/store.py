@@ -1000,10 +1000,11 @@ class Store:
             w.execute(f"PRAGMA cache_size = -{CHECKPOINT_CACHE_KIB}")
             for (statement, bulk), rows in zip(_MERGE_CHECKPOINT, (
                     merges, new_vocab, word_rows, pair_deletes, pair_updates, pair_inserts)):
-                if rows is word_rows and len(rows):
+                if not len(rows):
+                    continue
+                if rows is word_rows:  # the lookup scan or UPDATE ... FROM, by how many changed
                     bulk = self._words_bulk(w, len(rows), _WORD_TOKENS)
-                if len(rows):
-                    w.executemany(statement, rows, bulk)
+                w.executemany(statement, rows, bulk)
             phase = "done" if done_reason else "merging"
             w.execute("UPDATE run SET phase = ?, stop_reason = ?, updated_at = ? WHERE id = 1",
                       (phase, done_reason, now()))

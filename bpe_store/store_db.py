@@ -61,7 +61,8 @@ def _load() -> bool:
 
 
 #: The oldest SQLite the native path's statements run on: ``UPDATE ... FROM`` (a checkpoint's bulk
-#: word and pair updates, ``store._MERGE_CHECKPOINT``) came in SQLite 3.33.0.
+#: word and pair updates and a flush's count deltas: ``store._MERGE_CHECKPOINT``, ``_WORD_TOKENS``,
+#: ``_COUNT_DELTAS``) came in SQLite 3.33.0.
 MIN_VERSION = 3_033_000
 
 

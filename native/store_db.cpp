@@ -563,8 +563,7 @@ void rows_lookup(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
             if (j > 0 && k <= key_at(j - 1))
                 return api.result_error(ctx, "bpe_store_lookup: the rows are not in ascending key (p2) order", -1);
         }
-        slot->keys_checked = true;
-        slot->at = RowsCursorState{};
+        slot->keys_checked = true;  // the cursor starts at row 0: run_bulk reset it
     }
     if (argc != 1 || api.value_type(argv[0]) != kInteger) return api.result_null(ctx);
     const i64 want = api.value_int64(argv[0]);

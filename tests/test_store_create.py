@@ -15,7 +15,7 @@ import pytest
 from cli_helpers import SPECIAL, cli_cmd, env
 
 from bpe_store import Store, StoreError, migrate, schemas, train
-from bpe_store.store import APPLICATION_ID
+from bpe_store.store import APPLICATION_ID, PAGE_SIZE
 
 VOCAB = 300
 
@@ -57,6 +57,7 @@ def test_a_created_store_equals_a_migrated_one(tmp_path):
         assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [(migrate.SCHEMA_HEAD,)]
         assert con.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
         assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert con.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE == 16384
     finally:
         con.close()
 
@@ -71,6 +72,8 @@ def test_an_upgraded_store_has_the_head_schema(tmp_path):
         store.conn.commit()
     with Store.open(db) as store:  # checks the schema against schemas.SCHEMAS[HEAD]
         assert store.revision == migrate.SCHEMA_HEAD
+    with sqlite3.connect(db) as con:  # an old store keeps its page size: it cannot change in WAL mode
+        assert con.execute("PRAGMA page_size").fetchone()[0] == 4096
 
 
 LIGHT = ("import sys, bpe_store; heavy = {'sqlalchemy', 'alembic', 'numpy', 'typer', 'rich', 'regex', 'click'}; "

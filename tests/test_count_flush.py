@@ -14,7 +14,8 @@ from collections import Counter
 import pytest
 from conftest import EN, ROOT, RU, fixture_text, kill_when_paused
 
-from bpe_store import train
+import bpe_store.store as store_mod
+from bpe_store import store_db, train
 from bpe_store._version import __version__
 from bpe_store.errors import StoreError
 from bpe_store.pretokenize import GPT2_PATTERN
@@ -144,7 +145,9 @@ def test_a_failed_flush_changes_nothing_and_the_next_one_is_right(tmp_path, monk
         store.close()
 
 
-def test_a_store_whose_word_ids_are_damaged_is_refused_at_the_next_flush(tmp_path):
+@pytest.mark.parametrize("native", [True, False])
+def test_a_store_whose_word_ids_are_damaged_is_refused_at_the_next_flush(tmp_path, monkeypatch, native):
+    monkeypatch.setenv(store_db.ENV, "1" if native else "0")  # the word map read natively or by sqlite3
     db = tmp_path / "s.db"
     with _new_store(db) as store:
         store.add_word_counts(Counter({b"a": 1, b"b": 2}), [(1, 3)], 1.0)
@@ -154,6 +157,27 @@ def test_a_store_whose_word_ids_are_damaged_is_refused_at_the_next_flush(tmp_pat
     con.close()
     with Store.open(db) as store, pytest.raises(StoreError, match="words are damaged"):
         store.add_word_counts(Counter({b"c": 1}), [(2, 1)], 1.0)
+
+
+def test_a_resumed_flush_reads_the_word_map_natively_in_batches_as_sqlite3_does(tmp_path, monkeypatch):
+    """A resume's first flush loads the store's words into a WordIds: through the native
+    connection in batches (here of 3 words) or through sqlite3's tuples, the same map."""
+    db = tmp_path / "s.db"
+    with _new_store(db) as store:
+        for k, delta in enumerate(_flushes(5, 4)):
+            store.add_word_counts(delta, [(k + 1, 1)], 1.0)
+        n = store.sql("SELECT count(*) FROM words").scalar()
+    assert n > 7 and n % 3 != 0  # several batches, the last one short
+    monkeypatch.setattr(store_mod, "_WORD_LOAD_BATCH", 3)
+    loaded = {}
+    for native in (True, False):
+        monkeypatch.setenv(store_db.ENV, "1" if native else "0")
+        with Store.open(db) as store:
+            assert (store._native() is not None) == native
+            words = store._load_words()
+            loaded[native] = [(i, bytes(w), c) for i, w, c in words.rows()]
+    assert loaded[True] == loaded[False]
+    assert len(loaded[True]) == n and [r[0] for r in loaded[True]] == list(range(1, n + 1))
 
 
 RUNNER = """

@@ -525,7 +525,7 @@ class WordIds {
             const WordRows::Row r = rows.row(i);
             const int64_t want = int64_t(table_.entries().size()) + 1;
             if (r.id != want) throw nb::value_error("word ids are not 1, 2, 3, ... in order");
-            if (r.count < 0) throw nb::value_error("a word count is negative or not 64-bit");
+            if (r.count < 0) throw nb::value_error("a word count is negative");
             const size_t k = table_.add(r.bytes, r.nbytes, uint64_t(r.count), &arena_);
             if (k + 1 != size_t(want)) throw nb::value_error("a word is stored twice");
         }

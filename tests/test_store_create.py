@@ -72,8 +72,11 @@ def test_an_upgraded_store_has_the_head_schema(tmp_path):
         store.conn.commit()
     with Store.open(db) as store:  # checks the schema against schemas.SCHEMAS[HEAD]
         assert store.revision == migrate.SCHEMA_HEAD
-    with sqlite3.connect(db) as con:  # an old store keeps its page size: it cannot change in WAL mode
+    con = sqlite3.connect(db)
+    try:  # an old store keeps its page size: it cannot change in WAL mode
         assert con.execute("PRAGMA page_size").fetchone()[0] == 4096
+    finally:
+        con.close()
 
 
 LIGHT = ("import sys, bpe_store; heavy = {'sqlalchemy', 'alembic', 'numpy', 'typer', 'rich', 'regex', 'click'}; "

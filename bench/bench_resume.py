@@ -123,7 +123,8 @@ def resume(killed: Path, corpus: Path, workdir: Path, vocab: int, workers: int) 
     train([corpus], db, vocab, ["<|endoftext|>"], workers=workers, progress=progress)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("\n".join(LOG))
-    print(f"resume: {time.monotonic() - t0:.2f} s, {cpu() - c0:.2f} CPU s; this process's peak RSS so far {peak:.0f} MB")
+    print(f"resume: {time.monotonic() - t0:.2f} s, {cpu() - c0:.2f} CPU s; "
+          f"this process's peak RSS so far {peak:.0f} MB")
     bench_scale.remove(db)
 
 

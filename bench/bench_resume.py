@@ -3,8 +3,8 @@ resumed in this process with its phases, its native reads and each checkpoint st
 
 The killed store is made once, as ``bench_scale.py``'s kill runs make theirs (a training process
 SIGKILLed when its progress passes half of the stage), and kept as ``killed-<stage>.db`` in
-``--workdir``; each repeat resumes a fresh copy of it. Alternate builds or settings between
-repeats (``--python`` of another checkout, an edited constant) to compare them on the same store::
+``--workdir``; each repeat resumes a fresh copy of it. To compare builds or settings on the same
+store, alternate runs of this script (another checkout's interpreter, an edited constant)::
 
     python bench/bench_resume.py /work/big/owt-12G.txt --workdir /work/big/resume --stage merging --repeat 2
 
@@ -50,11 +50,17 @@ def killed_store(corpus: Path, workdir: Path, stage: str, vocab: int, workers: i
     if r["killed_at"] is None:
         raise SystemExit(f"the run ended before half of {stage}")
     print(f"killed at {r['killed_at']}: {r['wall']:.1f} s, {r['cpu']:.1f} CPU s")
-    for suffix in ("", "-wal"):
-        if Path(f"{work}{suffix}").exists():
-            shutil.copy(f"{work}{suffix}", f"{db}{suffix}")
+    copy_store(work, db)
     bench_scale.remove(work)
     return db
+
+
+def copy_store(src: Path, dst: Path) -> None:
+    """``src`` and its WAL (a killed run's last commits may be only there) as ``dst``."""
+    bench_scale.remove(dst)
+    for suffix in ("", "-wal"):
+        if Path(f"{src}{suffix}").exists():
+            shutil.copy(f"{src}{suffix}", f"{dst}{suffix}")
 
 
 def install_timers() -> None:
@@ -102,10 +108,7 @@ def resume(killed: Path, corpus: Path, workdir: Path, vocab: int, workers: int) 
     from bpe_store import train
 
     db = workdir / "resumed.db"
-    bench_scale.remove(db)
-    for suffix in ("", "-wal"):
-        if Path(f"{killed}{suffix}").exists():
-            shutil.copy(f"{killed}{suffix}", f"{db}{suffix}")
+    copy_store(killed, db)
     LOG.clear()
     t0, c0 = time.monotonic(), cpu()
     last = {"stage": None, "tenth": None}

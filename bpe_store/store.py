@@ -82,9 +82,9 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 #: The page size of a new store (SQLite's default is 4096; a store keeps the size it was made with).
 #: Why 16 KiB: the big writes (counting's flushes into `words`, a merge checkpoint's word tokens and
-#: pair rows) touch a quarter as many pages and split them a quarter as often. Whole 12 GB OWT-like
-#: run -> 32K, in-process, alternated 4K / 16K / 4K / 16K: 101.5 / 88.5 / 94.4 / 84.8 s wall,
-#: 162.7 / 150.0 / 157.8 / 142.1 CPU s; its final checkpoint 5.8 -> 5.2 s (bench/RESULTS-scale.md).
+#: pair rows) go through fewer, larger pages. Whole 12 GB OWT-like run -> 32K, in-process,
+#: alternated 4K / 16K / 4K / 16K: 101.5 / 88.5 / 94.4 / 84.8 s wall, 162.7 / 150.0 / 157.8 / 142.1
+#: CPU s; its final checkpoint 5.8 -> 5.2 s (bench/RESULTS-scale.md).
 PAGE_SIZE = 16384
 
 #: SQLite page cache (KiB) while writing merge checkpoints; see ``write_merge_rows``. Why 16 MiB,

@@ -30,8 +30,10 @@ builds either from the store's word rows; ``engine="auto"`` takes the native one
 from __future__ import annotations
 
 import array
+import bisect
 import gc
 import heapq
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -50,6 +52,9 @@ CheckpointRows = tuple[list[tuple[bytes, int]], list[tuple[int, int]], list[tupl
                        list[tuple[int, int, int]]]
 #: ``(live pairs, digest 1, digest 2)``; the store computes the same in SQL (pair_counts_digest).
 PairDigest = tuple[int, int, int]
+#: Merges a store logged after its words' tokens were last written: ``[(left, right, token)]`` in
+#: rank order, applied to the words before merging goes on (``replay_word``).
+Replay = Sequence[tuple[int, int, int]]
 
 ENGINES = ("auto", "native", "python")
 _P1 = 2147483647
@@ -151,12 +156,43 @@ def merge_with_pairs(tokens: Sequence[int], a: int, b: int, new: int) -> tuple[l
     return out, [(tokens[j], tokens[j + 1]) for j in gone], [(out[k], out[k + 1]) for k in made]
 
 
+def replay_word(tokens: list[int], replay: Replay, ranks: dict[Pair, list[int]]) -> list[int]:
+    """``tokens`` after the merges ``replay`` (``ranks``: each pair's indexes in it, ascending).
+
+    Merging every word rank by rank gives each word this: again and again, the lowest-ranked merge
+    above the last one applied whose pair the word holds (the merges in between find no pair in
+    it). A pair can have several ranks: a merge whose bytes are an existing token reuses its id,
+    which can make a merged pair again. native/merge_engine.cpp's ``replay_words`` does the same.
+
+    >>> replay_word([1, 2, 3], [(2, 3, 9), (1, 9, 10)], {(2, 3): [0], (1, 9): [1]})
+    [10]
+    """
+    done = -1
+    while len(tokens) > 1:
+        best = -1
+        for p in zip(tokens, tokens[1:]):
+            at = ranks.get(p)
+            if at is not None:
+                k = bisect.bisect_right(at, done)
+                if k < len(at) and (best < 0 or at[k] < best):
+                    best = at[k]
+        if best < 0:
+            break
+        a, b, t = replay[best]
+        tokens = merge_pair(tokens, a, b, t)
+        done = best
+    return tokens
+
+
 class Engine(Protocol):
     """What training needs from a merge engine (both engines below provide it)."""
 
     token_bytes: dict[int, bytes]  # every id words use, and every merge's token
     #: index of the first word whose tokens do not spell its bytes (a corrupt store), or -1
     bad_word: int
+    #: the store's pair counts predate a replay (built with ``replay``): the next checkpoint
+    #: replaces them all; False again once ``take_checkpoint_rows`` gave those rows
+    rewrite_pairs: bool
 
     @property
     def exhausted(self) -> bool: ...
@@ -189,10 +225,10 @@ class MergeEngine:
     @classmethod
     def from_rows(cls, rows: Sequence[WordRow], token_bytes: Sequence[bytes | None], n_specials: int,
                   first_merge_id: int, next_rank: int, min_frequency: int = 1,
-                  max_token_length: int | None = None) -> MergeEngine:
+                  max_token_length: int | None = None, replay: Replay = ()) -> MergeEngine:
         """Build from the store's word rows and ``token_bytes[id]`` (None for special tokens).
         Rows counted fewer than ``min_frequency`` times are left out (``bad_word`` still indexes
-        ``rows``)."""
+        ``rows``). ``replay``: merges logged after the rows' tokens, applied to them first."""
         tb = {i: b for i, b in enumerate(token_bytes) if b is not None}
         words: list[list[int]] = []
         kept: list[WordRow] = []
@@ -213,9 +249,27 @@ class MergeEngine:
                 if bad < 0:
                     bad = i
             words.append(toks)
+        changed: set[int] = set()
+        if replay:
+            for a, b, t in replay:  # a damaged log must be an error, not wrong words
+                if any(x not in tb for x in (a, b, t)) or tb[t] != tb[a] + tb[b]:
+                    raise ValueError("a logged merge does not match the vocabulary")
+            ranks: dict[Pair, list[int]] = {}
+            for i, (a, b, _t) in enumerate(replay):
+                ranks.setdefault((a, b), []).append(i)
+            for w, toks in enumerate(words):
+                new = replay_word(toks, replay, ranks)
+                if len(new) != len(toks):
+                    words[w] = new
+                    changed.add(w)
         engine = cls(words, [r[2] for r in kept], tb, first_merge_id, next_rank, max_token_length)
         engine.word_ids = [r[0] for r in kept]
         engine.bad_word = bad
+        if replay:  # the store's pair counts are the words' before the replay: replace them all
+            engine._changed_words = changed
+            engine._stored = {}
+            engine._changed_pairs = set(engine.pairs)
+            engine.rewrite_pairs = True
         return engine
 
     def __init__(self, words: list[list[int]], counts: list[int], token_bytes: dict[int, bytes],
@@ -253,6 +307,7 @@ class MergeEngine:
         self._stored: dict[Pair, int] = dict(self.pairs)
         #: True once no pair is left to merge
         self.exhausted = False
+        self.rewrite_pairs = False
 
     def _pairs_of(self, toks: list[int]) -> Iterator[Pair]:
         """The adjacent pairs of ``toks`` that may be merged (all of them without a length limit)."""
@@ -363,6 +418,7 @@ class MergeEngine:
     def take_checkpoint_rows(self) -> CheckpointRows:
         """The changes since the last take as a checkpoint's executemany rows (see CheckpointRows)."""
         ids = self.word_ids
+        self.rewrite_pairs = False
         word_rows = [(array.array("I", self.words[w]).tobytes(), ids[w]) for w in sorted(self._changed_words)]
         deletes: list[tuple[int, int]] = []
         inserts: list[tuple[int, int, int]] = []
@@ -402,9 +458,11 @@ class NativeMergeEngine:
 
     def __init__(self, rows: list[WordRow], token_bytes: Sequence[bytes | None], n_specials: int,
                  first_merge_id: int, next_rank: int, min_frequency: int = 1,
-                 max_token_length: int | None = None):
+                 max_token_length: int | None = None, replay: Replay = ()):
         from . import _core
 
+        if replay and hasattr(rows, "pack"):
+            raise ValueError("replay needs the store's rows, not a counter")
         if hasattr(rows, "pack"):  # a WordCounter: its words as ids 1, 2, ... (see new_engine)
             self._e = _core.MergeEngine(rows.pack(), 1, list(token_bytes), n_specials, first_merge_id, next_rank,
                                         min_frequency, max_token_length or 0)
@@ -415,14 +473,21 @@ class NativeMergeEngine:
                 # sqlite3 returns tuples; other row types (SQLAlchemy Row) are converted once here
                 if rows and type(rows[0]) is not tuple:
                     rows = [tuple(r) for r in rows]
+            log = array.array("I", [x for m in replay for x in m])
+            if sys.byteorder == "big":  # pragma: no cover
+                log.byteswap()  # the engine reads little-endian uint32
             self._e = _core.MergeEngine(rows, list(token_bytes), n_specials, first_merge_id, next_rank,
-                                        min_frequency, max_token_length or 0)
+                                        min_frequency, max_token_length or 0, log.tobytes())
         self.token_bytes: dict[int, bytes] = {i: b for i, b in enumerate(token_bytes) if b is not None}
         self.bad_word: int = self._e.bad_word
 
     @property
     def exhausted(self) -> bool:
         return self._e.exhausted
+
+    @property
+    def rewrite_pairs(self) -> bool:
+        return self._e.rewrite_pairs
 
     @property
     def next_rank(self) -> int:
@@ -491,21 +556,21 @@ def uses_native(engine: str) -> bool:
 
 def new_engine(rows: list[WordRow] | WordCounter, token_bytes: Sequence[bytes | None], n_specials: int,
                first_merge_id: int, next_rank: int, engine: str = "auto", *, min_frequency: int = 1,
-               max_token_length: int | None = None) -> Engine:
+               max_token_length: int | None = None, replay: Replay = ()) -> Engine:
     """A merge engine over the store's word rows (in id order); ``engine`` is one of ``ENGINES``:
     "native" requires the C++ core, "python" forces the fallback, "auto" prefers native.
     ``rows`` may also be the native ``WordCounter`` a first counting flush wrote (words still single
     bytes, ids 1, 2, ... in its order; ``Store.take_fresh_word_rows``): the native engine then
     reads it without a Python object per word. ``min_frequency`` and ``max_token_length``: see the
-    module doc."""
+    module doc. ``replay``: merges the store logged after the rows' tokens (``Replay``)."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if uses_native(engine):
         if not native_available():
             raise RuntimeError("the native merge engine is not built here (use engine='python')")
         return NativeMergeEngine(rows, token_bytes, n_specials, first_merge_id, next_rank, min_frequency,
-                                 max_token_length)
+                                 max_token_length, replay)
     if hasattr(rows, "pack"):
         rows = rows.rows(1)
     return MergeEngine.from_rows(rows, token_bytes, n_specials, first_merge_id, next_rank, min_frequency,
-                                 max_token_length)
+                                 max_token_length, replay)

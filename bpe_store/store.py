@@ -379,6 +379,7 @@ class Store:
         self._words: Any = None  # a native WordIds while counting (see add_word_counts)
         self._flushes = 0  # counting flushes written by this connection
         self._merge_checkpoints = 0  # merge checkpoints written by this connection
+        self._merge_logs = 0  # merge-log-only checkpoints written by this connection
         self._fresh_rows: list[tuple[int, bytes | bytearray, int]] | WordCounter | None = None
         #: after each write: ``{"wal_bytes": int, "wal_blocked": bool}`` (see ``_truncate_wal``)
         self.wal: dict[str, Any] = {"wal_bytes": 0, "wal_blocked": False}
@@ -960,7 +961,7 @@ class Store:
             self.sql("DELETE FROM pair_counts")
             self.executemany('INSERT INTO pair_counts ("left", "right", count) VALUES (?, ?, ?)',
                              [(a, b, c) for (a, b), c in pairs.items()])
-            self.sql("UPDATE run SET phase = 'merging', updated_at = ? WHERE id = 1", (now(),))
+            self.sql("UPDATE run SET phase = 'merging', state_merges = 0, updated_at = ? WHERE id = 1", (now(),))
             if self.sql("SELECT coalesce(max(id), 0) FROM words").scalar() >= WORDS_BY_COUNT_MIN:
                 self.sql(WORDS_BY_COUNT.replace("INDEX", "INDEX IF NOT EXISTS", 1))
             self.add_checkpoint_row("merging", 0, elapsed_s, None)
@@ -972,6 +973,11 @@ class Store:
     def load_merges(self) -> list[tuple[int, int, int, int, int]]:
         """``[(rank, left, right, token, count)]`` in rank order."""
         return self.sql('SELECT rank, "left", "right", token, count FROM merges ORDER BY rank').fetchall()
+
+    def state_merges(self) -> int:
+        """How many merges ``words.tokens`` and ``pair_counts`` reflect: the first ones of
+        ``merges``, which may hold more (logged after the last full checkpoint)."""
+        return self.sql("SELECT state_merges FROM run WHERE id = 1").scalar()
 
     def load_vocab(self) -> list[tuple[int, bytes, str]]:
         return self.sql("SELECT id, bytes, kind FROM vocab ORDER BY id").fetchall()
@@ -1004,9 +1010,16 @@ class Store:
         merges_done: int,
         elapsed_s: float,
         done_reason: str | None,
+        log_only: bool = False,
+        clear_pairs: bool = False,
     ) -> float:
         """The merge checkpoint, ONE transaction: merges, vocab, changed words' tokens, changed
         pair counts, progress. Returns the seconds the write took.
+
+        ``log_only``: the merges, their vocabulary and the progress only (no word or pair rows):
+        ``run.state_merges`` stays, and a resume replays the merges after it on the words.
+        Otherwise ``state_merges`` becomes ``merges_done``; ``clear_pairs`` (the engine's
+        ``rewrite_pairs``) empties ``pair_counts`` first, its rows then being every live pair.
 
         Rows come in the order of each statement's parameters (``bpe_store.merge.CheckpointRows``):
         ``word_rows`` ``(packed tokens, word id)``; ``pair_deletes`` ``(left, right)``;
@@ -1023,6 +1036,10 @@ class Store:
             # CHECKPOINT_CACHE_KIB says why it is bounded. Set here, not when the connection
             # opens: counting's flushes would fill it, and it would stay resident while merging.
             w.execute(f"PRAGMA cache_size = -{CHECKPOINT_CACHE_KIB}")
+            if log_only and (len(word_rows) or len(pair_deletes) or len(pair_inserts) or len(pair_updates)):
+                raise ValueError("a merge log checkpoint holds no word or pair rows")
+            if clear_pairs:
+                w.execute("DELETE FROM pair_counts")
             for (statement, bulk), rows in zip(_MERGE_CHECKPOINT, (
                     merges, new_vocab, word_rows, pair_deletes, pair_updates, pair_inserts)):
                 if not len(rows):
@@ -1031,11 +1048,19 @@ class Store:
                     bulk = self._words_bulk(w, len(rows), _WORD_TOKENS)
                 w.executemany(statement, rows, bulk)
             phase = "done" if done_reason else "merging"
-            w.execute("UPDATE run SET phase = ?, stop_reason = ?, updated_at = ? WHERE id = 1",
-                      (phase, done_reason, now()))
+            if log_only:
+                w.execute("UPDATE run SET phase = ?, stop_reason = ?, updated_at = ? WHERE id = 1",
+                          (phase, done_reason, now()))
+            else:
+                w.execute("UPDATE run SET phase = ?, stop_reason = ?, state_merges = ?, updated_at = ? WHERE id = 1",
+                          (phase, done_reason, merges_done, now()))
             self.add_checkpoint_row(phase, merges_done, elapsed_s, time.perf_counter() - t0, w)
-            self._merge_checkpoints += 1
-            _test_pause(f"checkpoint:{self._merge_checkpoints}")  # tests: kill inside its transaction
+            if log_only:
+                self._merge_logs += 1
+                _test_pause(f"merge_log:{self._merge_logs}")  # tests: kill inside its transaction
+            else:
+                self._merge_checkpoints += 1
+                _test_pause(f"checkpoint:{self._merge_checkpoints}")
         return time.perf_counter() - t0
 
     @staticmethod

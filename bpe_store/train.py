@@ -94,6 +94,12 @@ DEFAULT_COUNT_FLUSH_SECONDS = 10.0
 #: flush, and at least ``COUNT_FLUSH_MIN_BYTES`` (see ``_CountWriter.due``): what a kill loses.
 COUNT_FLUSH_LOSS = 0.05
 COUNT_FLUSH_MIN_BYTES = 256 << 20
+#: Merging logs its new merges (merges, vocabulary, progress: no word or pair rows, so a few ms
+#: at any scale) after this many seconds since the last write, between full checkpoints: what a
+#: kill during merging loses. A resume applies the logged merges to the words it reads
+#: (``_load_engine``), which costs less than merging them again: words are independent, the
+#: replay keeps no pair counts up to date, and two threads share it.
+MERGE_LOG_SECONDS = 1.0
 #: Merges per engine call inside a batch (see ``_merge_batch``).
 _SUB_STEP = 64
 
@@ -532,10 +538,17 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
     first = n_special + 256
     result_check(store, n_special, vocab, merges)
     token_bytes = [b if kind != "special" else None for _, b, kind in vocab]
+    # the merges logged after the last full checkpoint: the words' tokens and pair counts are older
+    state = store.state_merges()
+    if not 0 <= state <= len(merges):
+        raise StoreError(f"{store.path}: the store is inconsistent (its words reflect {state} merges of "
+                         f"{len(merges)}); start over with --restart")
+    replay = [(left, right, token) for _rank, left, right, token, _count in merges[state:]]
     rows = store.load_word_rows(packed=uses_native(engine))  # packed: no Python tuple per word
     try:
         merger = new_engine(rows, token_bytes, n_special, first, len(merges), engine,
-                            min_frequency=params.min_frequency, max_token_length=params.max_token_length)
+                            min_frequency=params.min_frequency, max_token_length=params.max_token_length,
+                            replay=replay)
     except (TypeError, ValueError, OverflowError) as exc:  # a count or blob of the wrong type or sign
         raise StoreError(f"{store.path}: the store's words are damaged ({exc}); start over with --restart") from None
     if merger.bad_word >= 0:
@@ -544,7 +557,9 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
                          "spell its bytes); start over with --restart")
     del rows
     # Why a digest: SQLite fingerprints pair_counts in one scan, instead of ~1M rows into Python.
-    if merger.pair_digest() != store.pair_counts_digest():
+    # After a replay the store's pair counts are the words' before it, which the engine no longer
+    # holds: they are not checked, and the next checkpoint replaces them all (rewrite_pairs).
+    if not replay and merger.pair_digest() != store.pair_counts_digest():
         raise StoreError(f"{store.path}: the store is inconsistent (pair counts do not match the words); "
                          "start over with --restart")
     return merger
@@ -861,12 +876,15 @@ def _merge(job: _Job, engine: Engine | str) -> None:
 
 def _merge_batch(job: _Job, merger: Engine) -> tuple[list, bool]:
     """One batch: sub-steps of at most _SUB_STEP merges until the batch size, the batch time or a
-    stop request; sub-steps keep progress lively and let Ctrl-C end a batch early. Returns the
-    batch's merges and whether a stop was requested."""
+    stop request; sub-steps keep progress lively and let Ctrl-C end a batch early. Every
+    ``MERGE_LOG_SECONDS`` the merges so far are logged (``_log_merges``). Returns the batch's
+    merges not logged yet and whether a stop was requested."""
     batch = sys.maxsize if job.checkpoint_merges is None else job.checkpoint_merges
     target, tb = job.params.num_merges, merger.token_bytes
     batch_end = time.monotonic() + job.checkpoint_seconds
+    log_at = time.monotonic() + MERGE_LOG_SECONDS
     merges: list = []
+    logged = 0  # merges[:logged] are in the store
     stopping = False
     while True:
         remaining = min(target - merger.next_rank, batch - len(merges))
@@ -880,16 +898,39 @@ def _merge_batch(job: _Job, merger: Engine) -> tuple[list, bool]:
                      merge=[tb[last.left].decode("utf-8", "replace"),
                             tb[last.right].decode("utf-8", "replace"), last.count])
         stopping = job.stopping()
-        if stopping or time.monotonic() >= batch_end:
+        clock = time.monotonic()
+        if stopping or clock >= batch_end:
             break
-    return merges, stopping
+        if clock >= log_at and len(merges) > logged and target - merger.next_rank > 0 and not merger.exhausted:
+            _log_merges(job, merger, merges[logged:])
+            logged = len(merges)
+            log_at = time.monotonic() + MERGE_LOG_SECONDS
+    return merges[logged:], stopping
+
+
+def _merge_rows(merger: Engine, merges: list) -> tuple[list[tuple[int, int, int, int, int]], list[tuple[int, bytes]]]:
+    """The ``merges`` and ``vocab`` rows of ``merges``."""
+    first, tb = merger.first_merge_id, merger.token_bytes
+    return ([(m.rank, m.left, m.right, m.token, m.count) for m in merges],
+            [(first + m.rank, tb[m.left] + tb[m.right]) for m in merges])
+
+
+def _log_merges(job: _Job, merger: Engine, merges: list) -> None:
+    """Log ``merges`` in the store: ONE small transaction with their rows and the progress, no word
+    or pair rows (``Store.write_merge_rows(log_only=True)``)."""
+    job.writes.wait()  # the last counting flush and the start of merging commit before any merge
+    merge_rows, vocab_rows = _merge_rows(merger, merges)
+    write_s = job.store.write_merge_rows(merge_rows, vocab_rows, (), (), merges_done=merger.next_rank,
+                                         elapsed_s=job.elapsed(), done_reason=None, log_only=True)
+    job.emit(stage="merge_log", phase="merging", done=merger.next_rank, total=job.params.num_merges,
+             write_s=write_s)
 
 
 def _checkpoint(job: _Job, merger: Engine, merges: list) -> str | None:
     """Write a batch's checkpoint: ONE transaction holding its merges, their vocabulary entries,
     the changed words and pair counts and the progress. Returns why merging is over (the run's
     stop reason), or None when it goes on."""
-    target, tb = job.params.num_merges, merger.token_bytes
+    target = job.params.num_merges
     job.writes.wait()  # the last counting flush and the start of merging commit before any merge
     if merger.next_rank >= target:
         reason = "vocab_size"
@@ -899,15 +940,14 @@ def _checkpoint(job: _Job, merger: Engine, merges: list) -> str | None:
         reason = None
     if reason is not None:
         merger.finish()  # free what only merging needs before the last rows and SQLite's cache
+    clear_pairs = merger.rewrite_pairs  # read before the take, which resets it
     word_rows, deletes, inserts, updates = merger.take_checkpoint_rows()
-    first = merger.first_merge_id
     job.emit(stage="writing", phase="merging", done=merger.next_rank, total=target,
              words=len(word_rows), final=reason is not None)
+    merge_rows, vocab_rows = _merge_rows(merger, merges)
     write_s = job.store.write_merge_rows(
-        [(m.rank, m.left, m.right, m.token, m.count) for m in merges],
-        [(first + m.rank, tb[m.left] + tb[m.right]) for m in merges],
-        word_rows, deletes, inserts, updates,
-        merges_done=merger.next_rank, elapsed_s=job.elapsed(), done_reason=reason,
+        merge_rows, vocab_rows, word_rows, deletes, inserts, updates,
+        merges_done=merger.next_rank, elapsed_s=job.elapsed(), done_reason=reason, clear_pairs=clear_pairs,
     )
     job.emit(stage="checkpoint", phase="merging", done=merger.next_rank, total=target,
              words=len(word_rows), pairs=len(deletes) + len(inserts) + len(updates), write_s=write_s,

@@ -62,6 +62,7 @@
 #include <emmintrin.h>
 #endif
 #include <atomic>
+#include <thread>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -640,14 +641,16 @@ class MergeEngine {
     // rows: [(word id, word bytes, count, token blob or None)] as the store returns them;
     // token_bytes[id]: the bytes of vocab id `id`, None for special tokens (never in words).
     // min_count: rows whose count is below it are skipped; max_token_length: 0 = no limit.
+    // replay: the merges the store logged after its words' tokens were written, as (left, right,
+    // token) little-endian u32 triples in rank order (see replay_words); empty: none.
     MergeEngine(nb::list rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,
-                i64 min_count, u64 max_token_length)
+                i64 min_count, u64 max_token_length, nb::bytes replay)
         : first_merge_id_(first_merge_id), next_rank_(next_rank), min_count_(min_count),
           max_len_(max_token_length) {
         check_limits(next_rank, min_count);
         load_vocab(token_bytes);
         load_words(rows, n_specials);
-        build_pairs(n_specials);
+        build(n_specials, replay);
     }
 
     // The same from packed counts (``WordCounter.pack``: a first counting flush's words, every
@@ -672,13 +675,143 @@ class MergeEngine {
     // The same from the store's rows read by the native connection (StoreDb.read_word_rows): a
     // resume builds the engine without a Python tuple per word (see store_db.h's WordRows).
     MergeEngine(const WordRows &rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,
-                i64 min_count, u64 max_token_length)
+                i64 min_count, u64 max_token_length, nb::bytes replay)
         : first_merge_id_(first_merge_id), next_rank_(next_rank), min_count_(min_count),
           max_len_(max_token_length) {
         check_limits(next_rank, min_count);
         load_vocab(token_bytes);
         load_rows(BufferRows{rows}, n_specials);
-        build_pairs(n_specials);
+        build(n_specials, replay);
+    }
+
+    // The loaded words, caught up with `replay` if it holds merges, then their pairs counted.
+    void build(u32 n_specials, nb::bytes replay) {
+        const size_t n = replay.size() / 12;
+        if (replay.size() % 12 != 0) throw nb::value_error("replay must hold (left, right, token) u32 triples");
+        if (n == 0) {
+            build_pairs(n_specials);
+            return;
+        }
+        std::vector<u32> log(3 * n);
+        const u8 *src = reinterpret_cast<const u8 *>(replay.c_str());
+        for (size_t k = 0; k < 3 * n; ++k)
+            log[k] = u32(src[4 * k]) | u32(src[4 * k + 1]) << 8 | u32(src[4 * k + 2]) << 16 |
+                     u32(src[4 * k + 3]) << 24;  // little-endian, whatever the host
+        for (size_t i = 0; i < n; ++i) {  // Why check: a damaged log must be an error, not wrong words
+            const u32 a = log[3 * i], b = log[3 * i + 1], t = log[3 * i + 2];
+            const size_t top = tb_.size();
+            if (a >= top || b >= top || t >= top || !tb_ok_[a] || !tb_ok_[b] || !tb_ok_[t] ||
+                tb_[t] != tb_[a] + tb_[b])
+                throw nb::value_error("a logged merge does not match the vocabulary");
+        }
+        {
+            nb::gil_scoped_release unlocked;
+            replay_words(log);
+            build_pairs(n_specials);
+        }
+        // The store's pair counts are those of the words before the replay: none is known to be
+        // there, so the next checkpoint replaces them all (rewrite_pairs) with every live pair.
+        for (u32 s = 0; s < slots_.size(); ++s) {
+            slots_[s].stored = 0;
+            if (slots_[s].count > 0) mark_changed_pair(s);
+        }
+        rewrite_pairs_ = true;
+    }
+
+    // Applies the logged merges `log` (rank order) to every word, marking the words it changes.
+    // A word's tokens after merges r0..r1 are found by applying, again and again, the lowest-ranked
+    // logged merge above the last one applied whose pair the word holds: merges in between have no
+    // pair in the word, so this is exactly what merging every word rank by rank makes. A pair may
+    // come back under a later rank (a merge whose bytes are an existing token reuses that id), so
+    // each pair keeps its ranks in a chain. Why here, not apply() per merge: no pair counts, lists
+    // or heap are kept up to date through the replay, and words are independent, so two threads
+    // take half the arena each (they write only their own words).
+    void replay_words(const std::vector<u32> &log) {
+        const u32 n = u32(log.size() / 3);
+        size_t cap = 16;
+        while (cap < size_t(n) + size_t(n) / 3 + 1) cap <<= 1;
+        // pair -> its first rank in the log, open addressing; one 16-byte entry per slot so a
+        // probe is one cache line (the table of 32 K merges is 512 KiB: the core's L2)
+        struct Entry {
+            u64 key;
+            u32 first;
+        };
+        const u64 kEmpty = ~u64(0);  // no pair has both ids kNone
+        std::vector<Entry> table(cap, Entry{kEmpty, kNone});
+        std::vector<u32> next(n, kNone), last(cap, kNone);
+        auto find = [&](u64 key) {
+            size_t h = size_t((key * 0x9E3779B97F4A7C15ull) >> 40) & (cap - 1);
+            while (table[h].key != kEmpty && table[h].key != key) h = (h + 1) & (cap - 1);
+            return h;
+        };
+        for (u32 i = 0; i < n; ++i) {
+            const u64 key = pair_key(log[3 * i], log[3 * i + 1]);
+            const size_t h = find(key);
+            if (table[h].key == kEmpty)
+                table[h] = Entry{key, i};
+            else
+                next[last[h]] = i;
+            last[h] = i;
+        }
+        // the lowest rank of pair (x, y) above `after` (kNone: above none), or kNone
+        auto rank_of = [&](u32 x, u32 y, u32 after) {
+            const Entry &e = table[find(pair_key(x, y))];
+            u32 i = e.first;  // kNone for an empty slot
+            while (i != kNone && after != kNone && i <= after) i = next[i];
+            return i;
+        };
+        constexpr u32 kStale = kNone - 1;  // a pair next to a token just made: look it up again
+        auto run = [&](size_t from, size_t to, std::vector<u32> &changed) {
+            std::vector<u32> rk;  // rk[i]: the lowest rank of pair (p[i], p[i + 1]) still to come
+            for (size_t o = from; o < to; o = next_word(o)) {
+                u32 *p = &ar_[o + kHdr];
+                u32 len = ar_[o + kLen], done = kNone;
+                if (len < 2) continue;
+                rk.resize(len);
+                for (u32 i = 0; i + 1 < len; ++i) rk[i] = rank_of(p[i], p[i + 1], kNone);
+                while (len >= 2) {
+                    u32 best = kNone;
+                    for (u32 i = 0; i + 1 < len; ++i) best = rk[i] < best ? rk[i] : best;
+                    if (best == kNone) break;
+                    const u32 t = log[3 * best + 2];
+                    // Rewrite in place, left to right: a pair ranked `best` is (a, b) (a rank is
+                    // one pair's) and its a was not taken by a match just before (i skips it).
+                    // The other pairs keep their rank: it is above `best`, so still the next one.
+                    u32 w = 0;
+                    for (u32 i = 0; i < len; ++w) {
+                        if (i + 1 < len && rk[i] == best) {
+                            p[w] = t;
+                            if (w > 0) rk[w - 1] = kStale;
+                            rk[w] = kStale;
+                            i += 2;
+                        } else {
+                            p[w] = p[i];
+                            rk[w] = rk[i];
+                            ++i;
+                        }
+                    }
+                    len = w;
+                    for (u32 i = 0; i + 1 < len; ++i)
+                        if (rk[i] == kStale) rk[i] = rank_of(p[i], p[i + 1], best);
+                    done = best;
+                }
+                if (done != kNone) {
+                    ar_[o + kLen] = len;
+                    ar_[o + kStamp] |= kChangedBit;
+                    changed.push_back(u32(o));
+                }
+            }
+        };
+        // split at the first word past half the arena: the halves hold about as many tokens
+        size_t mid = 0;
+        while (mid < ar_.size() && mid < ar_.size() / 2) mid = next_word(mid);
+        std::vector<u32> second;
+        const bool two = n_words_ >= 100000 && std::thread::hardware_concurrency() > 1;
+        std::thread other;
+        if (two) other = std::thread([&] { run(mid, ar_.size(), second); });
+        run(0, two ? mid : ar_.size(), changed_words_);
+        if (two) other.join();
+        changed_words_.insert(changed_words_.end(), second.begin(), second.end());
     }
 
     // ---- the merge loop --------------------------------------------------------------------
@@ -758,6 +891,7 @@ class MergeEngine {
     nb::tuple take_checkpoint_rows() {
         Busy busy(this);
         std::vector<u32> words = take_changed_words();
+        rewrite_pairs_ = false;
         RowStream word_rows(RowStream::kWords), deletes(RowStream::kDeletes), inserts(RowStream::kInserts),
             updates(RowStream::kUpdates);
         size_t ntok = 0;
@@ -845,6 +979,8 @@ class MergeEngine {
     }
 
     bool exhausted() const { return exhausted_; }
+    // True until the next take_checkpoint_rows: the store's pair counts must all be replaced.
+    bool rewrite_pairs() const { return rewrite_pairs_; }
     i64 next_rank() const { return next_rank_; }
     u32 first_merge_id() const { return first_merge_id_; }
     i64 bad_word() const { return bad_word_; }
@@ -1377,6 +1513,7 @@ class MergeEngine {
     bool exhausted_ = false;
     bool finished_ = false;  // finish() was called: no more merging
     i64 bad_word_ = -1;
+    bool rewrite_pairs_ = false;  // see build()
 
     // words: ONE arena of u32, each word a header then its tokens, in store id order; a word is
     // known by its offset (the pair -> words lists and the changed words hold offsets). Header:
@@ -1444,19 +1581,20 @@ void register_merge_engine(nb::module_ &m) {
         .def("__next__", &RowStream::next);
     nb::class_<MergeEngine>(m, "MergeEngine",
                             "The incremental BPE merge loop (see bpe_store.merge for the contract).")
-        .def(nb::init<nb::list, nb::list, u32, u32, i64, i64, u64>(), nb::arg("rows"), nb::arg("token_bytes"),
-             nb::arg("n_specials"), nb::arg("first_merge_id"), nb::arg("next_rank"), nb::arg("min_count") = 1,
-             nb::arg("max_token_length") = 0,
+        .def(nb::init<nb::list, nb::list, u32, u32, i64, i64, u64, nb::bytes>(), nb::arg("rows"),
+             nb::arg("token_bytes"), nb::arg("n_specials"), nb::arg("first_merge_id"), nb::arg("next_rank"),
+             nb::arg("min_count") = 1, nb::arg("max_token_length") = 0, nb::arg("replay") = nb::bytes("", 0),
              "rows: [(word id, bytes, count, packed tokens or None)]; token_bytes[id]: bytes or None; "
              "rows counted fewer than min_count times are left out; no merge makes a token longer than "
-             "max_token_length bytes (0: no limit).")
+             "max_token_length bytes (0: no limit); replay: merges logged since the words' tokens, "
+             "(left, right, token) uint32 triples, applied to the words first.")
         .def(nb::init<nb::bytes, i64, nb::list, u32, u32, i64, i64, u64>(), nb::arg("packed"), nb::arg("first_id"),
              nb::arg("token_bytes"), nb::arg("n_specials"), nb::arg("first_merge_id"), nb::arg("next_rank"),
              nb::arg("min_count") = 1, nb::arg("max_token_length") = 0,
              "The same from packed counts (WordCounter.pack): words still single bytes, ids from first_id.")
-        .def(nb::init<const WordRows &, nb::list, u32, u32, i64, i64, u64>(), nb::arg("rows"),
+        .def(nb::init<const WordRows &, nb::list, u32, u32, i64, i64, u64, nb::bytes>(), nb::arg("rows"),
              nb::arg("token_bytes"), nb::arg("n_specials"), nb::arg("first_merge_id"), nb::arg("next_rank"),
-             nb::arg("min_count") = 1, nb::arg("max_token_length") = 0,
+             nb::arg("min_count") = 1, nb::arg("max_token_length") = 0, nb::arg("replay") = nb::bytes("", 0),
              "The same from the store's rows read natively (StoreDb.read_word_rows).")
         .def("step", &MergeEngine::step, nb::arg("max_merges"),
              "Learn up to max_merges merges: [(rank, left, right, token, count)]; fewer only when exhausted.")
@@ -1474,6 +1612,8 @@ void register_merge_engine(nb::module_ &m) {
         .def("word_tokens", &MergeEngine::word_tokens, nb::arg("word"))
         .def("token_bytes", &MergeEngine::token_bytes, nb::arg("id"))
         .def_prop_ro("exhausted", &MergeEngine::exhausted)
+        .def_prop_ro("rewrite_pairs", &MergeEngine::rewrite_pairs,
+                     "The store's pair counts predate a replay: the next checkpoint replaces them all.")
         .def_prop_ro("next_rank", &MergeEngine::next_rank)
         .def_prop_ro("first_merge_id", &MergeEngine::first_merge_id)
         .def_prop_ro("bad_word", &MergeEngine::bad_word,

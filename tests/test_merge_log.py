@@ -1,0 +1,210 @@
+"""Merges logged between full checkpoints (``train.MERGE_LOG_SECONDS``) and replayed on resume.
+
+A merge log holds merges, their vocabulary and the progress but no word or pair rows, so the
+store's ``merges`` runs ahead of ``words.tokens`` and ``pair_counts`` (``run.state_merges``). A
+resume applies the logged merges to the words (``replay``) and must then be exactly where merging
+them again would be: the same words, pair counts and next merges, and the next checkpoint must
+leave the store as an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from alembic import command
+from conftest import EN, ROOT, fixture_text, kill_when_paused
+from hypothesis import given
+from hypothesis import strategies as st
+from test_merge_engine import KINDS, SPECIALS, byte_vocab, listed, needs_native, rows_of, words_st
+
+from bpe_store import migrate, train
+from bpe_store.merge import new_engine, replay_word
+from bpe_store.store import Store
+
+train_module = importlib.import_module("bpe_store.train")  # the package's ``train`` is the function
+
+
+def built(word_counts: dict[bytes, int], kind: str, merges: list, k: int):
+    """An engine over the words still single bytes, ``merges[:k]`` replayed on them."""
+    tb = byte_vocab()
+    vocab = tb + [None] * max(0, max((m.token for m in merges[:k]), default=0) + 1 - len(tb))
+    for m in merges[:k]:
+        vocab[m.token] = (vocab[m.left] or b"") + (vocab[m.right] or b"")
+    replay = [(m.left, m.right, m.token) for m in merges[:k]]
+    return new_engine(rows_of(word_counts), vocab, SPECIALS, SPECIALS + 256, k, kind, replay=replay)
+
+
+def merged(word_counts: dict[bytes, int], kind: str, n: int):
+    e = new_engine(rows_of(word_counts), byte_vocab(), SPECIALS, SPECIALS + 256, 0, kind)
+    merges: list = []
+    while len(merges) < n and not e.exhausted:
+        merges += e.step(n - len(merges))
+    return e, merges
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@given(word_counts=words_st, n=st.integers(1, 40), cut=st.floats(0, 1))
+def test_replaying_logged_merges_equals_merging_them(kind, word_counts, n, cut):
+    """Small alphabets make repeated bytes (b"aaaa") and merges that spell an existing token (a
+    reused id, so a merged pair can come back under a later rank)."""
+    whole, merges = merged(word_counts, kind, n)
+    k = int(cut * len(merges))
+    at_k, _ = merged(word_counts, kind, k)
+    replayed = built(word_counts, kind, merges, k)
+    assert replayed.bad_word == -1 and replayed.next_rank == k
+    assert replayed.pair_counts() == at_k.pair_counts()
+    assert replayed.rewrite_pairs == (k > 0)
+    # its first checkpoint: the words the replay changed, and every live pair as a new row
+    word_rows, deletes, inserts, updates = listed(replayed.take_checkpoint_rows())
+    assert not replayed.rewrite_pairs
+    expected_words, _d, _i, _u = listed(at_k.take_checkpoint_rows())
+    if k:
+        assert word_rows == expected_words
+        assert deletes == updates == []
+        assert sorted(inserts) == sorted((a, b, c) for (a, b), c in at_k.pair_counts().items())
+    else:
+        assert (word_rows, deletes, inserts, updates) == ([], [], [], [])
+    rest: list = []
+    while len(rest) < n - k and not replayed.exhausted:
+        rest += replayed.step(n - k - len(rest))
+    assert rest == merges[k:]
+    assert replayed.pair_counts() == whole.pair_counts()
+
+
+@needs_native
+def test_the_native_replay_on_two_threads_equals_merging():
+    """From 100,000 words the native replay splits the words between two threads."""
+    rng = random.Random(7)
+    words: dict[bytes, int] = {}
+    while len(words) < 150_000:
+        words[bytes(rng.choice(b"abcde ") for _ in range(rng.randint(1, 14)))] = rng.randint(1, 1000)
+    whole, merges = merged(words, "native", 400)
+    at_k, _ = merged(words, "native", 250)
+    replayed = built(words, "native", merges, 250)
+    assert replayed.pair_counts() == at_k.pair_counts()
+    assert listed(replayed.take_checkpoint_rows())[0] == listed(at_k.take_checkpoint_rows())[0]
+    assert replayed.step(150) == merges[250:]
+    assert replayed.pair_counts() == whole.pair_counts()
+
+
+def test_a_pair_merged_again_under_a_later_rank_is_replayed_at_that_rank():
+    # a b c: merge (b, c) -> 9 then (a, 9) -> 10 spells "abc"; if (a, b) -> 11 and then (11, c)
+    # spelled "abc" again it would reuse 10. Here: ranks 0 (a, b) -> 5, 1 (5, c) -> 6,
+    # 2 (c, c) -> 7, 3 (5, c) again -> 6 (came back after rank 2 made nothing of it).
+    replay = [(1, 2, 5), (5, 3, 6), (3, 3, 7), (5, 3, 6)]
+    ranks = {(1, 2): [0], (5, 3): [1, 3], (3, 3): [2]}
+    assert replay_word([1, 2, 3, 3, 1, 2, 3], replay, ranks) == [6, 3, 6]
+    assert replay_word([3, 3, 3], replay, ranks) == [7, 3]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_damaged_merge_log_is_refused(kind):
+    vocab = byte_vocab() + [b"ab"]
+    with pytest.raises(ValueError, match="logged merge"):
+        new_engine(rows_of({b"ab": 1}), vocab, SPECIALS, SPECIALS + 256, 1, kind,
+                   replay=[(SPECIALS + ord("a"), SPECIALS + ord("c"), SPECIALS + 256)])
+
+
+RUNNER = """
+import importlib, sys
+from bpe_store import train
+t = importlib.import_module("bpe_store.train")
+t.MERGE_LOG_SECONDS = 0.0  # a log after every sub-step of merges
+train([sys.argv[1]], sys.argv[2], 600, ["<|endoftext|>"], workers=2, chunk_size=50_000,
+      checkpoint_seconds=600.0, checkpoint_merges={every}, engine={engine!r})
+"""
+
+
+def contents(db: Path) -> tuple:
+    """Everything a run's result is, word ids aside: words with counts and tokens, pair counts,
+    merges, vocabulary, and how many merges the words reflect."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return tuple(con.execute(q).fetchall() for q in (
+            "SELECT bytes, count, tokens FROM words ORDER BY bytes",
+            'SELECT "left", "right", count FROM pair_counts ORDER BY 1, 2',
+            "SELECT * FROM merges ORDER BY rank",
+            "SELECT * FROM vocab ORDER BY id",
+            "SELECT state_merges FROM run"))
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("engine", ["native", "python"])
+@pytest.mark.parametrize("every", [None, 150], ids=["no-full-checkpoint", "full-every-150"])
+def test_a_kill_between_full_checkpoints_loses_only_the_unlogged_merges(tmp_path, engine, every):
+    """Killed inside its third merge log's transaction, a run's store holds the first two logs:
+    merges ahead of the words' tokens and pair counts. The same command resumes it (replaying
+    those merges) to exactly the store of an uninterrupted run."""
+    if engine == "native":
+        pytest.importorskip("bpe_store._core")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(fixture_text(EN, 300_000), encoding="utf-8")
+    script = RUNNER.format(every=every, engine=engine)
+    whole = tmp_path / "whole.db"
+    train([corpus], whole, 600, ["<|endoftext|>"], workers=2, chunk_size=50_000, engine=engine)
+    db = tmp_path / "killed.db"
+    # a log after each 64-merge sub-step; with full checkpoints every 150 merges (sub-steps of 64,
+    # 64, 22), log 5 follows the full checkpoint at 300 and the kill comes inside log 6
+    point = "merge_log:3" if every is None else "merge_log:6"
+    kill_when_paused([sys.executable, "-c", script, str(corpus), str(db)], point)
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        merges, state, phase = con.execute(
+            "SELECT (SELECT count(*) FROM merges), state_merges, phase FROM run").fetchone()
+    finally:
+        con.close()
+    assert phase == "merging" and merges > state, (merges, state)
+    if every is None:
+        assert state == 0 and merges == 128  # two logs of one 64-merge sub-step each
+    else:
+        assert state > 0 and state % 150 == 0
+    train_module.MERGE_LOG_SECONDS, saved = 0.0, train_module.MERGE_LOG_SECONDS
+    try:
+        train([corpus], db, 600, ["<|endoftext|>"], workers=2, chunk_size=50_000, checkpoint_merges=every,
+              engine=engine)
+    finally:
+        train_module.MERGE_LOG_SECONDS = saved
+    assert contents(db) == contents(whole)
+
+
+def test_a_merge_log_commits_merges_without_word_or_pair_rows(tmp_path):
+    """Each log is one transaction of merges and vocabulary; ``state_merges`` moves only with a
+    full checkpoint, which is the last write of a finished run."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(fixture_text(EN, 300_000), encoding="utf-8")
+    seen: list[dict] = []
+    train_module.MERGE_LOG_SECONDS, saved = 0.0, train_module.MERGE_LOG_SECONDS
+    try:
+        train([corpus], tmp_path / "s.db", 600, ["<|endoftext|>"], progress=seen.append)
+    finally:
+        train_module.MERGE_LOG_SECONDS = saved
+    logs = [e["done"] for e in seen if e["stage"] == "merge_log"]
+    assert logs and logs == sorted(logs) and logs[-1] < 600 - 257
+    with Store.open(tmp_path / "s.db", readonly=True) as store:
+        assert store.state_merges() == 600 - 257
+        rows = store.sql("SELECT merges_done FROM checkpoints WHERE phase = 'merging' ORDER BY id").fetchall()
+    assert [r[0] for r in rows][1:] == logs  # the first: merging began (0 merges)
+
+
+def test_the_migration_sets_state_merges_and_refuses_to_go_down_when_merges_run_ahead(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(fixture_text(EN, 200_000), encoding="utf-8")
+    db = tmp_path / "s.db"
+    train([corpus], db, 400, ["<|endoftext|>"])
+    with Store.open(db) as store:
+        command.downgrade(migrate.alembic_config(store.conn), "v0_3_0_words_by_count")
+        store.conn.commit()
+        command.upgrade(migrate.alembic_config(store.conn), "head")
+        store.conn.commit()
+        assert store.state_merges() == 400 - 257
+        store.sql("UPDATE run SET state_merges = 3")
+        store.conn.commit()
+        with pytest.raises(RuntimeError, match="run ahead"):
+            command.downgrade(migrate.alembic_config(store.conn), "v0_3_0_words_by_count")
+    assert (ROOT / "migrations" / "versions" / "v0_3_0_merge_log.py").is_file()

@@ -20,7 +20,7 @@ import json
 import os
 import sqlite3
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,16 +29,17 @@ from . import migrate
 from .errors import InputError
 from .inputs import ITERABLE, STDIN
 from .interrupts import sqlite_call
+from .merge import word_splitter
 from .pretokenize import GPT2_PATTERN, describe_pattern
-from .store import Store, unpack_tokens, wal_state
+from .store import Store, wal_state
 
 #: ``show`` tables: what each lists, in which order (ties broken as the trainer breaks them).
 SHOW_QUERIES = {
     "merges": 'SELECT m.rank, l.bytes AS "left", r.bytes AS "right", CAST(l.bytes || r.bytes AS BLOB) AS token,'
               ' m.count, m.token AS token_id FROM merges m JOIN vocab l ON l.id = m."left"'
               ' JOIN vocab r ON r.id = m."right" ORDER BY m.rank LIMIT ? OFFSET ?',
-    "words": "SELECT bytes AS word, count, length(bytes) AS n_bytes,"
-             " CASE WHEN tokens IS NULL THEN length(bytes) ELSE length(tokens) / 4 END AS n_tokens"
+    # n_tokens is added by ``show``: a word's split under every merge the store holds
+    "words": "SELECT bytes AS word, count, length(bytes) AS n_bytes"
              " FROM words ORDER BY count DESC, bytes LIMIT ? OFFSET ?",
     "pairs": 'SELECT l.bytes AS "left", r.bytes AS "right", p.count FROM pair_counts p'
              ' JOIN vocab l ON l.id = p."left" JOIN vocab r ON r.id = p."right"'
@@ -248,7 +249,19 @@ def show(path: str | os.PathLike, what: str, limit: int = 20, offset: int = 0, *
         raise InputError("--limit and --offset must not be negative")
     with reading(path, timeout=timeout) as store:
         res = store.sql(SHOW_QUERIES[what], (limit, offset))
-        return list(res.keys()), [tuple(r) for r in res]
+        columns, rows = list(res.keys()), [tuple(r) for r in res]
+        if what == "words":
+            split = _splitter(store)
+            columns, rows = columns + ["n_tokens"], [r + (len(split(r[0])),) for r in rows]
+        return columns, rows
+
+
+def _splitter(store: Store) -> Callable[[bytes], list[int]]:
+    """A word's token ids under every merge ``store`` holds (``merge.word_splitter``): exact at
+    any time, where ``words.tokens`` lags behind the merge log while merging and is not kept
+    once the run is done."""
+    n_special = store.sql("SELECT count(*) FROM vocab WHERE kind = 'special'").scalar()
+    return word_splitter([(a, b, t) for _r, a, b, t, _c in store.load_merges()], n_special)
 
 
 # -- why ---------------------------------------------------------------------------------------
@@ -279,11 +292,6 @@ def _tree(store: Store, tid: int, first: int, vocab: dict[int, tuple[bytes, str]
     return node
 
 
-def _split(blob: bytes | None, word: bytes, n_special: int) -> list[int]:
-    """A word's current token ids (``tokens`` NULL: still single bytes)."""
-    return unpack_tokens(blob) if blob is not None else [n_special + c for c in word]
-
-
 def why(path: str | os.PathLike, token: str | int, limit: int = 10, *, timeout: float | None = None) -> Row:
     """How ``token`` was built (its merge tree with counts at merge time) and the most frequent
     words that contain its bytes, each with its current split."""
@@ -294,13 +302,14 @@ def why(path: str | os.PathLike, token: str | int, limit: int = 10, *, timeout: 
         tbytes = vocab[tid][0]
         first = store.sql("SELECT min(id) FROM vocab WHERE bytes = ?", (tbytes,)).scalar()
         tree = _tree(store, tid, n_special + 256, vocab)
-        rows = store.sql("SELECT bytes, count, tokens FROM words WHERE instr(bytes, ?) > 0"
+        rows = store.sql("SELECT bytes, count FROM words WHERE instr(bytes, ?) > 0"
                          " ORDER BY count DESC, bytes LIMIT ?", (tbytes, limit)).fetchall()
         total = store.sql("SELECT count(*), coalesce(sum(count), 0) FROM words WHERE instr(bytes, ?) > 0",
                           (tbytes,)).one()
         words = []
-        for w, c, blob in rows:
-            split = _split(blob, w, n_special)
+        splitter = _splitter(store)
+        for w, c in rows:
+            split = splitter(w)
             words.append({"word": w, "count": c, "split": [vocab[t][0] for t in split], "uses": first in split})
     return {"token": tree, "first_id": first, "words": words,
             "words_containing": total[0], "occurrences": total[1]}

@@ -34,7 +34,7 @@ import bisect
 import gc
 import heapq
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -182,6 +182,21 @@ def replay_word(tokens: list[int], replay: Replay, ranks: dict[Pair, list[int]])
         tokens = merge_pair(tokens, a, b, t)
         done = best
     return tokens
+
+
+def word_splitter(merges: Replay, n_specials: int) -> Callable[[bytes], list[int]]:
+    """``split(word)``: the token ids training made of ``word`` with ``merges`` (``[(left, right,
+    token)]`` in rank order, a store's log), from its bytes. A finished store does not keep its
+    words' tokens (``Store.write_merge_rows``): this is how they are read back.
+
+    >>> split = word_splitter([(99, 100, 258), (98, 258, 259)], 1)  # "bc", then "a" + "bc"
+    >>> split(b"`abc")
+    [97, 259]
+    """
+    ranks: dict[Pair, list[int]] = {}
+    for i, (a, b, _t) in enumerate(merges):
+        ranks.setdefault((a, b), []).append(i)
+    return lambda word: replay_word([n_specials + c for c in word], merges, ranks)
 
 
 class Engine(Protocol):

@@ -240,7 +240,8 @@ class Bars(Reporter):
                       "from the store, checking its pair counts", "loading")
         elif stage == "writing":
             what = "final checkpoint" if event.get("final") else "checkpoint"
-            self._say(f"writing {what} ({event.get('words', 0):,} words)", phase)
+            words = event.get("words", 0)  # none: the end of merging (merges only)
+            self._say(f"writing {what} ({words:,} words)" if words else f"writing {what}", phase)
         elif stage == "checkpoint":
             at = time.strftime("%H:%M:%S")
             what = (f"{event.get('done')} merges" if phase == "merging"

@@ -54,6 +54,8 @@ SAMPLE_PLACES = 32
 TABLE_SIZES = (512, 1000, 2000, 4000, 8000, 16000, 32000, 50000, 64000, 100000, 128000, 200000)
 #: Frequent split words listed, and the fewest tokens that counts as "many".
 SPLIT_WORDS = 25
+#: ... looked for among this many most frequent words at most (each is split in Python).
+SPLIT_SCAN = 20_000
 MANY_TOKENS = 3
 
 _SCRIPT_NAMES = {"CJK": "Han", "HANGUL": "Hangul", "HIRAGANA": "Kana", "KATAKANA": "Kana"}
@@ -171,7 +173,7 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
     import numpy as np
 
     from .inspection import reading, status
-    from .store import unpack_tokens
+    from .merge import word_splitter
     from .tokenizer import Tokenizer
 
     st = status(db)
@@ -179,10 +181,17 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
         vocab = {i: (b, k) for i, b, k in store.load_vocab()}
         merges = store.load_merges()  # (rank, left, right, token, count)
         n_special = sum(1 for _, k in vocab.values() if k == "special")
-        split_rows = store.sql(
-            "SELECT bytes, count, tokens FROM words WHERE"
-            " CASE WHEN tokens IS NULL THEN length(bytes) ELSE length(tokens) / 4 END >= ?"
-            " ORDER BY count DESC, bytes LIMIT ?", (MANY_TOKENS, SPLIT_WORDS)).fetchall()
+        split = word_splitter([(a, b, t) for _r, a, b, t, _c in merges], n_special)
+        # the most frequent words (a word of fewer bytes cannot take MANY_TOKENS tokens), split
+        # under every merge (a finished store keeps no words' tokens), up to SPLIT_WORDS of them
+        split_rows: list[tuple[bytes, int, list[int]]] = []
+        for w, c in store.sql("SELECT bytes, count FROM words WHERE length(bytes) >= ?"
+                              " ORDER BY count DESC, bytes LIMIT ?", (MANY_TOKENS, SPLIT_SCAN)):
+            ids_ = split(w)
+            if len(ids_) >= MANY_TOKENS:
+                split_rows.append((w, c, ids_))
+                if len(split_rows) == SPLIT_WORDS:
+                    break
         stages = store.sql("SELECT phase, count(*), max(elapsed_s), coalesce(sum(write_s), 0) FROM checkpoints"
                            " GROUP BY phase").fetchall()
     if held_out is not None:
@@ -204,9 +213,6 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
     assert int(tokens[-1]) == len(ids)  # the push-down accounts for every token
     first = n_special + 256
 
-    def split_of(word: bytes, blob: bytes | None) -> list[bytes]:
-        ids_ = unpack_tokens(blob) if blob is not None else [n_special + b for b in word]
-        return [vocab[t][0] for t in ids_]
 
     by_script: dict[str, Counter[int]] = {}
     for tid in range(first, len(vocab)):
@@ -232,7 +238,7 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
         "bytes_per_token": (n_bytes / np.maximum(tokens, 1)).tolist(),
         "merge_counts": [m[4] for m in merges],
         "lengths_by_script": {s: dict(sorted(c.items())) for s, c in by_script.items()},
-        "split_words": [{"word": w, "count": c, "split": split_of(w, blob)} for w, c, blob in split_rows],
+        "split_words": [{"word": w, "count": c, "split": [vocab[t][0] for t in ids_]} for w, c, ids_ in split_rows],
         "stages": {"counting_s": counting_s, "merging_s": max(total_s - counting_s, 0.0), "total_s": total_s,
                    "by_phase": stage},
     }

@@ -974,9 +974,10 @@ class Store:
         """``[(rank, left, right, token, count)]`` in rank order."""
         return self.sql('SELECT rank, "left", "right", token, count FROM merges ORDER BY rank').fetchall()
 
-    def state_merges(self) -> int:
+    def state_merges(self) -> int | None:
         """How many merges ``words.tokens`` and ``pair_counts`` reflect: the first ones of
-        ``merges``, which may hold more (logged after the last full checkpoint)."""
+        ``merges``, which may hold more (logged after the last full checkpoint); None once they
+        are not kept (a finished run: ``pair_counts`` empty, every ``words.tokens`` NULL)."""
         return self.sql("SELECT state_merges FROM run WHERE id = 1").scalar()
 
     def load_vocab(self) -> list[tuple[int, bytes, str]]:
@@ -1012,6 +1013,7 @@ class Store:
         done_reason: str | None,
         log_only: bool = False,
         clear_pairs: bool = False,
+        drop_state: bool = False,
     ) -> float:
         """The merge checkpoint, ONE transaction: merges, vocab, changed words' tokens, changed
         pair counts, progress. Returns the seconds the write took.
@@ -1020,6 +1022,8 @@ class Store:
         ``run.state_merges`` stays, and a resume replays the merges after it on the words.
         Otherwise ``state_merges`` becomes ``merges_done``; ``clear_pairs`` (the engine's
         ``rewrite_pairs``) empties ``pair_counts`` first, its rows then being every live pair.
+        ``drop_state`` (with ``log_only``; the last write of a finished run): the merging's working
+        state is not kept: ``pair_counts`` emptied, ``words.tokens`` NULL, ``state_merges`` NULL.
 
         Rows come in the order of each statement's parameters (``bpe_store.merge.CheckpointRows``):
         ``word_rows`` ``(packed tokens, word id)``; ``pair_deletes`` ``(left, right)``;
@@ -1038,8 +1042,14 @@ class Store:
             w.execute(f"PRAGMA cache_size = -{CHECKPOINT_CACHE_KIB}")
             if log_only and (len(word_rows) or len(pair_deletes) or len(pair_inserts) or len(pair_updates)):
                 raise ValueError("a merge log checkpoint holds no word or pair rows")
-            if clear_pairs:
+            if drop_state and not log_only:
+                raise ValueError("drop_state comes with log_only")
+            if clear_pairs or drop_state:
                 w.execute("DELETE FROM pair_counts")
+            # Why look first: when no checkpoint wrote tokens (state 0: a run whose merging was
+            # shorter than checkpoint_seconds) the UPDATE would scan every word for nothing.
+            if drop_state and w.execute("SELECT coalesce(state_merges, 1) FROM run WHERE id = 1")[0][0] != 0:
+                w.execute("UPDATE words SET tokens = NULL WHERE tokens IS NOT NULL")
             for (statement, bulk), rows in zip(_MERGE_CHECKPOINT, (
                     merges, new_vocab, word_rows, pair_deletes, pair_updates, pair_inserts)):
                 if not len(rows):
@@ -1048,7 +1058,10 @@ class Store:
                     bulk = self._words_bulk(w, len(rows), _WORD_TOKENS)
                 w.executemany(statement, rows, bulk)
             phase = "done" if done_reason else "merging"
-            if log_only:
+            if drop_state:
+                w.execute("UPDATE run SET phase = ?, stop_reason = ?, state_merges = NULL, updated_at = ? WHERE id = 1",
+                          (phase, done_reason, now()))
+            elif log_only:
                 w.execute("UPDATE run SET phase = ?, stop_reason = ?, updated_at = ? WHERE id = 1",
                           (phase, done_reason, now()))
             else:

@@ -50,6 +50,23 @@ def kill_when_paused(cmd: list[str], point: str, env: dict[str, str] | None = No
         proc.stderr.close()
 
 
+def stopped_run(corpus: Path, db: Path, vocab_size: int, special_tokens: list[str], at: int, **kwargs) -> None:
+    """Train into ``db`` and stop (as Ctrl-C does) once ``at`` merges are done: its checkpoint
+    keeps the words' tokens and pair counts, which a finished run drops."""
+    import threading
+
+    from bpe_store import Interrupted, train
+
+    stop = threading.Event()
+
+    def progress(event: dict) -> None:
+        if event["stage"] == "merging" and event["done"] >= at:
+            stop.set()
+
+    with pytest.raises(Interrupted):
+        train([corpus], db, vocab_size, special_tokens, stop=stop, progress=progress, **kwargs)
+
+
 def shared_file(*parts: str) -> Path:
     """A file under ../shared/corpora. Where it is absent the test fails, unless
     BPE_STORE_ALLOW_NO_SHARED=1 says to skip it."""

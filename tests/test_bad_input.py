@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SMALL_TEXT, shared_file, store_dump
+from conftest import ROOT, SMALL_TEXT, shared_file, stopped_run, store_dump
 
 from bpe_store import InputError, ResumeMismatch, Store, StoreError, train
 from bpe_store.cli import main
@@ -338,10 +338,12 @@ def test_store_from_newer_version_is_refused(trained, corpus):
 
 
 def test_inconsistent_store_is_refused(tmp_path, corpus):
+    """A stopped run's checkpoint keeps its words' tokens and pair counts (a finished run drops
+    them): pair counts that do not match the words are refused."""
     db = tmp_path / "half.db"
-    train([corpus], db, 280, SPECIAL, checkpoint_merges=5)
+    stopped_run(corpus, db, 300, SPECIAL, at=10, checkpoint_merges=5)
     con = sqlite3.connect(db)
-    con.execute("UPDATE run SET phase = 'merging', vocab_size = 300")
+    assert con.execute("SELECT state_merges = (SELECT count(*) FROM merges) FROM run").fetchone() == (1,)
     con.execute('UPDATE pair_counts SET count = count + 1'
                 ' WHERE ("left", "right") IN (SELECT "left", "right" FROM pair_counts LIMIT 1)')
     con.commit()

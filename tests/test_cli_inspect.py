@@ -225,7 +225,7 @@ def test_tables_measure_width_in_terminal_cells():
     assert len({width(line.rstrip()) for line in lines}) == 1, lines  # every line ends in the same cell
 
 
-def test_one_escaped_form_for_tokens_in_every_view(store_path):
+def test_one_escaped_form_for_tokens_in_every_view(store_path, stopped_path):
     # whitespace-only and partial-UTF-8 tokens: quoted and escaped alike by show (bytes) and sql (text)
     show = run("show", store_path, "vocab", "-n", "300").stdout
     sql = run("sql", store_path, "SELECT id, token FROM vocab_text WHERE id < 300").stdout
@@ -239,7 +239,9 @@ def test_one_escaped_form_for_tokens_in_every_view(store_path):
         assert bytes.fromhex(r["token_hex"]).decode("utf-8", "backslashreplace") == r["token"]
     word = json.loads(run("sql", store_path, "SELECT word, word_hex FROM top_words LIMIT 1", "-f", "json").stdout)[0]
     assert bytes.fromhex(word["word_hex"]).decode() == word["word"]
-    pair = json.loads(run("sql", store_path, "SELECT left_hex, right_hex FROM top_pairs LIMIT 1", "-f", "json").stdout)
+    # pair counts are the merging's working state: a stopped run's checkpoint has them
+    pair = json.loads(run("sql", stopped_path, "SELECT left_hex, right_hex FROM top_pairs LIMIT 1",
+                          "-f", "json").stdout)
     assert len(pair) == 1 and pair[0]["left_hex"]
 
 
@@ -271,7 +273,7 @@ def test_sql_errors_are_one_line(store_path):
 # -- show --------------------------------------------------------------------------------------
 
 
-def test_show_merges_words_pairs_vocab(store_path):
+def test_show_merges_words_pairs_vocab(store_path, stopped_path):
     merges = merges_of(store_path)
     rows = json.loads(run("show", store_path, "merges", "--limit", "5", "-f", "json").stdout)
     assert [(r["left"].encode(), r["right"].encode()) for r in rows] == merges[:5]
@@ -281,7 +283,10 @@ def test_show_merges_words_pairs_vocab(store_path):
     assert "' '" in table[2] and "' t'" in table[2]
     words = json.loads(run("show", store_path, "words", "-f", "json").stdout)
     assert len(words) == 20 and [w["count"] for w in words] == sorted((w["count"] for w in words), reverse=True)
-    pairs = json.loads(run("show", store_path, "pairs", "-n", "4", "-f", "json").stdout)
+    # n_tokens: each word's split under the store's merges, which a finished run does not store
+    assert all(1 <= w["n_tokens"] <= w["n_bytes"] for w in words) and any(w["n_tokens"] < w["n_bytes"] for w in words)
+    assert json.loads(run("show", store_path, "pairs", "-f", "json").stdout) == []  # a finished run keeps none
+    pairs = json.loads(run("show", stopped_path, "pairs", "-n", "4", "-f", "json").stdout)
     assert len(pairs) == 4 and pairs[0]["count"] >= pairs[-1]["count"]
     vocab = json.loads(run("show", store_path, "vocab", "--offset", "1", "-n", "2", "-f", "json").stdout)
     assert [v["id"] for v in vocab] == [1, 2] and vocab[0]["token"] == "\x00" and vocab[0]["kind"] == "byte"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from alembic import command
-from conftest import EN, ROOT, fixture_text, kill_when_paused
+from conftest import EN, ROOT, fixture_text, kill_when_paused, stopped_run
 from hypothesis import given
 from hypothesis import strategies as st
 from test_merge_engine import KINDS, SPECIALS, byte_vocab, listed, needs_native, rows_of, words_st
@@ -187,7 +187,9 @@ def test_a_merge_log_commits_merges_without_word_or_pair_rows(tmp_path):
     logs = [e["done"] for e in seen if e["stage"] == "merge_log"]
     assert logs and logs == sorted(logs) and logs[-1] < 600 - 257
     with Store.open(tmp_path / "s.db", readonly=True) as store:
-        assert store.state_merges() == 600 - 257
+        assert store.state_merges() is None  # done: the working state is dropped
+        assert store.load_pair_counts() == {}
+        assert store.sql("SELECT count(*) FROM words WHERE tokens IS NOT NULL").scalar() == 0
         rows = store.sql("SELECT merges_done FROM checkpoints WHERE phase = 'merging' ORDER BY id").fetchall()
     assert [r[0] for r in rows][1:] == logs  # the first: merging began (0 merges)
 
@@ -196,15 +198,17 @@ def test_the_migration_sets_state_merges_and_refuses_to_go_down_when_merges_run_
     corpus = tmp_path / "c.txt"
     corpus.write_text(fixture_text(EN, 200_000), encoding="utf-8")
     db = tmp_path / "s.db"
-    train([corpus], db, 400, ["<|endoftext|>"])
+    stopped_run(corpus, db, 400, ["<|endoftext|>"], at=100, checkpoint_merges=50)  # a full checkpoint at 100
     with Store.open(db) as store:
         command.downgrade(migrate.alembic_config(store.conn), "v0_3_0_words_by_count")
         store.conn.commit()
         command.upgrade(migrate.alembic_config(store.conn), "head")
         store.conn.commit()
-        assert store.state_merges() == 400 - 257
-        store.sql("UPDATE run SET state_merges = 3")
-        store.conn.commit()
-        with pytest.raises(RuntimeError, match="run ahead"):
-            command.downgrade(migrate.alembic_config(store.conn), "v0_3_0_words_by_count")
+        assert store.state_merges() == 100 == store.sql("SELECT count(*) FROM merges").scalar()
+        for state in ("3", "NULL"):  # merges ahead of the words; a finished run's dropped state
+            store.sql(f"UPDATE run SET state_merges = {state}")
+            store.conn.commit()
+            with pytest.raises(RuntimeError, match="older bpe_store cannot use it"):
+                command.downgrade(migrate.alembic_config(store.conn), "v0_3_0_words_by_count")
+            store.conn.rollback()
     assert (ROOT / "migrations" / "versions" / "v0_3_0_merge_log.py").is_file()

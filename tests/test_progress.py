@@ -78,8 +78,11 @@ def test_the_final_write_and_a_resume_are_visible():
     assert frame(b, 80)[-1] == ("resuming: loading 445,087 words and 4,000 merges from the store, checking its "
                                 "pair counts")[:79] + "…"
     feed(b, MERGING + [{"stage": "writing", "phase": "merging", "done": 31744, "total": 31744, "words": 1234,
+                        "final": False}])
+    assert frame(b, 80)[-1] == "writing checkpoint (1,234 words)"
+    feed(b, MERGING + [{"stage": "writing", "phase": "merging", "done": 31744, "total": 31744, "words": 0,
                         "final": True}])
-    assert frame(b, 80)[-1] == "writing final checkpoint (1,234 words)"
+    assert frame(b, 80)[-1] == "writing final checkpoint"
 
 
 def test_train_emits_writing_before_the_final_checkpoint_and_loading_on_resume(tmp_path):
@@ -89,7 +92,8 @@ def test_train_emits_writing_before_the_final_checkpoint_and_loading_on_resume(t
     events = json_lines(first.stderr)
     stages = [e["stage"] for e in events]
     i = len(stages) - 1 - stages[::-1].index("writing")
-    assert events[i]["final"] is True and events[i]["phase"] == "merging" and events[i]["words"] > 0
+    # the last write drops the merging's working state: merges and vocabulary only
+    assert events[i]["final"] is True and events[i]["phase"] == "merging" and events[i]["words"] == 0
     assert stages[i + 1] == "checkpoint" and events[i + 1]["words"] == events[i]["words"]
     count_write = [e for e in events if e["stage"] == "writing" and e["phase"] == "counting"]
     assert count_write and count_write[-1]["final"] is True and count_write[-1]["words"] > 100

@@ -247,8 +247,9 @@ def test_a_resume_reads_the_words_into_the_engine_without_a_tuple_per_word(train
         packed = _load_engine(store, params, "native")
         n = len(params.special_tokens)
         vocab = store.load_vocab()
+        replay = [(a, b, t) for _r, a, b, t, _c in store.load_merges()]  # a finished run keeps no tokens
         tuples = NativeMergeEngine(store.load_word_rows(), [b if k != "special" else None for _, b, k in vocab],
-                                   n, n + 256, packed.next_rank)
+                                   n, n + 256, packed.next_rank, replay=replay)
     assert packed.pair_digest() == tuples.pair_digest()
     assert [m.count for m in packed.step(40)] == [m.count for m in tuples.step(40)]
     assert packed.take_checkpoint_rows()[0] is not None

@@ -44,14 +44,17 @@ def stores(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def reference_top_words(db: Path) -> list[tuple]:
-    """``top_words`` computed in Python: count descending, ties by id."""
+    """``top_words`` computed in Python: count descending, ties by id; ``n_tokens`` NULL where
+    the store keeps no tokens (a finished run), else the tokens' count (NULL tokens: its bytes)."""
     con = sqlite3.connect(db)
     try:
         rows = con.execute("SELECT id, bytes, count, tokens FROM words").fetchall()
+        kept = con.execute("SELECT state_merges IS NOT NULL FROM run").fetchone()[0]
     finally:
         con.close()
     rows.sort(key=lambda r: (-r[2], r[0]))
-    return [(b.decode("utf-8", "surrogateescape"), c, len(b), len(b) if t is None else len(t) // 4, b.hex().upper())
+    return [(b.decode("utf-8", "surrogateescape"), c, len(b),
+             len(t) // 4 if t is not None else len(b) if kept else None, b.hex().upper())
             for _, b, c, t in rows]
 
 

@@ -57,6 +57,7 @@ import json
 import os
 import sqlite3
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -930,7 +931,7 @@ class Store:
         """
         ndb = self._native() if packed else None
         if ndb is not None:
-            return self._read_native_words(ndb, "SELECT id, bytes, count, tokens FROM words ORDER BY id")
+            return self._read_native_words_halves(ndb)
         gc_on = gc.isenabled()
         gc.disable()  # ~1M new tuples would trigger many useless collections (nothing is cyclic)
         try:
@@ -940,6 +941,41 @@ class Store:
         finally:
             if gc_on:
                 gc.enable()
+
+    def _read_native_words_halves(self, ndb: Any) -> WordRows:
+        """Every word row, read natively; from ``_PARALLEL_READ_MIN`` words on, the upper half of
+        the ids on a second connection and thread at the same time. Why: the read is SQLite's work
+        per row on one core while the other waits (a resume of a 12 GB OWT-like store: 7.0 M words,
+        ~1.1 s), and words have the ids 1, 2, ... so an id splits them evenly."""
+        sql = "SELECT id, bytes, count, tokens FROM words {} ORDER BY id"
+        top = self.sql("SELECT coalesce(max(id), 0) FROM words").scalar()
+        if top < _PARALLEL_READ_MIN:
+            return self._read_native_words(ndb, sql.format(""))
+        mid = top // 2
+        try:
+            other = store_db.native_db(self.path, busy_timeout_ms=BUSY_TIMEOUT_MS, synchronous="OFF", cache_kib=0,
+                                       journal_size_limit=WAL_SIZE_LIMIT)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        upper: list = []  # the other thread's rows, or the exception it raised
+
+        def read_upper() -> None:
+            try:
+                upper.append(self._read_native_words(other, sql.format(f"WHERE id > {mid}")))
+            except BaseException as exc:  # re-raised below, in the caller's thread
+                upper.append(exc)
+
+        reader = threading.Thread(target=read_upper, name="bpe_store-read-words")
+        try:
+            reader.start()
+            rows = self._read_native_words(ndb, sql.format(f"WHERE id <= {mid}"))
+        finally:
+            reader.join()
+            other.close()
+        if isinstance(upper[0], BaseException):
+            raise upper[0]
+        rows.extend(upper[0])
+        return rows
 
     def _read_native_words(self, ndb: Any, sql: str) -> WordRows:
         """``sql``'s rows ``(id, bytes, count, tokens)`` read by the native connection; a row of the
@@ -1104,6 +1140,8 @@ _COUNT_DELTAS = ("UPDATE words SET count = count + ? WHERE id = ?",
                  "UPDATE words SET count = count + r.p1 FROM bpe_store_rows AS r WHERE words.id = r.p2",
                  "UPDATE words SET count = count + bpe_store_lookup(id) WHERE bpe_store_lookup(id) IS NOT NULL")
 _WORDS_SCAN_SHARE = 8
+#: A store of at least this many words is read in two halves at once (``_read_native_words_halves``).
+_PARALLEL_READ_MIN = 1 << 20
 #: Words a resume's first counting flush reads from the store at a time (``Store._load_words``).
 _WORD_LOAD_BATCH = 1 << 20
 

@@ -930,7 +930,16 @@ void register_store_db(nb::module_ &m) {
           "returns sqlite3_libversion_number(). RuntimeError when that is not possible.");
     nb::class_<WordRows>(m, "WordRows", "A store's word rows in one buffer (StoreDb.read_word_rows).")
         .def("__len__", [](const WordRows &r) { return r.n; })
-        .def_prop_ro("nbytes", [](const WordRows &r) { return r.data.size(); }, "Bytes of the buffer.");
+        .def_prop_ro("nbytes", [](const WordRows &r) { return r.data.size(); }, "Bytes of the buffer.")
+        .def(
+            "extend",
+            [](WordRows &r, WordRows &more) {
+                r.data.insert(r.data.end(), more.data.begin(), more.data.end());
+                r.n += more.n;
+                std::vector<uint8_t>().swap(more.data);  // its rows are in r now
+                more.n = 0;
+            },
+            nb::arg("more"), "Append the rows of more (which is emptied): read in parts, loaded as one.");
     nb::class_<StoreDb>(m, "StoreDb", "A native connection to a store for its bulk writes (bpe_store.store_db).")
         .def(nb::init<const std::string &, int, const std::string &, i64, i64>(), nb::arg("path"),
              nb::arg("busy_timeout_ms"), nb::arg("synchronous"), nb::arg("cache_kib"), nb::arg("journal_size_limit"))

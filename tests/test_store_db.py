@@ -9,11 +9,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from test_merge_engine import listed
 
 from bpe_store import store as store_mod
 from bpe_store import store_db, train
 from bpe_store.errors import StoreError
-from bpe_store.merge import native_available
+from bpe_store.merge import native_available, new_engine
 from bpe_store.store import BulkWriter, Store
 
 pytestmark = pytest.mark.skipif(not native_available(), reason="the native core is not built here")
@@ -253,6 +254,34 @@ def test_a_resume_reads_the_words_into_the_engine_without_a_tuple_per_word(train
     assert packed.pair_digest() == tuples.pair_digest()
     assert [m.count for m in packed.step(40)] == [m.count for m in tuples.step(40)]
     assert packed.take_checkpoint_rows()[0] is not None
+
+
+def test_a_big_store_is_read_in_two_halves_into_the_same_engine(trained_store, tmp_path, monkeypatch):
+    """From ``_PARALLEL_READ_MIN`` words the native read takes the upper half of the ids on a second
+    connection and thread; the rows joined are the single read's, in order; a damaged row in the
+    upper half is refused as in one read."""
+    db = tmp_path / "run.db"
+    shutil.copy(trained_store, db)
+    replay_engines = []
+    for limit in (1 << 40, 2):
+        monkeypatch.setattr(store_mod, "_PARALLEL_READ_MIN", limit)
+        with Store.open(db) as store:
+            rows = store.load_word_rows(packed=True)
+            assert len(rows) == store.sql("SELECT count(*) FROM words").scalar()
+            vocab = [b if k != "special" else None for _, b, k in store.load_vocab()]
+            replay = [(a, b, t) for _r, a, b, t, _c in store.load_merges()]
+            replay_engines.append((rows.nbytes, new_engine(rows, vocab, 1, 257, len(replay), "native",
+                                                           replay=replay)))
+    (size0, e0), (size1, e1) = replay_engines
+    assert size0 == size1 and e0.pair_digest() == e1.pair_digest()
+    assert listed(e0.take_checkpoint_rows()) == listed(e1.take_checkpoint_rows())
+    assert e0.step(30) == e1.step(30)
+    con = sqlite3.connect(db)
+    con.execute("UPDATE words SET count = 2.5 WHERE id = (SELECT max(id) FROM words)")
+    con.commit()
+    con.close()
+    with Store.open(db) as store, pytest.raises(StoreError, match="words are damaged"):
+        store.load_word_rows(packed=True)
 
 
 DAMAGED = {

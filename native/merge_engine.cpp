@@ -706,7 +706,7 @@ class MergeEngine {
         }
         {
             nb::gil_scoped_release unlocked;
-            replay_words(log);
+            replay_words(log, n_specials);
             build_pairs(n_specials);
         }
         // The store's pair counts are those of the words before the replay: none is known to be
@@ -726,8 +726,17 @@ class MergeEngine {
     // each pair keeps its ranks in a chain. Why here, not apply() per merge: no pair counts, lists
     // or heap are kept up to date through the replay, and words are independent, so two threads
     // take half the arena each (they write only their own words).
-    void replay_words(const std::vector<u32> &log) {
+    void replay_words(const std::vector<u32> &log, u32 base) {
         const u32 n = u32(log.size() / 3);
+        // Why a dense table for pairs of two bytes (ids base .. base + 255): words still their
+        // bytes (a store whose merging wrote no checkpoint yet) look up every pair once, and those
+        // are the most lookups of a replay; as in build_pairs, 256 KiB that stay in cache.
+        constexpr u32 kSide = 256;
+        std::vector<u32> dense(kSide * kSide, kNone);
+        for (u32 i = n; i-- > 0;) {
+            const u32 da = log[3 * i] - base, db = log[3 * i + 1] - base;  // wraps for ids below base
+            if (da < kSide && db < kSide) dense[da * kSide + db] = i;  // the first rank wins
+        }
         size_t cap = 16;
         while (cap < size_t(n) + size_t(n) / 3 + 1) cap <<= 1;
         // pair -> its first rank in the log, open addressing; one 16-byte entry per slot so a
@@ -768,7 +777,10 @@ class MergeEngine {
                 u32 len = ar_[o + kLen], done = kNone;
                 if (len < 2) continue;
                 rk.resize(len);
-                for (u32 i = 0; i + 1 < len; ++i) rk[i] = rank_of(p[i], p[i + 1], kNone);
+                for (u32 i = 0; i + 1 < len; ++i) {
+                    const u32 da = p[i] - base, db = p[i + 1] - base;
+                    rk[i] = da < kSide && db < kSide ? dense[da * kSide + db] : rank_of(p[i], p[i + 1], kNone);
+                }
                 while (len >= 2) {
                     u32 best = kNone;
                     for (u32 i = 0; i + 1 < len; ++i) best = rk[i] < best ? rk[i] : best;

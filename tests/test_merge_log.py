@@ -92,6 +92,27 @@ def test_the_native_replay_on_two_threads_equals_merging():
     assert replayed.pair_counts() == whole.pair_counts()
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("n_specials", [0, 3])
+def test_replay_with_other_numbers_of_special_tokens(kind, n_specials):
+    """Byte ids start after the special tokens (the native replay looks pairs of two bytes up in
+    a table of its own)."""
+    words = {f" w{i % 97}x{i % 13}".encode(): 1 + i % 7 for i in range(400)}
+    rows = [(i + 1, w, c, None) for i, (w, c) in enumerate(words.items())]
+    vocab = [None] * n_specials + [bytes([b]) for b in range(256)]
+    first = n_specials + 256
+    whole = new_engine(rows, vocab, n_specials, first, 0, kind)
+    merges = whole.step(60)
+    at_k = new_engine(rows, vocab, n_specials, first, 0, kind)
+    at_k.step(30)
+    tb = dict(whole.token_bytes)
+    grown = vocab + [tb[first + r] for r in range(30)]
+    replayed = new_engine(rows, grown, n_specials, first, 30, kind,
+                          replay=[(m.left, m.right, m.token) for m in merges[:30]])
+    assert replayed.pair_counts() == at_k.pair_counts()
+    assert replayed.step(30) == merges[30:]
+
+
 def test_a_pair_merged_again_under_a_later_rank_is_replayed_at_that_rank():
     # a b c: merge (b, c) -> 9 then (a, 9) -> 10 spells "abc"; if (a, b) -> 11 and then (11, c)
     # spelled "abc" again it would reuse 10. Here: ranks 0 (a, b) -> 5, 1 (5, c) -> 6,

@@ -950,6 +950,7 @@ def _checkpoint(job: _Job, merger: Engine, merges: list) -> str | None:
         # Why no word or pair rows: a finished run keeps its result (merges, vocab) and its inputs
         # (words, counts), not the merging's working state, whose writing was 5 s of a 12 GB
         # run's ~80 s (7.0 M words' tokens, 3.8 M pair counts) and ~0.2 s of enwiki-100M's 1.6 s.
+        merger.finish()  # free what only merging needs before SQLite's cache and the result's rows
         clear_pairs, (word_rows, deletes, inserts, updates) = False, ((), (), (), ())
     else:
         clear_pairs = merger.rewrite_pairs  # read before the take, which resets it

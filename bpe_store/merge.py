@@ -219,6 +219,8 @@ class Engine(Protocol):
     def finish(self) -> None: ...
     def take_changes(self) -> tuple[dict[int, list[int]], dict[Pair, int]]: ...
     def take_checkpoint_rows(self) -> CheckpointRows: ...
+    def top_word_rows(self, k: int) -> Sequence[tuple[bytes, int]]: ...
+    def forget_stored_pairs(self) -> None: ...
     def pair_counts(self) -> dict[Pair, int]: ...
     def pair_digest(self) -> PairDigest: ...
 
@@ -280,11 +282,9 @@ class MergeEngine:
         engine = cls(words, [r[2] for r in kept], tb, first_merge_id, next_rank, max_token_length)
         engine.word_ids = [r[0] for r in kept]
         engine.bad_word = bad
-        if replay:  # the store's pair counts are the words' before the replay: replace them all
+        if replay:
             engine._changed_words = changed
-            engine._stored = {}
-            engine._changed_pairs = set(engine.pairs)
-            engine.rewrite_pairs = True
+            engine.forget_stored_pairs()  # the store's are those of the words before the replay
         return engine
 
     def __init__(self, words: list[list[int]], counts: list[int], token_bytes: dict[int, bytes],
@@ -421,6 +421,13 @@ class MergeEngine:
         self.where, self.heap = {}, []
         self.exhausted = True
 
+    def forget_stored_pairs(self) -> None:
+        """The store holds no pair counts of these words (a replay, a finished run's store): the
+        next checkpoint empties its table and writes every live pair (``rewrite_pairs``)."""
+        self._stored = {}
+        self._changed_pairs = set(self.pairs)
+        self.rewrite_pairs = True
+
     def take_changes(self) -> tuple[dict[int, list[int]], dict[Pair, int]]:
         """What changed since the last call: ``({word index: tokens}, {pair: count, 0 if gone})``."""
         words = {w: self.words[w] for w in self._changed_words}
@@ -456,6 +463,13 @@ class MergeEngine:
         self._changed_words = set()
         self._changed_pairs = set()
         return word_rows, deletes, inserts, updates
+
+    def top_word_rows(self, k: int) -> list[tuple[bytes, int]]:
+        """``[(packed tokens, word id)]`` of the ``k`` most frequent words (ties: the first, i.e.
+        lower id), in id order."""
+        ids = self.word_ids
+        top = sorted(range(len(self.words)), key=lambda w: (-self.counts[w], w))[:k]
+        return [(array.array("I", self.words[w]).tobytes(), ids[w]) for w in sorted(top)]
 
     def pair_counts(self) -> dict[Pair, int]:
         return dict(self.pairs)
@@ -535,6 +549,12 @@ class NativeMergeEngine:
         finally:
             if gc_on:
                 gc.enable()
+
+    def top_word_rows(self, k: int) -> Sequence[tuple[bytes, int]]:
+        return self._e.top_word_rows(k)
+
+    def forget_stored_pairs(self) -> None:
+        self._e.forget_stored_pairs()
 
     def pair_counts(self) -> dict[Pair, int]:
         return self._e.pair_counts()

@@ -921,33 +921,36 @@ class Store:
             rows = words if hasattr(words, "pack") else words.rows()
         return rows
 
-    def load_word_rows(self, packed: bool = False) -> list[tuple[int, bytes, int, bytes | None]] | WordRows:
-        """All words in id order as plain tuples ``(id, bytes, count, token blob or None)``.
+    def load_word_rows(self, packed: bool = False,
+                       tokens: bool = True) -> list[tuple[int, bytes, int, bytes | None]] | WordRows:
+        """All words in id order as plain tuples ``(id, bytes, count, token blob or None)``
+        (``tokens`` False: None for every word, as they are at rank 0).
 
         Plain driver tuples: the merge engines read them directly (no row objects for ~1M words).
         ``packed``: for the native merge engine, the same rows read by the native connection into
         one ``_core.WordRows`` buffer when there is one (no Python object per word: a resume of
         enwiki-100M -> 32K read 445 K tuples of 4 objects each, a 12 GB corpus's 7 M).
         """
+        column = "tokens" if tokens else "NULL"
         ndb = self._native() if packed else None
         if ndb is not None:
-            return self._read_native_words_halves(ndb)
+            return self._read_native_words_halves(ndb, column)
         gc_on = gc.isenabled()
         gc.disable()  # ~1M new tuples would trigger many useless collections (nothing is cyclic)
         try:
-            return self.db.execute("SELECT id, bytes, count, tokens FROM words ORDER BY id").fetchall()
+            return self.db.execute(f"SELECT id, bytes, count, {column} FROM words ORDER BY id").fetchall()
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
         finally:
             if gc_on:
                 gc.enable()
 
-    def _read_native_words_halves(self, ndb: Any) -> WordRows:
+    def _read_native_words_halves(self, ndb: Any, column: str = "tokens") -> WordRows:
         """Every word row, read natively; from ``_PARALLEL_READ_MIN`` words on, the upper half of
         the ids on a second connection and thread at the same time. Why: the read is SQLite's work
         per row on one core while the other waits (a resume of a 12 GB OWT-like store: 7.0 M words,
         ~1.1 s), and words have the ids 1, 2, ... so an id splits them evenly."""
-        sql = "SELECT id, bytes, count, tokens FROM words {} ORDER BY id"
+        sql = f"SELECT id, bytes, count, {column} FROM words {{}} ORDER BY id"
         top = self.sql("SELECT coalesce(max(id), 0) FROM words").scalar()
         if top < _PARALLEL_READ_MIN:
             return self._read_native_words(ndb, sql.format(""))
@@ -1058,8 +1061,9 @@ class Store:
         ``run.state_merges`` stays, and a resume replays the merges after it on the words.
         Otherwise ``state_merges`` becomes ``merges_done``; ``clear_pairs`` (the engine's
         ``rewrite_pairs``) empties ``pair_counts`` first, its rows then being every live pair.
-        ``drop_state`` (with ``log_only``; the last write of a finished run): the merging's working
-        state is not kept: ``pair_counts`` emptied, ``words.tokens`` NULL, ``state_merges`` NULL.
+        ``drop_state`` (the last write of a finished run): the merging's working state is not
+        kept: ``pair_counts`` emptied, ``words.tokens`` NULL but those of ``word_rows`` (the most
+        frequent words', ``train.KEEP_WORD_TOKENS``), ``state_merges`` NULL.
 
         Rows come in the order of each statement's parameters (``bpe_store.merge.CheckpointRows``):
         ``word_rows`` ``(packed tokens, word id)``; ``pair_deletes`` ``(left, right)``;
@@ -1078,8 +1082,8 @@ class Store:
             w.execute(f"PRAGMA cache_size = -{CHECKPOINT_CACHE_KIB}")
             if log_only and (len(word_rows) or len(pair_deletes) or len(pair_inserts) or len(pair_updates)):
                 raise ValueError("a merge log checkpoint holds no word or pair rows")
-            if drop_state and not log_only:
-                raise ValueError("drop_state comes with log_only")
+            if drop_state and (log_only or len(pair_deletes) or len(pair_inserts) or len(pair_updates)):
+                raise ValueError("a finished run's last write holds no pair rows")
             if clear_pairs or drop_state:
                 w.execute("DELETE FROM pair_counts")
             # Why look first: when no checkpoint wrote tokens (state 0: a run whose merging was

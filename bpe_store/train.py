@@ -100,6 +100,11 @@ COUNT_FLUSH_MIN_BYTES = 256 << 20
 #: (``_load_engine``), which costs less than merging them again: words are independent, the
 #: replay keeps no pair counts up to date, and two threads share it.
 MERGE_LOG_SECONDS = 1.0
+#: A finished run keeps the tokens of this many of its most frequent words (``top_words`` shows
+#: them; the others' are NULL): the words people look at, where writing every word's (7.0 M at
+#: 12 GB) took 2.2 s. A word's tokens are its split under the merges (``merge.word_splitter``).
+#: A run continued to a larger vocabulary reads the words as bytes and replays every merge.
+KEEP_WORD_TOKENS = 100_000
 #: Merges per engine call inside a batch (see ``_merge_batch``).
 _SUB_STEP = 64
 
@@ -539,17 +544,17 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
     result_check(store, n_special, vocab, merges)
     token_bytes = [b if kind != "special" else None for _, b, kind in vocab]
     # the merges logged after the last full checkpoint: the words' tokens and pair counts are older
+    # None: a finished run's store, whose words are read as their bytes (see KEEP_WORD_TOKENS)
     state = store.state_merges()
-    if state is None:  # a finished run's: the words are their bytes again (tokens NULL), no pairs
-        if store.sql("SELECT EXISTS (SELECT 1 FROM pair_counts)").scalar():
-            raise StoreError(f"{store.path}: the store is inconsistent (pair counts in a finished run's store); "
-                             "start over with --restart")
-        state = 0
-    if not 0 <= state <= len(merges):
+    if state is None and store.sql("SELECT EXISTS (SELECT 1 FROM pair_counts)").scalar():
+        raise StoreError(f"{store.path}: the store is inconsistent (pair counts in a finished run's store); "
+                         "start over with --restart")
+    if state is not None and not 0 <= state <= len(merges):
         raise StoreError(f"{store.path}: the store is inconsistent (its words reflect {state} merges of "
                          f"{len(merges)}); start over with --restart")
-    replay = [(left, right, token) for _rank, left, right, token, _count in merges[state:]]
-    rows = store.load_word_rows(packed=uses_native(engine))  # packed: no Python tuple per word
+    replay = [(left, right, token) for _rank, left, right, token, _count in merges[state or 0:]]
+    # packed: no Python tuple per word
+    rows = store.load_word_rows(packed=uses_native(engine), tokens=state is not None)
     try:
         merger = new_engine(rows, token_bytes, n_special, first, len(merges), engine,
                             min_frequency=params.min_frequency, max_token_length=params.max_token_length,
@@ -561,10 +566,12 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
         raise StoreError(f"{store.path}: the store is inconsistent (word {word} does not "
                          "spell its bytes); start over with --restart")
     del rows
+    if state is None:  # a finished run kept no pair counts (even with no merge to replay)
+        merger.forget_stored_pairs()
     # Why a digest: SQLite fingerprints pair_counts in one scan, instead of ~1M rows into Python.
     # After a replay the store's pair counts are the words' before it, which the engine no longer
     # holds: they are not checked, and the next checkpoint replaces them all (rewrite_pairs).
-    if not replay and merger.pair_digest() != store.pair_counts_digest():
+    if not merger.rewrite_pairs and merger.pair_digest() != store.pair_counts_digest():
         raise StoreError(f"{store.path}: the store is inconsistent (pair counts do not match the words); "
                          "start over with --restart")
     return merger
@@ -947,11 +954,12 @@ def _checkpoint(job: _Job, merger: Engine, merges: list) -> str | None:
     final = reason is not None
     merge_rows, vocab_rows = _merge_rows(merger, merges)
     if final:
-        # Why no word or pair rows: a finished run keeps its result (merges, vocab) and its inputs
-        # (words, counts), not the merging's working state, whose writing was 5 s of a 12 GB
-        # run's ~80 s (7.0 M words' tokens, 3.8 M pair counts) and ~0.2 s of enwiki-100M's 1.6 s.
+        # Why no pair rows and few word rows: a finished run keeps its result (merges, vocab)
+        # and its inputs (words, counts), not the merging's working state, whose writing was 5 s
+        # of a 12 GB run's ~80 s (7.0 M words' tokens, 3.8 M pair counts); see KEEP_WORD_TOKENS.
         merger.finish()  # free what only merging needs before SQLite's cache and the result's rows
-        clear_pairs, (word_rows, deletes, inserts, updates) = False, ((), (), (), ())
+        clear_pairs, deletes, inserts, updates = False, (), (), ()
+        word_rows = merger.top_word_rows(KEEP_WORD_TOKENS)
     else:
         clear_pairs = merger.rewrite_pairs  # read before the take, which resets it
         word_rows, deletes, inserts, updates = merger.take_checkpoint_rows()
@@ -960,7 +968,7 @@ def _checkpoint(job: _Job, merger: Engine, merges: list) -> str | None:
     write_s = job.store.write_merge_rows(
         merge_rows, vocab_rows, word_rows, deletes, inserts, updates,
         merges_done=merger.next_rank, elapsed_s=job.elapsed(), done_reason=reason, clear_pairs=clear_pairs,
-        log_only=final, drop_state=final,
+        drop_state=final,
     )
     job.emit(stage="checkpoint", phase="merging", done=merger.next_rank, total=target,
              words=len(word_rows), pairs=len(deletes) + len(inserts) + len(updates), write_s=write_s,

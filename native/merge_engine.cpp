@@ -709,8 +709,12 @@ class MergeEngine {
             replay_words(log, n_specials);
             build_pairs(n_specials);
         }
-        // The store's pair counts are those of the words before the replay: none is known to be
-        // there, so the next checkpoint replaces them all (rewrite_pairs) with every live pair.
+        forget_stored_pairs();  // the store's are those of the words before the replay
+    }
+
+    // The store holds no pair counts of these words (a replay, or a finished run's store): the
+    // next checkpoint empties its table and writes every live pair (rewrite_pairs).
+    void forget_stored_pairs() {
         for (u32 s = 0; s < slots_.size(); ++s) {
             slots_[s].stored = 0;
             if (slots_[s].count > 0) mark_changed_pair(s);
@@ -873,6 +877,11 @@ class MergeEngine {
         return result;
     }
 
+    void forget_stored_pairs_now() {
+        Busy busy(this);
+        forget_stored_pairs();
+    }
+
     void compact_lists_now() {
         Busy busy(this);
         compact_lists();
@@ -904,20 +913,8 @@ class MergeEngine {
         Busy busy(this);
         std::vector<u32> words = take_changed_words();
         rewrite_pairs_ = false;
-        RowStream word_rows(RowStream::kWords), deletes(RowStream::kDeletes), inserts(RowStream::kInserts),
+        RowStream word_rows = word_rows_of(words), deletes(RowStream::kDeletes), inserts(RowStream::kInserts),
             updates(RowStream::kUpdates);
-        size_t ntok = 0;
-        for (u32 o : words) ntok += ar_[o + kLen];
-        word_rows.toks.reserve(ntok);
-        word_rows.a.reserve(words.size() + 1);
-        word_rows.c.reserve(words.size());
-        word_rows.a.push_back(0);
-        for (u32 o : words) {
-            const u32 *t = &ar_[o + kHdr];
-            word_rows.toks.insert(word_rows.toks.end(), t, t + ar_[o + kLen]);
-            word_rows.a.push_back(word_rows.toks.size());  // end offset
-            word_rows.c.push_back(ar_[o + kId]);
-        }
         for (u32 s : take_changed_pairs(/*skip_unchanged=*/true)) {
             i64 cur = slots_[s].count, old = slots_[s].stored;
             RowStream &to = old == 0 ? inserts : cur == 0 ? deletes : updates;
@@ -927,6 +924,55 @@ class MergeEngine {
             slots_[s].stored = cur;
         }
         return nb::make_tuple(std::move(word_rows), std::move(deletes), std::move(inserts), std::move(updates));
+    }
+
+    // The word rows [(token blob, word id)] of the words at arena offsets `words` (in order).
+    RowStream word_rows_of(const std::vector<u32> &words) const {
+        RowStream rows(RowStream::kWords);
+        size_t ntok = 0;
+        for (u32 o : words) ntok += ar_[o + kLen];
+        rows.toks.reserve(ntok);
+        rows.a.reserve(words.size() + 1);
+        rows.c.reserve(words.size());
+        rows.a.push_back(0);
+        for (u32 o : words) {
+            const u32 *t = &ar_[o + kHdr];
+            rows.toks.insert(rows.toks.end(), t, t + ar_[o + kLen]);
+            rows.a.push_back(rows.toks.size());  // end offset
+            rows.c.push_back(ar_[o + kId]);
+        }
+        return rows;
+    }
+
+    // The word rows [(token blob, word id)] of the k most frequent words (ties: the lower id),
+    // in id order: what a finished run keeps of its words' tokens. Why a heap of k: one pass
+    // over the words' headers, no sort of 7 M words.
+    RowStream top_word_rows(size_t k) {
+        Busy busy(this);
+        using Entry = std::pair<i64, u32>;  // (count, arena offset)
+        // x ranks before y: more frequent, or as frequent and first (offsets grow with the id)
+        auto more = [](const Entry &x, const Entry &y) {
+            return x.first > y.first || (x.first == y.first && x.second < y.second);
+        };
+        std::vector<Entry> heap;  // a min-heap under `more`: its top is the least of the k kept
+        std::vector<u32> offsets;
+        if (k == 0) return word_rows_of(offsets);
+        heap.reserve(std::min(k, n_words_));
+        for (size_t o = 0; o < ar_.size(); o = next_word(o)) {
+            const Entry e{count_at(o), u32(o)};
+            if (heap.size() < k) {
+                heap.push_back(e);
+                std::push_heap(heap.begin(), heap.end(), more);
+            } else if (more(e, heap.front())) {
+                std::pop_heap(heap.begin(), heap.end(), more);
+                heap.back() = e;
+                std::push_heap(heap.begin(), heap.end(), more);
+            }
+        }
+        offsets.reserve(heap.size());
+        for (const Entry &e : heap) offsets.push_back(e.second);
+        std::sort(offsets.begin(), offsets.end());  // arena order = id order
+        return word_rows_of(offsets);
     }
 
     // ({word index: [token ids]}, {(left, right): count, 0 when gone}), as the Python engine gives.
@@ -1613,6 +1659,10 @@ void register_merge_engine(nb::module_ &m) {
         .def("take_checkpoint_rows", &MergeEngine::take_checkpoint_rows,
              "Changes since the last take as executemany rows: (words [(blob, id)], pair deletes "
              "[(l, r)], pair inserts [(l, r, count)], pair updates [(count, l, r)]).")
+        .def("forget_stored_pairs", &MergeEngine::forget_stored_pairs_now,
+             "The store holds no pair counts of these words: the next checkpoint rewrites them all.")
+        .def("top_word_rows", &MergeEngine::top_word_rows, nb::arg("k"),
+             "Word rows [(blob, id)] of the k most frequent words (ties: lower id first), in id order.")
         .def("compact_lists", &MergeEngine::compact_lists_now,
              "Pack the pair -> words lists (done on its own when the pool is mostly free blocks).")
         .def("finish", &MergeEngine::finish,

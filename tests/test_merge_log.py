@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from test_merge_engine import KINDS, SPECIALS, byte_vocab, listed, needs_native, rows_of, words_st
 
 from bpe_store import migrate, train
-from bpe_store.merge import new_engine, replay_word
-from bpe_store.store import Store
+from bpe_store.merge import new_engine, replay_word, word_splitter
+from bpe_store.store import Store, unpack_tokens
 
 train_module = importlib.import_module("bpe_store.train")  # the package's ``train`` is the function
 
@@ -113,6 +113,20 @@ def test_replay_with_other_numbers_of_special_tokens(kind, n_specials):
     assert replayed.step(30) == merges[30:]
 
 
+@needs_native
+def test_both_engines_keep_the_same_most_frequent_words():
+    words = {f" w{i}".encode(): 1 + i % 5 for i in range(300)}  # many ties: the first seen wins
+    got = {}
+    for kind in ("python", "native"):
+        e = new_engine(rows_of(words), byte_vocab(), SPECIALS, SPECIALS + 256, 0, kind)
+        e.step(20)
+        got[kind] = listed([e.top_word_rows(k) for k in (0, 7, 1000)])
+    assert got["python"] == got["native"]
+    none, seven, every = got["python"]
+    assert none == [] and len(every) == 300
+    assert [wid for _, wid in seven] == [5, 10, 15, 20, 25, 30, 35]  # count 5: ids 5, 10, ... in id order
+
+
 def test_a_pair_merged_again_under_a_later_rank_is_replayed_at_that_rank():
     # a b c: merge (b, c) -> 9 then (a, 9) -> 10 spells "abc"; if (a, b) -> 11 and then (11, c)
     # spelled "abc" again it would reuse 10. Here: ranks 0 (a, b) -> 5, 1 (5, c) -> 6,
@@ -196,22 +210,29 @@ def test_a_kill_between_full_checkpoints_loses_only_the_unlogged_merges(tmp_path
 
 def test_a_merge_log_commits_merges_without_word_or_pair_rows(tmp_path):
     """Each log is one transaction of merges and vocabulary; ``state_merges`` moves only with a
-    full checkpoint, which is the last write of a finished run."""
+    full checkpoint. The last write of a run drops the working state but the tokens of its most
+    frequent words (``KEEP_WORD_TOKENS``)."""
     corpus = tmp_path / "c.txt"
     corpus.write_text(fixture_text(EN, 300_000), encoding="utf-8")
     seen: list[dict] = []
-    train_module.MERGE_LOG_SECONDS, saved = 0.0, train_module.MERGE_LOG_SECONDS
+    saved = train_module.MERGE_LOG_SECONDS, train_module.KEEP_WORD_TOKENS
+    train_module.MERGE_LOG_SECONDS, train_module.KEEP_WORD_TOKENS = 0.0, 50
     try:
         train([corpus], tmp_path / "s.db", 600, ["<|endoftext|>"], progress=seen.append)
     finally:
-        train_module.MERGE_LOG_SECONDS = saved
+        train_module.MERGE_LOG_SECONDS, train_module.KEEP_WORD_TOKENS = saved
     logs = [e["done"] for e in seen if e["stage"] == "merge_log"]
     assert logs and logs == sorted(logs) and logs[-1] < 600 - 257
     with Store.open(tmp_path / "s.db", readonly=True) as store:
         assert store.state_merges() is None  # done: the working state is dropped
         assert store.load_pair_counts() == {}
-        assert store.sql("SELECT count(*) FROM words WHERE tokens IS NOT NULL").scalar() == 0
+        # but the tokens of the 50 most frequent words (ties: the first seen), their split under the merges
+        kept = store.sql("SELECT bytes, tokens FROM words WHERE tokens IS NOT NULL ORDER BY id").fetchall()
+        top = store.sql("SELECT bytes FROM words ORDER BY count DESC, id LIMIT 50").fetchall()
+        split = word_splitter([(a, b, t) for _r, a, b, t, _c in store.load_merges()], 1)
         rows = store.sql("SELECT merges_done FROM checkpoints WHERE phase = 'merging' ORDER BY id").fetchall()
+    assert sorted(w for w, _ in kept) == sorted(w for (w,) in top)
+    assert all(unpack_tokens(t) == split(w) for w, t in kept)
     assert [r[0] for r in rows][1:] == logs  # the first: merging began (0 merges)
 
 

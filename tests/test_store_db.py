@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from conftest import stopped_run
 from test_merge_engine import listed
 
 from bpe_store import store as store_mod
@@ -293,14 +294,23 @@ DAMAGED = {
 }
 
 
+@pytest.fixture(scope="module")
+def stopped_store(tmp_path_factory, corpus) -> Path:
+    """A run stopped at a checkpoint: a resume reads its words' tokens (a finished run's are
+    read as bytes: see train.KEEP_WORD_TOKENS)."""
+    db = tmp_path_factory.mktemp("stopped") / "run.db"
+    stopped_run(corpus, db, 320, SPECIAL, at=20, checkpoint_merges=10)
+    return db
+
+
 @pytest.mark.parametrize("kind", list(DAMAGED))
-def test_damaged_words_are_refused_the_same_on_both_paths(trained_store, tmp_path, corpus, monkeypatch, kind):
+def test_damaged_words_are_refused_the_same_on_both_paths(stopped_store, tmp_path, corpus, monkeypatch, kind):
     statement, expected = DAMAGED[kind]
     errors = []
     for native in (True, False):
         monkeypatch.setenv(store_db.ENV, "1" if native else "0")
         db = tmp_path / f"native-{native}.db"
-        shutil.copy(trained_store, db)
+        shutil.copy(stopped_store, db)
         con = sqlite3.connect(db)
         con.execute(statement)
         con.commit()

@@ -9,12 +9,13 @@ small transaction, and writes the words' tokens and ``pair_counts`` only at its 
 (every ``checkpoint_seconds`` while it runs): a kill loses about a second of merging, and a resume
 applies the logged merges to the words before it goes on. A finished run keeps its result
 (``merges``, ``vocab``) and its inputs (``words`` with their counts), not the merging's working
-state: ``pair_counts`` is emptied and ``words.tokens`` set NULL (a word's tokens are its encoding
-with the merges). ``run.state_merges`` says which merges ``words.tokens`` and ``pair_counts``
-reflect (the first ``state_merges``), or NULL once they are not kept. Stores from before this
+state: ``pair_counts`` is emptied and ``words.tokens`` kept only for the most frequent words (a
+word's tokens are its split under the merges). ``run.state_merges`` says which merges
+``words.tokens`` and ``pair_counts`` reflect (the first ``state_merges``), or NULL once they are
+not kept. Stores from before this
 revision rewrote everything at every checkpoint, the last one included: theirs is every merge.
 
-``top_words.n_tokens`` is NULL where the tokens are not kept, no longer the word's byte count.
+``top_words.n_tokens`` is NULL where a finished run kept no tokens, no longer the word's byte count.
 """
 
 import sqlalchemy as sa

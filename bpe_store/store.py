@@ -1016,7 +1016,8 @@ class Store:
     def state_merges(self) -> int | None:
         """How many merges ``words.tokens`` and ``pair_counts`` reflect: the first ones of
         ``merges``, which may hold more (logged after the last full checkpoint); None once they
-        are not kept (a finished run: ``pair_counts`` empty, every ``words.tokens`` NULL)."""
+        are not kept (a finished run: ``pair_counts`` empty, tokens only for the most frequent
+        words, see ``write_merge_rows``)."""
         return self.sql("SELECT state_merges FROM run WHERE id = 1").scalar()
 
     def load_vocab(self) -> list[tuple[int, bytes, str]]:

@@ -9,7 +9,9 @@
           transaction that adds the counts and marks its chunks counted, so no chunk is counted twice
 4. pairs  (``_pairs``) — count adjacent pairs once; the run moves to the merging phase
 5. merge  (``_merge``) — batches of merges; each batch is ONE transaction (merges, vocab, changed
-          words, changed pair counts, progress): the checkpoint
+          words, changed pair counts, progress): the checkpoint; between them, about every second,
+          a smaller one logs the merges alone (``_log_merges``); the last one keeps the result and
+          drops the merging's working state (``_checkpoint``)
 6. done   (``read_result``) — the vocabulary size is reached, or no pair is left
 
 Steps 3-6 run inside a session (``_session``), logged in the store's history. Running the same
@@ -94,11 +96,11 @@ DEFAULT_COUNT_FLUSH_SECONDS = 10.0
 #: flush, and at least ``COUNT_FLUSH_MIN_BYTES`` (see ``_CountWriter.due``): what a kill loses.
 COUNT_FLUSH_LOSS = 0.05
 COUNT_FLUSH_MIN_BYTES = 256 << 20
-#: Merging logs its new merges (merges, vocabulary, progress: no word or pair rows, so a few ms
-#: at any scale) after this many seconds since the last write, between full checkpoints: what a
+#: Merging logs its new merges (merges, vocabulary, progress: no word or pair rows, ~15 ms on a
+#: 12 GB store) after this many seconds since the last write, between full checkpoints: what a
 #: kill during merging loses. A resume applies the logged merges to the words it reads
-#: (``_load_engine``), which costs less than merging them again: words are independent, the
-#: replay keeps no pair counts up to date, and two threads share it.
+#: (``_load_engine``; words are independent, so two threads share it, and no pair count is kept
+#: up to date through it): 13,632 merges on 7.0 M words 1.4 s, where merging them took ~4 s.
 MERGE_LOG_SECONDS = 1.0
 #: A finished run keeps the tokens of this many of its most frequent words (``top_words`` shows
 #: them; the others' are NULL): the words people look at, where writing every word's (7.0 M at

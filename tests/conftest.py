@@ -50,6 +50,22 @@ def kill_when_paused(cmd: list[str], point: str, env: dict[str, str] | None = No
         proc.stderr.close()
 
 
+def store_contents(db: Path) -> tuple:
+    """Everything a run's result is, word ids aside (they follow the order units were counted in):
+    words with their counts and tokens, pair counts, merges, vocabulary, and which merges the
+    words' tokens and pair counts reflect (``run.state_merges``)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return tuple(con.execute(q).fetchall() for q in (
+            "SELECT bytes, count, tokens FROM words ORDER BY bytes",
+            'SELECT "left", "right", count FROM pair_counts ORDER BY 1, 2',
+            "SELECT * FROM merges ORDER BY rank",
+            "SELECT * FROM vocab ORDER BY id",
+            "SELECT state_merges FROM run"))
+    finally:
+        con.close()
+
+
 def stopped_run(corpus: Path, db: Path, vocab_size: int, special_tokens: list[str], at: int, **kwargs) -> None:
     """Train into ``db`` and stop (as Ctrl-C does) once ``at`` merges are done: its checkpoint
     keeps the words' tokens and pair counts, which a finished run drops."""

@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 
 import pytest
-from conftest import EN, ROOT, RU, fixture_text, kill_when_paused
+from conftest import EN, ROOT, RU, fixture_text, kill_when_paused, store_contents
 
 import bpe_store.store as store_mod
 from bpe_store import store_db, train
@@ -209,20 +209,6 @@ def test_a_kill_inside_a_flush_resumes_to_the_uninterrupted_result(tmp_path, flu
             sorted((w, c) for _, w, c, _ in b.load_word_rows())
 
 
-def _store_contents(db) -> tuple:
-    """Everything a run's result is, word ids aside (they follow the order units were counted in):
-    words with their counts and tokens, pair counts, merges, vocabulary."""
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return tuple(con.execute(q).fetchall() for q in (
-            "SELECT bytes, count, tokens FROM words ORDER BY bytes",
-            'SELECT "left", "right", count FROM pair_counts ORDER BY 1, 2',
-            "SELECT * FROM merges ORDER BY rank",
-            "SELECT * FROM vocab ORDER BY id"))
-    finally:
-        con.close()
-
-
 def _unit_word(cid: int) -> bytes:
     return (" " + "".join("abcdefghij"[int(d)] for d in str(cid))).encode()  # one letter run per unit
 
@@ -274,7 +260,7 @@ def test_store_contents_are_the_same_for_any_threads_chunk_size_and_flush_interv
     for i, (workers, chunk_size, flush_s) in enumerate(runs):
         train([corpus], tmp_path / f"r{i}.db", 500, ["<|endoftext|>"], workers=workers, chunk_size=chunk_size,
               count_flush_seconds=flush_s)
-        contents.append(_store_contents(tmp_path / f"r{i}.db"))
+        contents.append(store_contents(tmp_path / f"r{i}.db"))
     assert contents[0][0] and contents[0][2]
     assert all(c == contents[0] for c in contents[1:])
 
@@ -329,7 +315,7 @@ def test_merging_starts_while_the_last_flush_is_written_and_a_kill_then_loses_on
     finally:
         con.close()
     train([corpus], db, 600, ["<|endoftext|>"], workers=2, chunk_size=20_000)
-    assert _store_contents(db) == _store_contents(tmp_path / "whole.db")
+    assert store_contents(db) == store_contents(tmp_path / "whole.db")
 
 
 def test_a_stop_while_the_last_flush_is_written_checkpoints_it_then_the_merges(tmp_path):
@@ -359,7 +345,7 @@ def test_a_stop_while_the_last_flush_is_written_checkpoints_it_then_the_merges(t
         con.close()
     assert phase == "merging" and 0 < merges < 500 - 257 and words > 1000
     train([corpus], db, 500, ["<|endoftext|>"], workers=2, chunk_size=50_000)
-    assert _store_contents(db) == _store_contents(tmp_path / "whole.db")
+    assert store_contents(db) == store_contents(tmp_path / "whole.db")
 
 
 def test_a_last_flush_that_fails_on_its_thread_fails_the_run_and_writes_nothing_of_merging(tmp_path, monkeypatch):
@@ -388,7 +374,7 @@ def test_a_last_flush_that_fails_on_its_thread_fails_the_run_and_writes_nothing_
     finally:
         con.close()
     train([corpus], db, 400, ["<|endoftext|>"])
-    assert _store_contents(db) == _store_contents(tmp_path / "whole.db")
+    assert store_contents(db) == store_contents(tmp_path / "whole.db")
 
 # -- when counting flushes: what a kill loses ----------------------------------------------------
 

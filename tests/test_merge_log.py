@@ -13,11 +13,10 @@ import importlib
 import random
 import sqlite3
 import sys
-from pathlib import Path
 
 import pytest
 from alembic import command
-from conftest import EN, ROOT, fixture_text, kill_when_paused, stopped_run
+from conftest import EN, ROOT, fixture_text, kill_when_paused, stopped_run, store_contents
 from hypothesis import given
 from hypothesis import strategies as st
 from test_merge_engine import KINDS, SPECIALS, byte_vocab, listed, needs_native, rows_of, words_st
@@ -155,21 +154,6 @@ train([sys.argv[1]], sys.argv[2], 600, ["<|endoftext|>"], workers=2, chunk_size=
 """
 
 
-def contents(db: Path) -> tuple:
-    """Everything a run's result is, word ids aside: words with counts and tokens, pair counts,
-    merges, vocabulary, and how many merges the words reflect."""
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return tuple(con.execute(q).fetchall() for q in (
-            "SELECT bytes, count, tokens FROM words ORDER BY bytes",
-            'SELECT "left", "right", count FROM pair_counts ORDER BY 1, 2',
-            "SELECT * FROM merges ORDER BY rank",
-            "SELECT * FROM vocab ORDER BY id",
-            "SELECT state_merges FROM run"))
-    finally:
-        con.close()
-
-
 @pytest.mark.parametrize("engine", ["native", "python"])
 @pytest.mark.parametrize("every", [None, 150], ids=["no-full-checkpoint", "full-every-150"])
 def test_a_kill_between_full_checkpoints_loses_only_the_unlogged_merges(tmp_path, engine, every):
@@ -205,7 +189,7 @@ def test_a_kill_between_full_checkpoints_loses_only_the_unlogged_merges(tmp_path
               engine=engine)
     finally:
         train_module.MERGE_LOG_SECONDS = saved
-    assert contents(db) == contents(whole)
+    assert store_contents(db) == store_contents(whole)
 
 
 def test_a_merge_log_commits_merges_without_word_or_pair_rows(tmp_path):

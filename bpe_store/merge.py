@@ -465,11 +465,13 @@ class MergeEngine:
         return word_rows, deletes, inserts, updates
 
     def top_word_rows(self, k: int) -> list[tuple[bytes, int]]:
-        """``[(packed tokens, word id)]`` of the ``k`` most frequent words (ties: the first, i.e.
-        lower id), in id order."""
+        """``[(packed tokens, word id)]`` of the words more frequent than the ``k+1``-th most
+        frequent one (all of them when there are at most ``k``), in id order. The counts alone
+        decide (word ids depend on the order counting met the words)."""
+        floor = sorted(self.counts, reverse=True)[k] if len(self.counts) > k else 0
         ids = self.word_ids
-        top = sorted(range(len(self.words)), key=lambda w: (-self.counts[w], w))[:k]
-        return [(array.array("I", self.words[w]).tobytes(), ids[w]) for w in sorted(top)]
+        return [(array.array("I", self.words[w]).tobytes(), ids[w])
+                for w in range(len(self.words)) if self.counts[w] > floor]
 
     def pair_counts(self) -> dict[Pair, int]:
         return dict(self.pairs)

@@ -102,10 +102,11 @@ COUNT_FLUSH_MIN_BYTES = 256 << 20
 #: (``_load_engine``; words are independent, so two threads share it, and no pair count is kept
 #: up to date through it): 13,632 merges on 7.0 M words 1.4 s, where merging them took ~4 s.
 MERGE_LOG_SECONDS = 1.0
-#: A finished run keeps the tokens of this many of its most frequent words (``top_words`` shows
-#: them; the others' are NULL): the words people look at, where writing every word's (7.0 M at
-#: 12 GB) took 2.2 s. A word's tokens are its split under the merges (``merge.word_splitter``).
-#: A run continued to a larger vocabulary reads the words as bytes and replays every merge.
+#: A finished run keeps the tokens of at most this many of its most frequent words (those more
+#: frequent than the next one, so that ties never depend on word ids; ``top_words`` shows them,
+#: the others' are NULL): the words people look at, where writing every word's (7.0 M at 12 GB)
+#: took 2.2 s. A word's tokens are its split under the merges (``merge.word_splitter``). A run
+#: continued to a larger vocabulary reads the words as bytes and replays every merge.
 KEEP_WORD_TOKENS = 100_000
 #: Merges per engine call inside a batch (see ``_merge_batch``).
 _SUB_STEP = 64

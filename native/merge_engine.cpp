@@ -66,6 +66,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <stdexcept>
 #include <type_traits>
@@ -944,34 +945,34 @@ class MergeEngine {
         return rows;
     }
 
-    // The word rows [(token blob, word id)] of the k most frequent words (ties: the lower id),
-    // in id order: what a finished run keeps of its words' tokens. Why a heap of k: one pass
-    // over the words' headers, no sort of 7 M words.
+    // The word rows [(token blob, word id)] of the words more frequent than the (k+1)-th most
+    // frequent one (all of them when there are at most k), in id order: what a finished run keeps
+    // of its words' tokens. Why no tie-break: word ids follow the order counting met the words,
+    // which threads and chunk sizes change; the counts alone decide, so the same words are kept.
+    // Why a heap of k + 1 counts: one pass over the words' headers, no sort of 7 M words.
     RowStream top_word_rows(size_t k) {
         Busy busy(this);
-        using Entry = std::pair<i64, u32>;  // (count, arena offset)
-        // x ranks before y: more frequent, or as frequent and first (offsets grow with the id)
-        auto more = [](const Entry &x, const Entry &y) {
-            return x.first > y.first || (x.first == y.first && x.second < y.second);
-        };
-        std::vector<Entry> heap;  // a min-heap under `more`: its top is the least of the k kept
         std::vector<u32> offsets;
-        if (k == 0) return word_rows_of(offsets);
-        heap.reserve(std::min(k, n_words_));
-        for (size_t o = 0; o < ar_.size(); o = next_word(o)) {
-            const Entry e{count_at(o), u32(o)};
-            if (heap.size() < k) {
-                heap.push_back(e);
-                std::push_heap(heap.begin(), heap.end(), more);
-            } else if (more(e, heap.front())) {
-                std::pop_heap(heap.begin(), heap.end(), more);
-                heap.back() = e;
-                std::push_heap(heap.begin(), heap.end(), more);
+        i64 floor = 0;  // keep counts above it
+        if (n_words_ > k) {
+            std::vector<i64> heap;  // the k + 1 largest counts, smallest on top
+            heap.reserve(k + 1);
+            const auto greater = std::greater<i64>();
+            for (size_t o = 0; o < ar_.size(); o = next_word(o)) {
+                const i64 c = count_at(o);
+                if (heap.size() < k + 1) {
+                    heap.push_back(c);
+                    std::push_heap(heap.begin(), heap.end(), greater);
+                } else if (c > heap.front()) {
+                    std::pop_heap(heap.begin(), heap.end(), greater);
+                    heap.back() = c;
+                    std::push_heap(heap.begin(), heap.end(), greater);
+                }
             }
+            floor = heap.front();
         }
-        offsets.reserve(heap.size());
-        for (const Entry &e : heap) offsets.push_back(e.second);
-        std::sort(offsets.begin(), offsets.end());  // arena order = id order
+        for (size_t o = 0; o < ar_.size(); o = next_word(o))
+            if (count_at(o) > floor) offsets.push_back(u32(o));  // arena order = id order
         return word_rows_of(offsets);
     }
 
@@ -1662,7 +1663,8 @@ void register_merge_engine(nb::module_ &m) {
         .def("forget_stored_pairs", &MergeEngine::forget_stored_pairs_now,
              "The store holds no pair counts of these words: the next checkpoint rewrites them all.")
         .def("top_word_rows", &MergeEngine::top_word_rows, nb::arg("k"),
-             "Word rows [(blob, id)] of the k most frequent words (ties: lower id first), in id order.")
+             "Word rows [(blob, id)] of the words more frequent than the (k+1)-th most frequent (all "
+             "when at most k), in id order.")
         .def("compact_lists", &MergeEngine::compact_lists_now,
              "Pack the pair -> words lists (done on its own when the pool is mostly free blocks).")
         .def("finish", &MergeEngine::finish,

@@ -251,12 +251,12 @@ def show(path: str | os.PathLike, what: str, limit: int = 20, offset: int = 0, *
         res = store.sql(SHOW_QUERIES[what], (limit, offset))
         columns, rows = list(res.keys()), [tuple(r) for r in res]
         if what == "words":
-            split = _splitter(store)
+            split = splitter(store)
             columns, rows = columns + ["n_tokens"], [r + (len(split(r[0])),) for r in rows]
         return columns, rows
 
 
-def _splitter(store: Store) -> Callable[[bytes], list[int]]:
+def splitter(store: Store) -> Callable[[bytes], list[int]]:
     """A word's token ids under every merge ``store`` holds (``merge.word_splitter``): exact at
     any time, where ``words.tokens`` lags behind the merge log while merging and is not kept
     once the run is done."""
@@ -307,9 +307,9 @@ def why(path: str | os.PathLike, token: str | int, limit: int = 10, *, timeout: 
         total = store.sql("SELECT count(*), coalesce(sum(count), 0) FROM words WHERE instr(bytes, ?) > 0",
                           (tbytes,)).one()
         words = []
-        splitter = _splitter(store)
+        split_of = splitter(store)
         for w, c in rows:
-            split = splitter(w)
+            split = split_of(w)
             words.append({"word": w, "count": c, "split": [vocab[t][0] for t in split], "uses": first in split})
     return {"token": tree, "first_id": first, "words": words,
             "words_containing": total[0], "occurrences": total[1]}

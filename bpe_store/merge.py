@@ -184,6 +184,14 @@ def replay_word(tokens: list[int], replay: Replay, ranks: dict[Pair, list[int]])
     return tokens
 
 
+def replay_ranks(replay: Replay) -> dict[Pair, list[int]]:
+    """Each pair of ``replay`` with its indexes there, ascending (``replay_word``'s ``ranks``)."""
+    ranks: dict[Pair, list[int]] = {}
+    for i, (a, b, _t) in enumerate(replay):
+        ranks.setdefault((a, b), []).append(i)
+    return ranks
+
+
 def word_splitter(merges: Replay, n_specials: int) -> Callable[[bytes], list[int]]:
     """``split(word)``: the token ids training made of ``word`` with ``merges`` (``[(left, right,
     token)]`` in rank order, a store's log), from its bytes. A finished store does not keep its
@@ -193,9 +201,7 @@ def word_splitter(merges: Replay, n_specials: int) -> Callable[[bytes], list[int
     >>> split(b"`abc")
     [97, 259]
     """
-    ranks: dict[Pair, list[int]] = {}
-    for i, (a, b, _t) in enumerate(merges):
-        ranks.setdefault((a, b), []).append(i)
+    ranks = replay_ranks(merges)
     return lambda word: replay_word([n_specials + c for c in word], merges, ranks)
 
 
@@ -271,9 +277,7 @@ class MergeEngine:
             for a, b, t in replay:  # a damaged log must be an error, not wrong words
                 if any(x not in tb for x in (a, b, t)) or tb[t] != tb[a] + tb[b]:
                     raise ValueError("a logged merge does not match the vocabulary")
-            ranks: dict[Pair, list[int]] = {}
-            for i, (a, b, _t) in enumerate(replay):
-                ranks.setdefault((a, b), []).append(i)
+            ranks = replay_ranks(replay)
             for w, toks in enumerate(words):
                 new = replay_word(toks, replay, ranks)
                 if len(new) != len(toks):

@@ -172,8 +172,7 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
     """Everything the page shows, as plain data (also the ``--json`` output)."""
     import numpy as np
 
-    from .inspection import reading, status
-    from .merge import word_splitter
+    from .inspection import reading, splitter, status
     from .tokenizer import Tokenizer
 
     st = status(db)
@@ -181,7 +180,7 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
         vocab = {i: (b, k) for i, b, k in store.load_vocab()}
         merges = store.load_merges()  # (rank, left, right, token, count)
         n_special = sum(1 for _, k in vocab.values() if k == "special")
-        split = word_splitter([(a, b, t) for _r, a, b, t, _c in merges], n_special)
+        split = splitter(store)
         # the most frequent words (a word of fewer bytes cannot take MANY_TOKENS tokens), split
         # under every merge (a finished store keeps no words' tokens), up to SPLIT_WORDS of them
         split_rows: list[tuple[bytes, int, list[int]]] = []
@@ -212,7 +211,6 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
     tokens = tokens_per_prefix(counts, [m[1] for m in merges], [m[2] for m in merges], n_special)
     assert int(tokens[-1]) == len(ids)  # the push-down accounts for every token
     first = n_special + 256
-
 
     by_script: dict[str, Counter[int]] = {}
     for tid in range(first, len(vocab)):

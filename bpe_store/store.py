@@ -1081,9 +1081,10 @@ class Store:
             # CHECKPOINT_CACHE_KIB says why it is bounded. Set here, not when the connection
             # opens: counting's flushes would fill it, and it would stay resident while merging.
             w.execute(f"PRAGMA cache_size = -{CHECKPOINT_CACHE_KIB}")
-            if log_only and (len(word_rows) or len(pair_deletes) or len(pair_inserts) or len(pair_updates)):
+            pair_rows = len(pair_deletes) + len(pair_inserts) + len(pair_updates)
+            if log_only and (len(word_rows) or pair_rows):
                 raise ValueError("a merge log checkpoint holds no word or pair rows")
-            if drop_state and (log_only or len(pair_deletes) or len(pair_inserts) or len(pair_updates)):
+            if drop_state and (log_only or pair_rows):
                 raise ValueError("a finished run's last write holds no pair rows")
             if clear_pairs or drop_state:
                 w.execute("DELETE FROM pair_counts")
@@ -1099,15 +1100,12 @@ class Store:
                     bulk = self._words_bulk(w, len(rows), _WORD_TOKENS)
                 w.executemany(statement, rows, bulk)
             phase = "done" if done_reason else "merging"
-            if drop_state:
-                w.execute("UPDATE run SET phase = ?, stop_reason = ?, state_merges = NULL, updated_at = ? WHERE id = 1",
-                          (phase, done_reason, now()))
-            elif log_only:
+            if log_only:  # the words' tokens and pair counts stay as they were
                 w.execute("UPDATE run SET phase = ?, stop_reason = ?, updated_at = ? WHERE id = 1",
                           (phase, done_reason, now()))
             else:
                 w.execute("UPDATE run SET phase = ?, stop_reason = ?, state_merges = ?, updated_at = ? WHERE id = 1",
-                          (phase, done_reason, merges_done, now()))
+                          (phase, done_reason, None if drop_state else merges_done, now()))
             self.add_checkpoint_row(phase, merges_done, elapsed_s, time.perf_counter() - t0, w)
             if log_only:
                 self._merge_logs += 1

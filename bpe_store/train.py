@@ -100,7 +100,9 @@ COUNT_FLUSH_MIN_BYTES = 256 << 20
 #: 12 GB store) after this many seconds since the last write, between full checkpoints: what a
 #: kill during merging loses. A resume applies the logged merges to the words it reads
 #: (``_load_engine``; words are independent, so two threads share it, and no pair count is kept
-#: up to date through it): 13,632 merges on 7.0 M words 1.4 s, where merging them took ~4 s.
+#: up to date through it): 13,632 merges on 7.0 M words 1.4 s, where merging the first 12,736 took
+#: 4.5 s; counting the pairs after it costs more than at rank 0 (~2.2 s: merged tokens make
+#: millions of distinct pairs).
 MERGE_LOG_SECONDS = 1.0
 #: A finished run keeps the tokens of at most this many of its most frequent words (those more
 #: frequent than the next one, so that ties never depend on word ids; ``top_words`` shows them,
@@ -569,7 +571,7 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
         raise StoreError(f"{store.path}: the store is inconsistent (word {word} does not "
                          "spell its bytes); start over with --restart")
     del rows
-    if state is None:  # a finished run kept no pair counts (even with no merge to replay)
+    if state is None and not merger.rewrite_pairs:  # a finished run kept no pair counts (no merge to replay)
         merger.forget_stored_pairs()
     # Why a digest: SQLite fingerprints pair_counts in one scan, instead of ~1M rows into Python.
     # After a replay the store's pair counts are the words' before it, which the engine no longer

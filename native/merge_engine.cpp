@@ -62,13 +62,13 @@
 #include <emmintrin.h>
 #endif
 #include <atomic>
-#include <thread>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <new>
 #include <stdexcept>
+#include <thread>
 #include <type_traits>
 #include <string>
 #include <unordered_map>
@@ -744,8 +744,8 @@ class MergeEngine {
         }
         size_t cap = 16;
         while (cap < size_t(n) + size_t(n) / 3 + 1) cap <<= 1;
-        // pair -> its first rank in the log, open addressing; one 16-byte entry per slot so a
-        // probe is one cache line (the table of 32 K merges is 512 KiB: the core's L2)
+        // pair -> its first rank in the log, open addressing at load <= 3/4; one 16-byte entry
+        // per slot, so a probe reads one cache line (key and rank together)
         struct Entry {
             u64 key;
             u32 first;

@@ -16,13 +16,14 @@ import sys
 
 import pytest
 from alembic import command
-from conftest import EN, ROOT, fixture_text, kill_when_paused, stopped_run, store_contents
+from conftest import EN, fixture_text, kill_when_paused, stopped_run, store_contents
 from hypothesis import given
 from hypothesis import strategies as st
 from test_merge_engine import KINDS, SPECIALS, byte_vocab, listed, needs_native, rows_of, words_st
 
 from bpe_store import migrate, train
-from bpe_store.merge import new_engine, replay_word, word_splitter
+from bpe_store.inspection import splitter
+from bpe_store.merge import new_engine, replay_ranks, replay_word
 from bpe_store.store import Store, unpack_tokens
 
 train_module = importlib.import_module("bpe_store.train")  # the package's ``train`` is the function
@@ -133,13 +134,25 @@ def test_both_engines_keep_the_same_most_frequent_words_whatever_their_ids():
 
 
 def test_a_pair_merged_again_under_a_later_rank_is_replayed_at_that_rank():
-    # a b c: merge (b, c) -> 9 then (a, 9) -> 10 spells "abc"; if (a, b) -> 11 and then (11, c)
-    # spelled "abc" again it would reuse 10. Here: ranks 0 (a, b) -> 5, 1 (5, c) -> 6,
-    # 2 (c, c) -> 7, 3 (5, c) again -> 6 (came back after rank 2 made nothing of it).
+    # ranks 0 (a, b) -> 5, 1 (5, c) -> 6, 2 (c, c) -> 7, 3 (5, c) again -> 6
     replay = [(1, 2, 5), (5, 3, 6), (3, 3, 7), (5, 3, 6)]
     ranks = {(1, 2): [0], (5, 3): [1, 3], (3, 3): [2]}
+    assert replay_ranks(replay) == ranks
     assert replay_word([1, 2, 3, 3, 1, 2, 3], replay, ranks) == [6, 3, 6]
     assert replay_word([3, 3, 3], replay, ranks) == [7, 3]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_pair_met_after_its_first_rank_waits_for_its_next_one(kind):
+    """Bytes a b c d (ids 98..101 with one special token). Log: 0 (e, e), 1 (ab, c) -> abc,
+    2 (a, b) -> ab, 3 (c, d) -> cd, 4 (ab, c) -> abc again. In "abcd", (ab, c) exists only after
+    rank 2: its next rank is 4, so (c, d) at 3 comes first: ab cd, not abc d."""
+    vocab = byte_vocab() + [b"ee", b"abc", b"ab", b"cd"]  # ids 257, 258, 259, 260
+    replay = [(102, 102, 257), (259, 100, 258), (98, 99, 259), (100, 101, 260), (259, 100, 258)]
+    e = new_engine(rows_of({b"abcd": 1}), vocab, SPECIALS, SPECIALS + 256, len(replay), kind, replay=replay)
+    [(blob, _id)], *_ = listed(e.take_checkpoint_rows())
+    assert unpack_tokens(bytes(blob)) == [259, 260]
+    assert replay_word([98, 99, 100, 101], replay, replay_ranks(replay)) == [259, 260]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -163,8 +176,8 @@ train([sys.argv[1]], sys.argv[2], 600, ["<|endoftext|>"], workers=2, chunk_size=
 @pytest.mark.parametrize("engine", ["native", "python"])
 @pytest.mark.parametrize("every", [None, 150], ids=["no-full-checkpoint", "full-every-150"])
 def test_a_kill_between_full_checkpoints_loses_only_the_unlogged_merges(tmp_path, engine, every):
-    """Killed inside its third merge log's transaction, a run's store holds the first two logs:
-    merges ahead of the words' tokens and pair counts. The same command resumes it (replaying
+    """Killed inside a merge log's transaction after logs with no full checkpoint since, a run's
+    store holds merges ahead of the words' tokens and pair counts. The same command resumes it (replaying
     those merges) to exactly the store of an uninterrupted run."""
     if engine == "native":
         pytest.importorskip("bpe_store._core")
@@ -220,7 +233,7 @@ def test_a_merge_log_commits_merges_without_word_or_pair_rows(tmp_path):
         kept = store.sql("SELECT bytes, tokens FROM words WHERE tokens IS NOT NULL ORDER BY id").fetchall()
         floor = store.sql("SELECT count FROM words ORDER BY count DESC LIMIT 1 OFFSET 50").scalar()
         top = store.sql("SELECT bytes FROM words WHERE count > ?", (floor,)).fetchall()
-        split = word_splitter([(a, b, t) for _r, a, b, t, _c in store.load_merges()], 1)
+        split = splitter(store)
         rows = store.sql("SELECT merges_done FROM checkpoints WHERE phase = 'merging' ORDER BY id").fetchall()
     assert sorted(w for w, _ in kept) == sorted(w for (w,) in top) and 20 < len(kept) <= 50
     assert all(unpack_tokens(t) == split(w) for w, t in kept)
@@ -244,4 +257,3 @@ def test_the_migration_sets_state_merges_and_refuses_to_go_down_when_merges_run_
             with pytest.raises(RuntimeError, match="older bpe_store cannot use it"):
                 command.downgrade(migrate.alembic_config(store.conn), "v0_3_0_words_by_count")
             store.conn.rollback()
-    assert (ROOT / "migrations" / "versions" / "v0_3_0_merge_log.py").is_file()

@@ -43,7 +43,7 @@ from itertools import islice
 from pathlib import Path
 
 from .errors import InputError
-from .pretokenize import GPT2_PATTERN, count_words, native_splitter
+from .pretokenize import GPT2_PATTERN, count_words, native_scanner, native_splitter
 from .sources import Source
 
 try:
@@ -267,11 +267,11 @@ def plan_chunks(path: str | os.PathLike, size: int, special_tokens: Sequence[str
                 max_pretoken_bytes: int | None = None) -> list[tuple[int, int]]:
     """Split a file of ``size`` bytes into ``[(start, end)]`` chunks of about ``chunk_size``.
 
-    For the GPT-2 pattern a chunk is at most about ``chunk_size`` + the search window +
-    ``max_pretoken_bytes`` long whatever the text, by the fallback ``_cut_in_scan``. Without
+    For a pattern with a native scanner a chunk is at most about ``chunk_size`` + the search
+    window + ``max_pretoken_bytes`` long whatever the text, by the fallback ``_cut_in_scan``. Without
     the native core, or for a user's own pattern without special tokens, the file is one chunk."""
     splitter = native_splitter(special_tokens, pattern)
-    gpt2 = pattern == GPT2_PATTERN
+    scanned = native_scanner(pattern) != ""  # a scan from a chunk start can find a cut
     if splitter is None or (not special_tokens and not splitter.has_local_rule):
         return [(0, size)]
     ctx = cut_context(splitter)
@@ -290,7 +290,7 @@ def plan_chunks(path: str | os.PathLike, size: int, special_tokens: Sequence[str
                 q = splitter.first_cut(data, pos - base, hi - base)
                 if q >= 0:
                     found = base + q
-                elif gpt2 and pos == target:
+                elif scanned and pos == target:
                     found = _cut_in_scan(f, bounds[-1], target, size, splitter, max_pretoken_bytes)
                 pos += _SEARCH_WINDOW
             if found is None or found >= size:
@@ -308,7 +308,7 @@ def count_chunk(path: str, start: int, end: int, special_tokens: Sequence[str], 
     data = _read_chunk(path, start, end)
     if native_counts(pattern):
         return _native_count_words(_valid_utf8(data, invalid_utf8), [s.encode("utf-8") for s in special_tokens],
-                                   max_pretoken_bytes or 0)
+                                   max_pretoken_bytes or 0, native_scanner(pattern))
     text = data.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict")
     counts = count_words(text, special_tokens, pattern, max_pretoken_bytes)
     return dict(counts), sum(counts.values())
@@ -334,19 +334,22 @@ def _valid_utf8(data: bytes, invalid_utf8: str) -> bytes:
 
 
 def count_chunk_native(path: str, start: int, end: int, special_tokens: Sequence[str],
-                       invalid_utf8: str = "strict", max_pretoken_bytes: int | None = None) -> ChunkCounts:
-    """``count_chunk`` for the GPT-2 pattern, keeping the counts native for a ``WordCounter``.
+                       invalid_utf8: str = "strict", max_pretoken_bytes: int | None = None,
+                       pattern: str = GPT2_PATTERN) -> ChunkCounts:
+    """``count_chunk`` for a pattern with a native scanner, keeping the counts native for a
+    ``WordCounter``.
 
     The range is read natively into memory reused from chunk to chunk (``count_file_range``;
     why: see ChunkMemory in native/scanner.cpp); only a range that is not valid UTF-8, or a file
     grown shorter, takes the path through a bytes object, which reports it or replaces."""
     specials = [s.encode("utf-8") for s in special_tokens]
+    scanner = native_scanner(pattern)
     with open_regular(path) as f:
-        counts = _native_count_file_range(f.fileno(), start, end - start, specials, max_pretoken_bytes or 0)
+        counts = _native_count_file_range(f.fileno(), start, end - start, specials, max_pretoken_bytes or 0, scanner)
     if counts is not None:
         return counts
     data = _valid_utf8(_read_chunk(path, start, end), invalid_utf8)
-    return _native_count_chunk(data, specials, max_pretoken_bytes or 0)
+    return _native_count_chunk(data, specials, max_pretoken_bytes or 0, scanner)
 
 
 def release_chunk_memory() -> None:
@@ -357,9 +360,10 @@ def release_chunk_memory() -> None:
 
 
 def count_chunk_native_task(args: tuple) -> tuple[int, ChunkCounts, int]:
-    """``count_chunk_native`` for a pool, same tuples as ``count_chunk_task`` (pattern ignored)."""
-    cid, path, start, end, special_tokens, _pattern, invalid_utf8, *max_bytes = args
-    counts = count_chunk_native(path, start, end, special_tokens, invalid_utf8, *max_bytes)
+    """``count_chunk_native`` for a pool, same tuples as ``count_chunk_task``."""
+    cid, path, start, end, special_tokens, pattern, invalid_utf8, *max_bytes = args
+    counts = count_chunk_native(path, start, end, special_tokens, invalid_utf8, max_bytes[0] if max_bytes else None,
+                                pattern)
     return cid, counts, counts.total
 
 
@@ -373,7 +377,7 @@ def count_unit_packed(task: tuple) -> tuple[int, bytes, int]:
     kind. The unit is read here, where it runs, so the input must be readable at the same path.
     The counts come back as one bytes object (``ChunkCounts.pack``: ~8 bytes per distinct word)
     for ``WordCounter.add_packed``, never as a dict per word. Needs the native core; any pattern
-    (non-GPT-2 ones count through ``regex``).
+    (a user's own regex counts through ``regex``).
     """
     if not isinstance(task[1], str):  # a unit of any input kind, read block by block (bpe_store.inputs)
         if not native_counts(task[3]):
@@ -397,7 +401,7 @@ def new_word_counts(native: bool) -> Counter[bytes] | WordCounter:
 
 def native_counts(pattern: str) -> bool:
     """Whether ``count_chunk`` counts ``pattern`` natively (GIL released, so threads scale)."""
-    return pattern == GPT2_PATTERN and _native_count_words is not None
+    return native_scanner(pattern) != "" and _native_count_words is not None
 
 
 def count_chunk_task(args: tuple) -> tuple[int, dict[bytes, int], int]:
@@ -521,13 +525,14 @@ def count_block(block: bytes, special_tokens: Sequence[str], pattern: str,
 
 def _count_unit_native(unit: object, special_tokens: Sequence[str], pattern: str, invalid_utf8: str,
                        block_size: int, max_bytes: int | None) -> tuple[WordCounter, int]:
-    """A whole unit counted natively (GPT-2 pattern): its blocks summed in a ``WordCounter``."""
+    """A whole unit counted natively (``native_counts``): its blocks summed in a ``WordCounter``."""
     from .inputs import unit_blocks
 
     specials = _block_specials(special_tokens, unit.has_documents)  # as count_units_threaded
+    scanner = native_scanner(pattern)
     words, n = WordCounter(), 0
     for block in unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size, max_bytes):
-        counts = _native_count_chunk(block, specials, max_bytes or 0)
+        counts = _native_count_chunk(block, specials, max_bytes or 0, scanner)
         n += counts.total
         words.add(counts)
     return words, n
@@ -537,8 +542,8 @@ def count_unit_task(args: tuple) -> tuple[int, dict[bytes, int], int]:
     """A whole work unit counted in this process, for a process pool or another machine (the
     ``Unit`` is a small picklable description; the worker reads the file itself):
     ``(chunk id, Unit, specials, pattern, policy, block size[, max pre-token bytes])`` -> ``(chunk id, {word: count},
-    pre-tokens)``. Natively for the GPT-2 pattern (blocks summed in a ``WordCounter``), through
-    ``regex`` otherwise; the same counts either way."""
+    pre-tokens)``. Natively for a pattern with a native scanner (blocks summed in a
+    ``WordCounter``), through ``regex`` otherwise; the same counts either way."""
     from .inputs import unit_blocks
 
     cid, unit, special_tokens, pattern, invalid_utf8, block_size, *rest = args
@@ -579,8 +584,10 @@ def count_units_threaded(tasks: Sequence[tuple[int, object]], workers: int, spec
     stopping = threading.Event()
     events: queue.SimpleQueue = queue.SimpleQueue()  # (chunk id, what, value)
 
+    scanner = native_scanner(pattern)
+
     def count(block: bytes, specials: list[bytes]) -> ChunkCounts:
-        return _native_count_chunk(block, specials, max_pretoken_bytes or 0)
+        return _native_count_chunk(block, specials, max_pretoken_bytes or 0, scanner)
 
     def read_unit(task: tuple[int, object]) -> None:
         cid, unit = task
@@ -684,7 +691,8 @@ def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, s
                         yield m, counts, counts.total
                     yield None, None, 0
                     continue
-                pending.append((pool.submit(_native_count_chunk, block, specials, max_pretoken_bytes or 0), mark))
+                pending.append((pool.submit(_native_count_chunk, block, specials, max_pretoken_bytes or 0,
+                                            native_scanner(pattern)), mark))
                 del block
                 while pending and (len(pending) > 2 * workers or pending[0][0].done()):
                     fut, m = pending.popleft()

@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .errors import InputError, ResumeMismatch
-from .pretokenize import GPT2_PATTERN
 from .sources import Source
 
 try:  # the jsonl text-field extractor (native/jsonl.cpp); without it jsonl is read by parse_lines
@@ -458,15 +457,15 @@ def text_blocks(read: Callable[[int], bytes], special_tokens: Sequence[str], pat
     """Blocks of the text read by ``read``, cut where ``count.plan_chunks`` would cut a file (the
     one splitter's safe cuts: at a special token, or by the pattern's local rule), so cutting
     never changes a count. A line with
-    no such point (one pre-token of hundreds of megabytes) is cut, for the GPT-2 pattern, where
+    no such point (one pre-token of hundreds of megabytes) is cut, for a pattern with a native scanner, where
     ``max_pretoken_bytes`` splits it anyway (found by a scan from the block's start), so memory
     stays bounded by about twice ``block_size`` + ``max_pretoken_bytes``. Without any cut rule
     (a user's own pattern and no special tokens) the text is one block. ``ends``, when given,
     receives each block's end offset (for streams)."""
     from .count import _native_utf8_valid, _utf8_tail, cut_context
-    from .pretokenize import native_splitter
+    from .pretokenize import native_scanner, native_splitter
 
-    gpt2 = pattern == GPT2_PATTERN
+    scanned = native_scanner(pattern) != ""  # a scan from a block start can find a cut
     splitter = native_splitter(special_tokens, pattern)
     cuttable = splitter is not None and (bool(special_tokens) or splitter.has_local_rule)
     back = cut_context(splitter) + 1 if cuttable else 1
@@ -522,7 +521,7 @@ def text_blocks(read: Callable[[int], bytes], special_tokens: Sequence[str], pat
                 window = bytes(buf[s0:])
                 q = splitter.first_cut(window, lo - s0, len(window) if eof else len(window) - back)
                 cut = None if q < 0 else s0 + q
-                if cut is None and gpt2 and len(buf) >= scan_at:
+                if cut is None and scanned and len(buf) >= scan_at:
                     cut = scan_cut()
             if cut is None:
                 if eof:

@@ -2,8 +2,9 @@
 
 This is the Python (``regex``) path and the specification the native scanner must match.
 Special tokens split the text first; no pre-token ever crosses one and they are never counted.
-A pattern is a regex or one of the names in ``PATTERNS`` (``resolve_pattern``); GPT-2's has a
-native scanner, the others go through ``regex``.
+A pattern is a regex or one of the names in ``PATTERNS`` (``resolve_pattern``). Every named
+pattern has a native scanner (``NATIVE_SCANNERS``; native/scanner_impl.h), tested to split exactly
+as ``regex`` does; a user's own regex goes through ``regex``.
 
 >>> list(pretokenize("Hi there<|endoftext|>it's", ["<|endoftext|>"]))
 ['Hi', ' there', 'it', "'s"]
@@ -33,6 +34,16 @@ O200K_PATTERN = "|".join([
     r"""\s+(?!\S)""",
     r"""\s+""",
 ])
+#: Llama 3's pattern: the Split pre-tokenizer of meta-llama/Meta-Llama-3-8B's tokenizer.json (and
+#: ``pat_str`` of the tokenizer.py in Meta's llama3 repository), verbatim. cl100k's alternatives
+#: without the possessive marks and without ``\s++$``.
+LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+                  r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+#: Qwen2's pattern: ``PRETOKENIZE_REGEX`` of transformers' models/qwen2/tokenization_qwen2.py (also
+#: the Split pre-tokenizer of Qwen/Qwen2-7B's tokenizer.json), verbatim: Llama 3's, one digit a
+#: pre-token.
+QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+                 r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 #: ``{name: regex}``: the names ``--pattern`` / ``pattern=`` accept instead of a regex. The
 #: tiktoken encoding names are aliases. A name always wins over reading it as a regex (a regex
 #: that is literally ``gpt2`` can be written ``(?:gpt2)``).
@@ -40,9 +51,17 @@ PATTERNS: dict[str, str] = {
     "gpt2": GPT2_PATTERN, "r50k_base": GPT2_PATTERN,
     "gpt4": CL100K_PATTERN, "cl100k": CL100K_PATTERN, "cl100k_base": CL100K_PATTERN,
     "o200k": O200K_PATTERN, "o200k_base": O200K_PATTERN,
+    "llama3": LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN,
 }
 #: The name shown for each known regex (status, messages).
-_NAME_OF = {GPT2_PATTERN: "gpt2", CL100K_PATTERN: "gpt4 (cl100k)", O200K_PATTERN: "o200k"}
+_NAME_OF = {GPT2_PATTERN: "gpt2", CL100K_PATTERN: "gpt4 (cl100k)", O200K_PATTERN: "o200k",
+            LLAMA3_PATTERN: "llama3", QWEN2_PATTERN: "qwen2"}
+#: ``{regex: scanner name}``: the patterns the native core scans itself (``bpe_store._core``'s
+#: ``pattern`` arguments), each proved equal to ``regex`` by tests/test_scanner.py. The one place
+#: that decides whether a pattern runs natively: counting, the planner's and the streams' cuts,
+#: and the encoder all ask ``native_scanner``.
+NATIVE_SCANNERS: dict[str, str] = {GPT2_PATTERN: "gpt2", CL100K_PATTERN: "cl100k", O200K_PATTERN: "o200k",
+                                   LLAMA3_PATTERN: "llama3", QWEN2_PATTERN: "qwen2"}
 
 
 def resolve_pattern(pattern: str | None) -> str:
@@ -55,6 +74,15 @@ def resolve_pattern(pattern: str | None) -> str:
     if pattern is None:
         return GPT2_PATTERN
     return PATTERNS.get(pattern, pattern)
+
+
+def native_scanner(pattern: str) -> str:
+    """The native scanner of a regex (``NATIVE_SCANNERS``), or "" for one without (a user's own).
+
+    >>> native_scanner(O200K_PATTERN), native_scanner(r"\\w+")
+    ('o200k', '')
+    """
+    return NATIVE_SCANNERS.get(pattern, "")
 
 
 def describe_pattern(pattern: str) -> str:
@@ -127,20 +155,16 @@ def native_splitter(special_tokens: Sequence[str | bytes], pattern: str):
     """The one native splitter (``bpe_store._core.Splitter``, rules in native/splitter.h) for text
     split at ``special_tokens`` (str, or bytes such as the document separator 0xFF) and
     pre-tokenized by ``pattern``: where such text may be cut without changing a count or an id.
-    GPT-2's, GPT-4's and o200k's patterns have local rules (points decided by the neighbouring
-    characters; GPT-2's finds points in CJK text too, and a scan from a known start finds points
-    inside a pre-token longer than the maximum length); a user's own regex is cut only at
+    The patterns with a native scanner have local rules (points decided by the neighbouring
+    characters; GPT-2's finds points in CJK text too) and a scan from a known start finds points
+    inside a pre-token longer than the maximum length; a user's own regex is cut only at
     special tokens, the one cut that is safe for any pattern. None without the native core."""
     try:
         from ._core import Splitter
     except ImportError:  # pragma: no cover - a source tree without the built extension
         return None
     specials = [s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in special_tokens]
-    return Splitter(specials, _CUT_RULE.get(pattern, ""))
-
-
-#: The native splitter's local cut rule of each known pattern (any other: special tokens only).
-_CUT_RULE = {GPT2_PATTERN: "gpt2", CL100K_PATTERN: "cl100k", O200K_PATTERN: "o200k"}
+    return Splitter(specials, native_scanner(pattern))
 
 
 def split_long_pretoken(word: bytes, max_bytes: int | None) -> list[bytes]:

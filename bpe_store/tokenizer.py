@@ -38,7 +38,7 @@ import regex
 
 from .errors import InputError, StoreError
 from .merge import merge_pair
-from .pretokenize import GPT2_PATTERN, native_splitter, resolve_pattern
+from .pretokenize import GPT2_PATTERN, native_scanner, native_splitter, resolve_pattern
 
 if TYPE_CHECKING:
     import numpy as np
@@ -128,7 +128,7 @@ class Tokenizer:
             rows = sorted((r, a, b, t) for (a, b), (r, t) in self._table.items())
             self._core = core.Encoder(self._byte_id, [(a, b, t) for _, a, b, t in rows],
                                       [(s.encode("utf-8"), i) for s, i in self._special_id.items()],
-                                      self.pattern == GPT2_PATTERN)
+                                      native_scanner(self.pattern))
 
     # -- construction --------------------------------------------------------------------------
 

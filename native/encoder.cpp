@@ -13,14 +13,14 @@
 //   overwrites the slot. No locks (per thread), no allocation, bounded memory (4 MB).
 // * Pieces of up to 16 bytes are merged in a stack buffer; the O(n^2) rescan per merge costs
 //   nothing at that size.
-// * Special tokens, the GPT-2 scan and the cut points come from the one splitter (splitter.h),
+// * Special tokens, the pattern's scan and the cut points come from the one splitter (splitter.h),
 //   and everything between reading the arguments and building the result runs with the GIL
 //   released.
 // * Pieces over 16 bytes (CJK runs, long numbers, whitespace) take a heap + linked-list path
 //   with the same rounds, O(n log n) instead of O(n^2) rescans.
 // * Parallelism: a text is cut at its special tokens and into blocks at points no pre-token
-//   crosses (gpt2_local_cut: found every few characters in English and in Chinese alike, so
-//   CJK text runs on every thread in bounded blocks too), blocks go to threads through
+//   crosses (the pattern's local cut; GPT-2's is found every few characters in English and in
+//   Chinese alike, so CJK text runs on every thread in bounded blocks too), blocks go to threads through
 //   one atomic counter, and each block's ids are concatenated in order, so the result does not
 //   depend on the number of threads. The threads are a persistent pool, so their piece caches
 //   stay warm from one call (one 16 MB block of a file) to the next.
@@ -56,6 +56,8 @@
 #include "splitter.h"
 
 namespace nb = nanobind;
+
+bpe::detail::Pattern pattern_of(const std::string &name);  // splitter.cpp
 
 namespace {
 
@@ -255,8 +257,9 @@ class Encoder {
   public:
     Encoder(const std::vector<uint32_t> &byte_ids,
             const std::vector<std::tuple<uint32_t, uint32_t, uint32_t>> &merges,
-            const std::vector<std::pair<nb::bytes, uint32_t>> &specials, bool native_split)
-        : native_split(native_split), uid(next_encoder_uid.fetch_add(1)), specials_(special_strings(specials)) {
+            const std::vector<std::pair<nb::bytes, uint32_t>> &specials, const std::string &pattern)
+        : pattern_(pattern_of(pattern)), native_split(pattern_ != bpe::detail::Pattern::kNone),
+          uid(next_encoder_uid.fetch_add(1)), specials_(special_strings(specials)) {
         for (const auto &sp : specials) special_ids_.push_back(sp.second);
         if (byte_ids.size() != 256) throw std::invalid_argument("byte_ids must hold 256 ids");
         std::copy(byte_ids.begin(), byte_ids.end(), byte_id_);
@@ -275,6 +278,10 @@ class Encoder {
         for (size_t i = 0; i < n_ints; ++i) ints_.push_back(nb::steal(PyLong_FromSize_t(i)));
     }
 
+  private:
+    const bpe::detail::Pattern pattern_;  // the native scanner (kNone: pieces come from Python)
+
+  public:
     const bool native_split;
     const uint64_t uid;                   // identifies this encoder to the per-thread caches
     static constexpr size_t kShort = 16;  // longer pieces take the heap path
@@ -395,11 +402,11 @@ class Encoder {
         for (uint32_t i = 0; i < n; i = nxt[i]) out.push_back(id[i]);
     }
 
-    // Special-free text -> ids: GPT-2 split, then BPE per piece.
+    // Special-free text -> ids: the pattern's split, then BPE per piece.
     void encode_plain(const uint8_t *s, size_t n, PieceCache &cache, std::vector<size_t> &ends,
                       std::vector<uint32_t> &out) const {
         ends.clear();
-        bpe::detail::scan(s, n, [&](size_t, size_t e) { ends.push_back(e); });
+        bpe::detail::scan_pattern(pattern_, s, n, [&](size_t, size_t e) { ends.push_back(e); });
         size_t prev = 0;
         for (size_t e : ends) {
             bpe(s + prev, e - prev, cache, out);
@@ -408,7 +415,7 @@ class Encoder {
     }
 
     // Cut text into its special tokens and, between them, blocks of about `target` bytes at
-    // GPT-2 local cuts (splitter.h). Text without one (a single pre-token) stays one block.
+    // the pattern's local cuts (splitter.h). Text without one (a single pre-token) stays one block.
     std::vector<Block> plan(std::string_view s, size_t target) const {
         std::vector<Block> blocks;
         const auto *u = reinterpret_cast<const uint8_t *>(s.data());
@@ -418,7 +425,7 @@ class Encoder {
                 while (b - a > target) {
                     size_t found = 0;
                     for (size_t q = a + target; q < b; ++q) {
-                        if (bpe::detail::gpt2_local_cut(u + a, b - a, q - a)) {
+                        if (bpe::detail::pattern_local_cut(pattern_, u + a, b - a, q - a)) {
                             found = q;
                             break;
                         }
@@ -598,11 +605,12 @@ void register_encoder(nb::module_ &m) {
     nb::class_<Encoder>(m, "Encoder",
                         "Byte-level BPE encoder by merge rank (see bpe_store/tokenizer.py for the spec).")
         .def(nb::init<const std::vector<uint32_t> &, const std::vector<std::tuple<uint32_t, uint32_t, uint32_t>> &,
-                      const std::vector<std::pair<nb::bytes, uint32_t>> &, bool>(),
-             nb::arg("byte_ids"), nb::arg("merges"), nb::arg("specials"), nb::arg("native_split"),
+                      const std::vector<std::pair<nb::bytes, uint32_t>> &, const std::string &>(),
+             nb::arg("byte_ids"), nb::arg("merges"), nb::arg("specials"), nb::arg("pattern"),
              "``byte_ids``: the id of each byte 0..255; ``merges``: ``(left, right, merged)`` ids in rank "
-             "order; ``specials``: ``(bytes, id)``; ``native_split``: pre-tokenize with the native GPT-2 "
-             "scanner (only for GPT-2's pattern).")
+             "order; ``specials``: ``(bytes, id)``; ``pattern``: the native scanner to pre-tokenize with "
+             "(``pretokenize.NATIVE_SCANNERS``' values), or '' for a pattern without one (then only "
+             "``encode_pieces`` works: pre-tokens come from Python).")
         .def_ro("native_split", &Encoder::native_split)
         .def(
             "encode_pieces",

@@ -1,9 +1,9 @@
-// The GPT-2 pre-tokenizer and word counter: the hot loop of the counting phase, and its
+// The native pre-tokenizers and word counter: the hot loop of the counting phase, and its
 // Python functions (registered into bpe_store._core by `register_scanner`).
 //
-// `gpt2_split` splits special-free UTF-8 text exactly as
-//     regex.finditer(r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""", text)
-// does, with the character classes generated from the `regex` module (unicode_tables.h).
+// `pretokenize` splits special-free UTF-8 text exactly as `regex.finditer(PATTERN, text)` does for
+// each pattern with a native scanner (GPT-2's, cl100k, o200k, Llama 3's, Qwen2's: scanner_impl.h),
+// with the character classes generated from the `regex` module (unicode_tables.h).
 // `count_words` splits a chunk at special tokens, splits each piece with the same scanner and
 // counts the pieces in a hash table keyed by views into the input, so no word is copied until
 // the result is handed to Python. `count_chunk` does the same but keeps the counts native
@@ -28,6 +28,7 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include "scanner_impl.h"
@@ -36,32 +37,33 @@
 
 namespace nb = nanobind;
 
-namespace bpe {
-
-void gpt2_split(std::string_view text, std::vector<size_t> &ends) {
-    detail::scan(reinterpret_cast<const uint8_t *>(text.data()), text.size(),
-                 [&](size_t, size_t e) { ends.push_back(e); });
-}
-
-}  // namespace bpe
-
 // ---- Python API -----------------------------------------------------------------------------
 
+bpe::detail::Pattern pattern_of(const std::string &name);  // splitter.cpp
+
 namespace {
+
+// The scanner of a pattern name for the counting functions, which need one ('' refused).
+bpe::detail::Pattern scanner_of(const std::string &name) {
+    const bpe::detail::Pattern p = pattern_of(name);
+    if (p == bpe::detail::Pattern::kNone) throw nb::value_error("a pattern with a native scanner is needed");
+    return p;
+}
 
 // bytes(view) for the result; raises (via nanobind) on allocation failure.
 nb::object py_bytes(const uint8_t *p, size_t n) {
     return nb::steal(PyBytes_FromStringAndSize(reinterpret_cast<const char *>(p), Py_ssize_t(n)));
 }
 
-nb::list py_pretokenize(nb::bytes data) {
+nb::list py_pretokenize(nb::bytes data, const std::string &pattern) {
     const auto *s = static_cast<const uint8_t *>(data.data());
     const size_t n = data.size();
+    const bpe::detail::Pattern p = scanner_of(pattern);
     std::vector<size_t> ends;
     {
         nb::gil_scoped_release release;
         ends.reserve(n / 4 + 1);
-        bpe::gpt2_split(std::string_view(reinterpret_cast<const char *>(s), n), ends);
+        bpe::detail::scan_pattern(p, s, n, [&](size_t, size_t e) { ends.push_back(e); });
     }
     nb::list out;
     size_t prev = 0;
@@ -179,13 +181,14 @@ namespace {
 size_t expected_words(size_t n) { return n / 64; }
 
 // Counts the words of s[0, n) into `out` (the GIL released by the caller).
-void count_into(ChunkCounts &out, const uint8_t *s, size_t n, std::vector<std::string> toks, size_t max_bytes) {
+void count_into(ChunkCounts &out, const uint8_t *s, size_t n, std::vector<std::string> toks, size_t max_bytes,
+                bpe::detail::Pattern pattern) {
     const bpe::detail::SpecialSplitter splitter(std::move(toks));
     bpe::detail::CountSink sink(out.table, nullptr, s + n);  // lookups prefetched a few tokens ahead
     uint64_t total = 0;
     splitter.split(s, n, [&](size_t a, size_t b) {
         const uint8_t *piece = s + a;
-        bpe::detail::scan(piece, b - a, [&](size_t x, size_t y) {
+        bpe::detail::scan_pattern(pattern, piece, b - a, [&](size_t x, size_t y) {
             // a pre-token longer than max_bytes counts as pieces (pretokenize.split_long_pretoken)
             bpe::detail::split_long(piece, x, y, max_bytes, [&](size_t p, size_t q) {
                 sink.add(piece + p, q - p);
@@ -197,14 +200,16 @@ void count_into(ChunkCounts &out, const uint8_t *s, size_t n, std::vector<std::s
     out.total = total;
 }
 
-ChunkCounts count_chunk(nb::bytes data, const std::vector<nb::bytes> &specials, size_t max_bytes) {
+ChunkCounts count_chunk(nb::bytes data, const std::vector<nb::bytes> &specials, size_t max_bytes,
+                        const std::string &pattern) {
     std::vector<std::string> toks = special_list(specials);
+    const bpe::detail::Pattern p = scanner_of(pattern);
     const auto *s = static_cast<const uint8_t *>(data.data());
     const size_t n = data.size();
     ChunkCounts out(data, nullptr, bpe::detail::WordTable(expected_words(n)));
     // `data` is immutable and referenced by `out`, so it outlives the scan
     nb::gil_scoped_release release;
-    count_into(out, s, n, std::move(toks), max_bytes);
+    count_into(out, s, n, std::move(toks), max_bytes, p);
     return out;
 }
 
@@ -212,8 +217,10 @@ ChunkCounts count_chunk(nb::bytes data, const std::vector<nb::bytes> &specials, 
 // reused memory (ChunkMemory) with the GIL released. None if the file ends before them or they
 // are not valid UTF-8: the caller then reads them itself, to report that or to replace.
 std::optional<ChunkCounts> count_file_range(int fd, uint64_t offset, size_t length,
-                                            const std::vector<nb::bytes> &specials, size_t max_bytes) {
+                                            const std::vector<nb::bytes> &specials, size_t max_bytes,
+                                            const std::string &pattern) {
     std::vector<std::string> toks = special_list(specials);
+    const bpe::detail::Pattern p = scanner_of(pattern);
     std::unique_ptr<ChunkMemory> memory = chunk_memory_pool().take(length);
     uint8_t *s = memory->bytes.get();
     int err = 0;
@@ -235,7 +242,7 @@ std::optional<ChunkCounts> count_file_range(int fd, uint64_t offset, size_t leng
         if (ok) {
             bpe::detail::WordTable table(expected_words(length), std::move(memory->table));
             out.emplace(nb::object(), std::move(memory), std::move(table));  // a null object: no refcount touched
-            count_into(*out, s, length, std::move(toks), max_bytes);
+            count_into(*out, s, length, std::move(toks), max_bytes, p);
         }
     }
     if (err != 0) {
@@ -348,8 +355,9 @@ nb::bytes py_pack_counts(nb::dict counts) {
     return to_bytes(pack_entries(entries));
 }
 
-nb::tuple py_count_words(nb::bytes data, const std::vector<nb::bytes> &specials, size_t max_bytes) {
-    ChunkCounts chunk = count_chunk(data, specials, max_bytes);
+nb::tuple py_count_words(nb::bytes data, const std::vector<nb::bytes> &specials, size_t max_bytes,
+                         const std::string &pattern) {
+    ChunkCounts chunk = count_chunk(data, specials, max_bytes, pattern);
     return nb::make_tuple(to_dict(chunk.table), nb::steal(PyLong_FromUnsignedLongLong(chunk.total)));
 }
 
@@ -658,6 +666,11 @@ int py_char_class(int64_t cp) {
     return bpe::detail::class_of(uint32_t(cp));
 }
 
+int py_char_flags(int64_t cp) {
+    if (cp < 0 || cp >= 0x110000) throw nb::value_error("code point out of range 0..0x10FFFF");
+    return bpe::detail::flags_of(uint32_t(cp));
+}
+
 }  // namespace
 
 void bpe::unpack_counts(const uint8_t *p, size_t n,
@@ -667,13 +680,16 @@ void bpe::unpack_counts(const uint8_t *p, size_t n,
 }
 
 void register_scanner(nb::module_ &m) {
-    m.def("pretokenize", &py_pretokenize, nb::arg("data"),
-          "GPT-2 pre-tokens of special-free UTF-8 ``data``, as ``regex.finditer(GPT2_PATTERN)`` "
-          "splits it: list[bytes]. Releases the GIL while scanning.");
+    m.def("pretokenize", &py_pretokenize, nb::arg("data"), nb::arg("pattern") = "gpt2",
+          "Pre-tokens of special-free UTF-8 ``data`` under ``pattern`` (a name in "
+          "``pretokenize.NATIVE_SCANNERS``' values), as ``regex.finditer`` splits it: list[bytes]. "
+          "Releases the GIL while scanning.");
     m.def("count_words", &py_count_words, nb::arg("data"), nb::arg("specials"), nb::arg("max_bytes") = 0,
+          nb::arg("pattern") = "gpt2",
           "``({word bytes: count}, pre-tokens)`` of UTF-8 ``data`` split at ``specials`` (leftmost, "
-          "longest at one position; never counted), then by the GPT-2 pattern; a pre-token longer than "
-          "``max_bytes`` (0: no limit) counts as pieces (pretokenize.split_long_pretoken). Releases the GIL.");
+          "longest at one position; never counted), then by ``pattern``'s native scanner; a pre-token "
+          "longer than ``max_bytes`` (0: no limit) counts as pieces (pretokenize.split_long_pretoken). "
+          "Releases the GIL.");
     nb::class_<ChunkCounts>(m, "ChunkCounts",
                             "Word counts of one chunk, kept native (see ``count_chunk``); add it to a WordCounter.")
         .def_ro("total", &ChunkCounts::total, "Number of pre-tokens.")
@@ -689,9 +705,10 @@ void register_scanner(nb::module_ &m) {
              },
              "The counts as one compact bytes object (see ``WordCounter.add_packed``). Releases the GIL.");
     m.def("count_chunk", &count_chunk, nb::arg("data"), nb::arg("specials"), nb::arg("max_bytes") = 0,
+          nb::arg("pattern") = "gpt2",
           "``count_words`` without building the dict: a ChunkCounts. Releases the GIL.");
     m.def("count_file_range", &count_file_range, nb::arg("fd"), nb::arg("offset"), nb::arg("length"),
-          nb::arg("specials"), nb::arg("max_bytes") = 0,
+          nb::arg("specials"), nb::arg("max_bytes") = 0, nb::arg("pattern") = "gpt2",
           "``count_chunk`` of bytes ``[offset, offset + length)`` of the open file ``fd``, read natively into "
           "reused memory; None if the file ends before them or they are not valid UTF-8. Releases the GIL.");
     m.def("release_chunk_memory", [] { chunk_memory_pool().clear(); },
@@ -738,4 +755,7 @@ void register_scanner(nb::module_ &m) {
           "``total[w] += c`` for each ``w, c`` in ``counts`` (dicts of bytes -> int; a Counter is a dict).");
     m.def("char_class", &py_char_class, nb::arg("cp"),
           "GPT-2 class of a code point: 0 other, 1 \\p{L}, 2 \\p{N}, 3 \\s (as `regex` defines them).");
+    m.def("char_flags", &py_char_flags, nb::arg("cp"),
+          "tiktoken flags of a code point (bits: 1 \\p{L}, 2 \\p{N}, 4 \\s, 8 [\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}], "
+          "16 [\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}], 32 [\\r\\n]), as `regex` defines them.");
 }

@@ -1,4 +1,4 @@
-// The GPT-2 pre-tokenizer, shared by the counter (scanner.cpp) and the encoder (encoder.cpp).
+// What scanner.cpp offers the rest of the native core (the scanners themselves: scanner_impl.h).
 #pragma once
 
 #include <cstddef>
@@ -8,11 +8,6 @@
 #include <vector>
 
 namespace bpe {
-
-// Appends to `ends` the end offset of each GPT-2 pre-token of `text`, a special-free UTF-8
-// string, exactly as `regex.finditer(GPT2_PATTERN, text)` splits it (pieces are contiguous,
-// so piece i is [ends[i-1], ends[i]) with ends[-1] = 0). Thread-safe; never touches Python.
-void gpt2_split(std::string_view text, std::vector<size_t> &ends);
 
 // Calls f(word, length, count) for each word of packed counts (``WordCounter.pack``), in their
 // order; throws std::invalid_argument on a malformed buffer (before calling f: all or nothing).

@@ -51,57 +51,77 @@ struct Char {
 
 inline bool is_cont(uint8_t b) { return (b & 0xC0) == 0x80; }
 
-// The character at p (p < end). Any byte that does not start a well-formed UTF-8 sequence
+// A decoded code point and its length in bytes (1..4).
+struct Cp {
+    uint32_t cp;
+    uint8_t len;
+};
+constexpr uint32_t kBadCp = 0x110000;  // past Unicode: every table gives it class "other", no flags
+
+// The code point at p (p < end). Any byte that does not start a well-formed UTF-8 sequence
 // (stray continuation, overlong form, surrogate, > U+10FFFF, truncated at `end`) is one
-// character of class "other": callers validate first, this only keeps the scanner total and
-// in bounds on any input.
-inline Char decode(const uint8_t *p, const uint8_t *end) {
+// character kBadCp: callers validate first, this only keeps the scanners total and in bounds on
+// any input. The one UTF-8 decoder of the scanners and the splitter.
+inline Cp decode_cp(const uint8_t *p, const uint8_t *end) {
     const uint8_t b0 = p[0];
-    if (b0 < 0x80) return {tables::kClassStage2[b0], 1};  // block 0 of stage 2 is U+0000..U+007F
+    if (b0 < 0x80) return {b0, 1};
     const size_t avail = size_t(end - p);
     if (b0 >= 0xC2 && b0 <= 0xDF) {
-        if (avail >= 2 && is_cont(p[1])) return {class_of((uint32_t(b0 & 0x1F) << 6) | (p[1] & 0x3F)), 2};
+        if (avail >= 2 && is_cont(p[1])) return {(uint32_t(b0 & 0x1F) << 6) | (p[1] & 0x3F), 2};
     } else if (b0 >= 0xE0 && b0 <= 0xEF) {
         if (avail >= 3 && is_cont(p[1]) && is_cont(p[2])) {
             const uint8_t lo = b0 == 0xE0 ? 0xA0 : 0x80, hi = b0 == 0xED ? 0x9F : 0xBF;
             if (p[1] >= lo && p[1] <= hi)
-                return {class_of((uint32_t(b0 & 0x0F) << 12) | (uint32_t(p[1] & 0x3F) << 6) | (p[2] & 0x3F)), 3};
+                return {(uint32_t(b0 & 0x0F) << 12) | (uint32_t(p[1] & 0x3F) << 6) | (p[2] & 0x3F), 3};
         }
     } else if (b0 >= 0xF0 && b0 <= 0xF4) {
         if (avail >= 4 && is_cont(p[1]) && is_cont(p[2]) && is_cont(p[3])) {
             const uint8_t lo = b0 == 0xF0 ? 0x90 : 0x80, hi = b0 == 0xF4 ? 0x8F : 0xBF;
             if (p[1] >= lo && p[1] <= hi)
-                return {class_of((uint32_t(b0 & 0x07) << 18) | (uint32_t(p[1] & 0x3F) << 12) |
-                                 (uint32_t(p[2] & 0x3F) << 6) | (p[3] & 0x3F)),
+                return {(uint32_t(b0 & 0x07) << 18) | (uint32_t(p[1] & 0x3F) << 12) | (uint32_t(p[2] & 0x3F) << 6) |
+                            (p[3] & 0x3F),
                         4};
         }
     }
-    return {kOther, 1};
+    return {kBadCp, 1};
 }
 
-// The first offset >= k of s[0, n) that is not an ASCII character of class `cls` (s[k] is
-// ASCII). Why 16 bytes at a time for letters and digits: a byte loop pays a mispredicted
-// branch where each run ends, about once per pre-token; here a run shorter than 16 bytes (most
-// words) ends with one compare, one mask and a count of trailing zeros. Other classes, rarer
-// and shorter, take one table load per byte.
-inline size_t ascii_run_end(const uint8_t *s, size_t k, size_t n, uint8_t cls) {
+// The GPT-2 class and length of the character at p (p < end); see decode_cp.
+inline Char decode(const uint8_t *p, const uint8_t *end) {
+    const Cp c = decode_cp(p, end);
+    return {class_of(c.cp), c.len};
+}
+
+// The first offset >= k of s[0, n) whose byte b fails (b | fold) - base <= top (as unsigned
+// bytes): the end of a run of ASCII letters (fold 0x20, 'a', 25), lowercase letters (0, 'a', 25),
+// uppercase letters (0, 'A', 25) or digits (0, '0', 9). No byte >= 0x80 passes, so a non-ASCII
+// character ends the run too. Why 16 bytes at a time: a byte loop pays a mispredicted branch
+// where each run ends, about once per pre-token; here a run shorter than 16 bytes (most words)
+// ends with one compare, one mask and a count of trailing zeros.
+inline size_t ascii_range_end(const uint8_t *s, size_t k, size_t n, uint8_t fold, uint8_t base, uint8_t top) {
 #ifdef BPE_SCANNER_SSE2
-    if (cls == kLetter || cls == kNumber) {
-        // letters: (b | 0x20) - 'a' <= 25, digits: b - '0' <= 9, both as unsigned bytes; no byte
-        // >= 0x80 passes either test, so a non-ASCII character also ends the ASCII run here
-        const __m128i fold = _mm_set1_epi8(cls == kLetter ? 0x20 : 0);
-        const __m128i base = _mm_set1_epi8(cls == kLetter ? 'a' : '0');
-        const __m128i top = _mm_set1_epi8(cls == kLetter ? 25 : 9);
-        while (k + 16 <= n) {
-            const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i *>(s + k));
-            const __m128i t = _mm_sub_epi8(_mm_or_si128(x, fold), base);
-            const __m128i in = _mm_cmpeq_epi8(_mm_min_epu8(t, top), t);
-            const unsigned out = ~unsigned(_mm_movemask_epi8(in)) & 0xFFFFu;
-            if (out != 0) return k + size_t(__builtin_ctz(out));
-            k += 16;
-        }
+    const __m128i vfold = _mm_set1_epi8(char(fold));
+    const __m128i vbase = _mm_set1_epi8(char(base));
+    const __m128i vtop = _mm_set1_epi8(char(top));
+    while (k + 16 <= n) {
+        const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i *>(s + k));
+        const __m128i t = _mm_sub_epi8(_mm_or_si128(x, vfold), vbase);
+        const __m128i in = _mm_cmpeq_epi8(_mm_min_epu8(t, vtop), t);
+        const unsigned out = ~unsigned(_mm_movemask_epi8(in)) & 0xFFFFu;
+        if (out != 0) return k + size_t(__builtin_ctz(out));
+        k += 16;
     }
 #endif
+    while (k < n && uint8_t(uint8_t(s[k] | fold) - base) <= top) ++k;
+    return k;
+}
+
+// The first offset >= k of s[0, n) that is not an ASCII character of GPT-2 class `cls` (s[k] is
+// ASCII). Letters and digits skip 16 bytes at a time (ascii_range_end); other classes, rarer and
+// shorter, take one table load per byte.
+inline size_t ascii_run_end(const uint8_t *s, size_t k, size_t n, uint8_t cls) {
+    if (cls == kLetter) return ascii_range_end(s, k, n, 0x20, 'a', 25);
+    if (cls == kNumber) return ascii_range_end(s, k, n, 0, '0', 9);
     while (k < n && s[k] < 0x80 && tables::kClassStage2[s[k]] == cls) ++k;
     return k;
 }
@@ -179,6 +199,279 @@ inline void scan(const uint8_t *s, size_t n, Emit &&emit) {
         if (k < n && last > i) k = last;
         emit(start, k);
         i = k;
+    }
+}
+
+// ---- tiktoken's patterns: cl100k (GPT-4), o200k (GPT-4o), and their kin -------------------
+//
+// Same approach as `scan`: each alternative of the pattern is decided by the flags of one or two
+// characters, then runs are consumed greedily; the few places where the regex backtracks are
+// written out below with the reason they give the regex's answer. Flags come from the second
+// generated table (one load per ASCII byte, two stages otherwise), since o200k's classes overlap.
+
+// Flag bits of tables::kFlagStage2 (tools/gen_unicode_tables.py, FLAGS).
+enum Flag : uint8_t {
+    kFL = 1,      // \p{L}
+    kFN = 2,      // \p{N}
+    kFS = 4,      // \s
+    kFUp = 8,     // [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]: o200k's first letter set
+    kFLo = 16,    // [\p{Ll}\p{Lm}\p{Lo}\p{M}]: o200k's second letter set
+    kFCrLf = 32,  // [\r\n]
+};
+constexpr uint8_t kFPunct = kFL | kFN | kFS;  // [^\s\p{L}\p{N}] is "none of these"
+
+inline uint8_t flags_of(uint32_t cp) {
+    if (cp >= 0x110000) return 0;
+    return tables::kFlagStage2[(uint32_t(tables::kFlagStage1[cp >> tables::kFlagShift]) << tables::kFlagShift) |
+                               (cp & tables::kFlagMask)];
+}
+
+// One decoded character: its flags and its length in bytes (1..4).
+struct FChar {
+    uint8_t f;
+    uint8_t len;
+};
+
+// The character at s[i] (i < n, end = s + n); ASCII without a call (block 0 of stage 2 is ASCII).
+inline FChar fchar(const uint8_t *s, size_t i, const uint8_t *end) {
+    const uint8_t b = s[i];
+    if (b < 0x80) return {tables::kFlagStage2[b], 1};
+    const Cp c = decode_cp(s + i, end);
+    return {flags_of(c.cp), c.len};
+}
+
+// ASCII members of a flag set, for the 16-byte skip: which range test they are (kFL: letters,
+// kFLo: a-z, kFUp: A-Z, kFN: digits), or none (then one table load per byte).
+enum class AsciiSet : uint8_t { kNone, kLetters, kLower, kUpper, kDigits };
+
+inline size_t ascii_set_end(const uint8_t *s, size_t k, size_t n, AsciiSet set) {
+    switch (set) {
+        case AsciiSet::kLetters: return ascii_range_end(s, k, n, 0x20, 'a', 25);
+        case AsciiSet::kLower: return ascii_range_end(s, k, n, 0, 'a', 25);
+        case AsciiSet::kUpper: return ascii_range_end(s, k, n, 0, 'A', 25);
+        case AsciiSet::kDigits: return ascii_range_end(s, k, n, 0, '0', 9);
+        default: return k;
+    }
+}
+
+// The end of the run from k of characters with some flag of `any` (kWant true) or with none of
+// them (kWant false). `ascii` must be the run's ASCII members exactly, or kNone.
+template <bool kWant>
+inline size_t flag_run_end(const uint8_t *s, size_t k, size_t n, uint8_t any, AsciiSet ascii) {
+    const uint8_t *const end = s + n;
+    while (k < n) {
+        const uint8_t b = s[k];
+        if (b < 0x80) {
+            if (ascii != AsciiSet::kNone) {
+                k = ascii_set_end(s, k, n, ascii);
+                if (k >= n || s[k] < 0x80) break;  // an ASCII character outside the set
+                continue;
+            }
+            if (((tables::kFlagStage2[b] & any) != 0) != kWant) break;
+            ++k;
+            continue;
+        }
+        const FChar d = fchar(s, k, end);
+        if (((d.f & any) != 0) != kWant) break;
+        k += d.len;
+    }
+    return k;
+}
+
+// The letter of a contraction at s[k] (k < n), lowercased ('S' -> 's'; U+017F, which `regex`
+// folds to 's', too: tables::kContractionFolds), with its length in `len`; 0 for anything else.
+inline char contraction_letter(const uint8_t *s, size_t k, size_t n, size_t &len) {
+    const uint8_t b = s[k];
+    len = 1;
+    if (b < 0x80) return char(b >= 'A' && b <= 'Z' ? b | 0x20 : b);
+    const Cp c = decode_cp(s + k, s + n);
+    for (const auto &f : tables::kContractionFolds) {
+        if (f.cp == c.cp) {
+            len = c.len;
+            return f.letter;
+        }
+    }
+    return 0;
+}
+
+// The end of the contraction '(?i:[sdmt]|ll|ve|re) at s[i] == '\'', or 0 if there is none there.
+// (o200k's suffix (?i:'s|'t|'re|'ve|'m|'ll|'d) is the same set of strings.)
+inline size_t contraction_end(const uint8_t *s, size_t i, size_t n) {
+    if (i + 1 >= n) return 0;
+    size_t l1, l2;
+    const char a = contraction_letter(s, i + 1, n, l1);
+    if (a == 's' || a == 'd' || a == 'm' || a == 't') return i + 1 + l1;
+    if ((a != 'l' && a != 'v' && a != 'r') || i + 1 + l1 >= n) return 0;
+    const char b = contraction_letter(s, i + 1 + l1, n, l2);
+    return (a == 'l' && b == 'l') || ((a == 'v' || a == 'r') && b == 'e') ? i + 1 + l1 + l2 : 0;
+}
+
+// The end of the whitespace pre-token at s[i] (a \s character) when no earlier alternative took
+// it: the last three alternatives of every tiktoken pattern. With `end_rule` (cl100k's \s++$) a
+// run that reaches the end of the text is one pre-token; otherwise \s*[\r\n] (or \s*[\r\n]+: the
+// same here) ends after the run's last newline (\s* backtracks to it, and nothing after the last
+// one is [\r\n]); otherwise \s+(?!\S) gives back the run's last character when a non-space
+// follows, unless that is the only one (then \s takes it); at the end of the text the whole run.
+inline size_t space_end(const uint8_t *s, size_t i, size_t n, bool end_rule) {
+    const uint8_t *const end = s + n;
+    FChar c = fchar(s, i, end);
+    size_t k = i + c.len, last = i, newline = c.f & kFCrLf ? k : 0;
+    while (k < n) {
+        const FChar d = fchar(s, k, end);
+        if (!(d.f & kFS)) break;
+        last = k;
+        k += d.len;
+        if (d.f & kFCrLf) newline = k;
+    }
+    if (end_rule && k == n) return n;
+    if (newline != 0) return newline;
+    return k < n && last > i ? last : k;
+}
+
+// The end of ` ?[^\s\p{L}\p{N}]++` + the tail at s[i], or 0 when it does not match there: the
+// punctuation run after an optional space, then any of `tail` (\r, \n, and for o200k also /).
+inline size_t punct_end(const uint8_t *s, size_t i, size_t n, FChar c, bool slash) {
+    size_t p = i;
+    if (c.f & kFPunct) {  // not a punctuation character: only a space followed by one will do
+        if (s[i] != ' ' || i + 1 >= n || (fchar(s, i + 1, s + n).f & kFPunct)) return 0;
+        p = i + 1;
+    }
+    size_t k = flag_run_end<false>(s, p, n, kFPunct, AsciiSet::kNone);
+    while (k < n && (s[k] == '\r' || s[k] == '\n' || (slash && s[k] == '/'))) ++k;
+    return k;
+}
+
+// Calls emit(start, end) for each pre-token of s[0, n) under cl100k's pattern
+//     '(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+
+//     |\s++$|\s*[\r\n]|\s+(?!\S)|\s
+// (kEndRule true, kDigits 3) or a pattern of the same family: Llama 3's (no \s++$, kEndRule
+// false; its other alternatives are cl100k's without the possessive marks, which change nothing
+// here: nothing after them could take back what they matched) and Qwen2's (also \p{N}: kDigits 1).
+template <bool kEndRule, unsigned kDigits, class Emit>
+inline void scan_cl100k(const uint8_t *s, size_t n, Emit &&emit) {
+    const uint8_t *const end = s + n;
+    size_t i = 0;
+    while (i < n) {
+        const size_t start = i;
+        if (s[i] == '\'') {
+            const size_t k = contraction_end(s, i, n);
+            if (k != 0) {
+                emit(start, k);
+                i = k;
+                continue;
+            }
+        }
+        const FChar c = fchar(s, i, end);
+        // [^\r\n\p{L}\p{N}]?+\p{L}++: a letter run, after one character that is no letter,
+        // number, \r or \n (a space, a tab, punctuation, a mark) when a letter follows it.
+        size_t run = SIZE_MAX;
+        if (c.f & kFL) {
+            run = i;
+        } else if (!(c.f & (kFN | kFCrLf)) && i + c.len < n && (fchar(s, i + c.len, end).f & kFL)) {
+            run = i + c.len;
+        }
+        size_t k;
+        if (run != SIZE_MAX) {
+            k = flag_run_end<true>(s, run, n, kFL, AsciiSet::kLetters);
+        } else if (c.f & kFN) {  // \p{N}{1,3}+: groups of up to kDigits from the left
+            k = i + c.len;
+            for (unsigned d = 1; d < kDigits && k < n; ++d) {
+                const FChar e = fchar(s, k, end);
+                if (!(e.f & kFN)) break;
+                k += e.len;
+            }
+        } else if ((k = punct_end(s, i, n, c, false)) == 0) {
+            k = space_end(s, i, n, kEndRule);  // c is \s: nothing else is left
+        }
+        emit(start, k);
+        i = k;
+    }
+}
+
+// o200k's first two alternatives after the optional prefix, from j:
+//     [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+        (the "upper" run U, then "lower" L)
+// and its end, or SIZE_MAX where it does not match. The greedy U run is taken whole; if a
+// character of L follows it, L+ runs from there (first success of the backtracking: U* gave up
+// nothing). Otherwise U* gives back characters one by one until L+ can start: at the run's last
+// character in both sets (\p{Lm}, \p{Lo}, \p{M}), and L+ then ends right after it, since what
+// follows in the run is in U only (or is where the run ended). No such character: no match.
+inline size_t o200k_cased(const uint8_t *s, size_t j, size_t n) {
+    const uint8_t *const end = s + n;
+    size_t e = j, both_end = SIZE_MAX;
+    while (e < n) {
+        if (s[e] < 0x80) {  // ASCII: only A-Z is in U, and no ASCII character is in both sets
+            e = ascii_set_end(s, e, n, AsciiSet::kUpper);
+            if (e >= n || s[e] < 0x80) break;
+        }
+        const FChar d = fchar(s, e, end);
+        if (!(d.f & kFUp)) break;
+        e += d.len;
+        if (d.f & kFLo) both_end = e;
+    }
+    if (e < n && (fchar(s, e, end).f & kFLo)) return flag_run_end<true>(s, e, n, kFLo, AsciiSet::kLower);
+    return both_end;
+}
+
+// Calls emit(start, end) for each pre-token of s[0, n) under o200k's pattern
+//     [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+//     |[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+//     |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+template <class Emit>
+inline void scan_o200k(const uint8_t *s, size_t n, Emit &&emit) {
+    const uint8_t *const end = s + n;
+    size_t i = 0;
+    while (i < n) {
+        const size_t start = i;
+        const FChar c = fchar(s, i, end);
+        size_t k = SIZE_MAX;
+        if (c.f & kFL) {  // no prefix (a letter is not [^\r\n\p{L}\p{N}]): the first alternative, else the second
+            k = o200k_cased(s, i, n);
+            if (k == SIZE_MAX) k = flag_run_end<true>(s, i, n, kFUp, AsciiSet::kUpper);  // U+, and L* takes nothing
+        } else if (!(c.f & (kFN | kFCrLf))) {
+            // With the prefix c, then, the first alternative without it (only a mark can start
+            // it: a mark is in both sets, so it always matches), then the second with it (U+ after
+            // c; L* takes nothing, or the first alternative would have matched).
+            const size_t j = i + c.len;
+            if (j < n) k = o200k_cased(s, j, n);
+            if (k == SIZE_MAX && (c.f & kFLo)) k = o200k_cased(s, i, n);
+            if (k == SIZE_MAX && j < n && (fchar(s, j, end).f & kFUp))
+                k = flag_run_end<true>(s, j, n, kFUp, AsciiSet::kUpper);
+        }
+        if (k != SIZE_MAX) {
+            if (k < n && s[k] == '\'') {  // the optional contraction suffix
+                const size_t e = contraction_end(s, k, n);
+                if (e != 0) k = e;
+            }
+        } else if (c.f & kFN) {  // \p{N}{1,3}
+            k = i + c.len;
+            for (unsigned d = 1; d < 3 && k < n; ++d) {
+                const FChar e = fchar(s, k, end);
+                if (!(e.f & kFN)) break;
+                k += e.len;
+            }
+        } else if ((k = punct_end(s, i, n, c, true)) == 0) {
+            k = space_end(s, i, n, false);
+        }
+        emit(start, k);
+        i = k;
+    }
+}
+
+// The patterns with a native scanner (pretokenize.NATIVE_SCANNERS names them); kNone: a user's
+// own regex, which only special tokens may cut and which Python scans with `regex`.
+enum class Pattern : uint8_t { kNone, kGpt2, kCl100k, kO200k, kLlama3, kQwen2 };
+
+// Calls emit(start, end) for each pre-token of s[0, n) under `pattern` (not kNone). Why a switch
+// per call and not per pre-token: callers scan whole special-free pieces, so the dispatch costs
+// once per piece and each scanner's loop inlines `emit`.
+template <class Emit>
+inline void scan_pattern(Pattern pattern, const uint8_t *s, size_t n, Emit &&emit) {
+    switch (pattern) {
+        case Pattern::kCl100k: return scan_cl100k<true, 3>(s, n, emit);
+        case Pattern::kLlama3: return scan_cl100k<false, 3>(s, n, emit);
+        case Pattern::kQwen2: return scan_cl100k<false, 1>(s, n, emit);
+        case Pattern::kO200k: return scan_o200k(s, n, emit);
+        default: return scan(s, n, emit);
     }
 }
 

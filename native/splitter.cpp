@@ -16,12 +16,25 @@ namespace nb = nanobind;
 
 std::vector<std::string> special_list(const std::vector<nb::bytes> &specials);  // scanner.cpp
 
+// The native scanner of a pattern name (pretokenize.NATIVE_SCANNERS' values; '' = none, for a
+// user's own regex). Shared with scanner.cpp and encoder.cpp: the one place names are read.
+bpe::detail::Pattern pattern_of(const std::string &name) {
+    using bpe::detail::Pattern;
+    if (name == "gpt2") return Pattern::kGpt2;
+    if (name == "cl100k") return Pattern::kCl100k;
+    if (name == "o200k") return Pattern::kO200k;
+    if (name == "llama3") return Pattern::kLlama3;
+    if (name == "qwen2") return Pattern::kQwen2;
+    if (name.empty()) return Pattern::kNone;
+    throw nb::value_error("pattern must be 'gpt2', 'cl100k', 'o200k', 'llama3', 'qwen2' or '' (none)");
+}
+
 namespace {
 
 class Splitter {
   public:
     Splitter(const std::vector<nb::bytes> &specials, const std::string &rule)
-        : specials_(special_list(specials)), cutter_(specials_, rule_of(rule)), gpt2_(rule == "gpt2") {}
+        : specials_(special_list(specials)), pattern_(pattern_of(rule)), cutter_(specials_, pattern_) {}
     Splitter(const Splitter &) = delete;  // cutter_ refers to this object's specials_
     Splitter &operator=(const Splitter &) = delete;
 
@@ -42,11 +55,11 @@ class Splitter {
     }
 
     int64_t scan_cut(nb::bytes data, size_t target, size_t max_bytes, size_t margin) const {
-        if (!gpt2_) throw nb::value_error("scan_cut needs the GPT-2 pattern");
+        if (pattern_ == bpe::detail::Pattern::kNone) throw nb::value_error("scan_cut needs a pattern with a native scanner");
         const auto *s = static_cast<const uint8_t *>(data.data());
         const size_t n = data.size();
         nb::gil_scoped_release release;
-        const size_t q = bpe::detail::plan_cut(s, n, specials_, target, max_bytes, margin);
+        const size_t q = bpe::detail::plan_cut(pattern_, s, n, specials_, target, max_bytes, margin);
         return as_int(q == SIZE_MAX || specials_.spans(s, n, q) ? SIZE_MAX : q);
     }
 
@@ -54,19 +67,11 @@ class Splitter {
     bool has_local_rule() const { return cutter_.has_local_rule(); }
 
   private:
-    static bpe::detail::CutRule rule_of(const std::string &rule) {
-        using bpe::detail::CutRule;
-        if (rule == "gpt2") return CutRule::kGpt2;
-        if (rule == "cl100k") return CutRule::kCl100k;
-        if (rule == "o200k") return CutRule::kO200k;
-        if (rule.empty()) return CutRule::kSpecialsOnly;
-        throw nb::value_error("rule must be 'gpt2', 'cl100k', 'o200k' or '' (special tokens only)");
-    }
     static size_t clamp(int64_t v, size_t n) { return v < 0 ? 0 : std::min(size_t(v), n); }
     static int64_t as_int(size_t q) { return q == SIZE_MAX ? -1 : int64_t(q); }
     bpe::detail::SpecialSplitter specials_;
+    bpe::detail::Pattern pattern_;
     bpe::detail::Cutter cutter_;  // refers to specials_ (declared before it)
-    bool gpt2_;
 };
 
 }  // namespace
@@ -77,8 +82,8 @@ void register_splitter(nb::module_ &m) {
                          "(native/splitter.h states the rules).")
         .def(nb::init<const std::vector<nb::bytes> &, const std::string &>(), nb::arg("specials"), nb::arg("rule"),
              "``specials``: the special tokens as UTF-8 bytes (the document separator 0xFF may be one); "
-             "``rule``: the pattern's local cut rule, 'gpt2', 'cl100k' (GPT-4) or 'o200k', or '' for a "
-             "pattern without one (only special tokens are cut points).")
+             "``rule``: the pattern's native scanner and local cut rule, 'gpt2', 'cl100k' (GPT-4), 'o200k', "
+             "'llama3' or 'qwen2', or '' for a pattern without one (only special tokens are cut points).")
         .def_prop_ro("max_len", &Splitter::max_len, "Length of the longest special token (0: none).")
         .def("first_cut", &Splitter::first_cut, nb::arg("data"), nb::arg("lo"), nb::arg("hi"),
              "The first safe cut q of ``data`` with lo <= q < hi, or -1: the start of a special token, or "
@@ -91,6 +96,6 @@ void register_splitter(nb::module_ &m) {
         .def("scan_cut", &Splitter::scan_cut, nb::arg("data"), nb::arg("target"), nb::arg("max_bytes"),
              nb::arg("margin"),
              "The first offset >= ``target`` where a chunk may start, found by scanning pre-tokens from "
-             "the start of ``data``, which must be a chunk start (GPT-2 only; see plan_cut in "
-             "splitter.h), or -1; the last ``margin`` bytes are context only.");
+             "the start of ``data``, which must be a chunk start (a pattern with a native scanner only; see "
+             "plan_cut in splitter.h), or -1; the last ``margin`` bytes are context only.");
 }

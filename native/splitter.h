@@ -5,13 +5,15 @@
 //
 // It owns
 //  * special tokens: leftmost occurrence, the longest at one position (SpecialSplitter);
-//  * the pattern scan: GPT-2's hand-written scanner (scanner_impl.h, `scan`);
+//  * the pattern scan: the hand-written scanners of GPT-2's, tiktoken's cl100k and o200k, Llama
+//    3's and Qwen2's patterns (scanner_impl.h, `scan_pattern`);
 //  * the maximum pre-token length: a longer pre-token counts as pieces (`split_long`);
 //  * safe cut points, where text may be cut without changing any pre-token:
 //      - the start of a special token that no other occurrence overlaps from the left;
 //      - for GPT-2's pattern, `gpt2_local_cut`: decided by the two characters around the point,
-//        so it needs no scan from a known start (any window of a file will do); for GPT-4's
-//        and o200k's patterns, `tiktoken_local_cut`, a narrower rule of the same kind;
+//        so it needs no scan from a known start (any window of a file will do); for the
+//        tiktoken family (cl100k, o200k, Llama 3, Qwen2), `tiktoken_local_cut`, a narrower rule
+//        of the same kind;
 //      - `plan_cut`: a scan from a known chunk start, for text with no such point nearby (one
 //        pre-token of hundreds of megabytes, cut where the maximum length splits it anyway).
 // Header-only, free of Python, so tests/test_scanner.py builds it alone under ASan/UBSan.
@@ -204,8 +206,18 @@ inline bool tiktoken_local_cut(const uint8_t *s, size_t n, size_t q, bool o200k)
     return c0.len != 0 && c0.cls != kSpace && decode(s + q, s + n).cls != kSpace;
 }
 
-// Which local rule a pattern has: none (only special tokens cut), GPT-2's, or tiktoken's.
-enum class CutRule : uint8_t { kSpecialsOnly, kGpt2, kCl100k, kO200k };
+
+// Whether `pattern`'s local rule cuts special-free text s[0, n) at q (kNone: never).
+inline bool pattern_local_cut(Pattern pattern, const uint8_t *s, size_t n, size_t q) {
+    switch (pattern) {
+        case Pattern::kGpt2: return gpt2_local_cut(s, n, q);
+        case Pattern::kCl100k:
+        case Pattern::kLlama3:
+        case Pattern::kQwen2: return tiktoken_local_cut(s, n, q, false);
+        case Pattern::kO200k: return tiktoken_local_cut(s, n, q, true);
+        default: return false;
+    }
+}
 
 // Safe cut points of text whose start need not be known (a window of a file, a buffer):
 // the start of a special token, or a local cut of the pattern, in either case spanned by no occurrence
@@ -213,18 +225,12 @@ enum class CutRule : uint8_t { kSpecialsOnly, kGpt2, kCl100k, kO200k };
 // may go on past them).
 class Cutter {
   public:
-    Cutter(const SpecialSplitter &specials, CutRule rule) : specials_(specials), rule_(rule) {}
+    // `pattern`: whose local rule applies (kNone: only special tokens cut).
+    Cutter(const SpecialSplitter &specials, Pattern pattern) : specials_(specials), pattern_(pattern) {}
 
-    bool has_local_rule() const { return rule_ != CutRule::kSpecialsOnly; }
+    bool has_local_rule() const { return pattern_ != Pattern::kNone; }
 
-    bool local_cut(const uint8_t *s, size_t n, size_t q) const {
-        switch (rule_) {
-            case CutRule::kGpt2: return gpt2_local_cut(s, n, q);
-            case CutRule::kCl100k: return tiktoken_local_cut(s, n, q, false);
-            case CutRule::kO200k: return tiktoken_local_cut(s, n, q, true);
-            default: return false;
-        }
-    }
+    bool local_cut(const uint8_t *s, size_t n, size_t q) const { return pattern_local_cut(pattern_, s, n, q); }
 
     bool is_cut(const uint8_t *s, size_t n, size_t q) const {
         const bool candidate = (!specials_.empty() && specials_.match_at(s, n, q) != SpecialSplitter::kNone) ||
@@ -249,7 +255,7 @@ class Cutter {
 
   private:
     const SpecialSplitter &specials_;
-    const CutRule rule_;
+    const Pattern pattern_;
 };
 
 // ---- long pre-tokens and chunk cuts ---------------------------------------------------------
@@ -288,13 +294,26 @@ inline bool ends_in_space(const uint8_t *s, size_t x, size_t y) {
     return decode(s + k, s + y).cls == kSpace;
 }
 
-// Whether the characters on both sides of c (x < c < y) are of one class: c is then inside the
-// run of a pre-token s[x, y), not right after its leading space (cut there, the chunk before
-// would end in a lone space, which joins the whitespace before it into one pre-token).
-inline bool same_class_at(const uint8_t *s, size_t x, size_t c, size_t y) {
+// Whether the characters on both sides of c (x < c < y) are of one GPT-2 class that `pattern`
+// matches as one run: c is then inside the run of a pre-token s[x, y), not right after its
+// leading space (cut there, the chunk before would end in a lone space, which joins the
+// whitespace before it into one pre-token), and a scan from c matches the rest of that run.
+// GPT-2: any class. The tiktoken family: letters (a letter run goes on to where it ended, and for
+// o200k a scan from inside its "upper" or "lower" run reaches the same end: see o200k_cased) and
+// whitespace (the same last newline, or the same run minus its last character); not numbers
+// (groups of at most three: a scan from inside one would regroup what follows); for cl100k and
+// its kin punctuation too, but not for o200k, where a mark (\p{M}) inside a punctuation run
+// starts a letter pre-token when a scan begins next to it.
+inline bool same_class_at(Pattern pattern, const uint8_t *s, size_t x, size_t c, size_t y) {
     size_t k = c - 1;
     while (k > x && is_cont(s[k])) --k;
-    return decode(s + k, s + c).cls == decode(s + c, s + y).cls;
+    const uint8_t cls = decode(s + k, s + c).cls;
+    if (cls != decode(s + c, s + y).cls) return false;
+    switch (pattern) {
+        case Pattern::kGpt2: return true;
+        case Pattern::kO200k: return cls == kLetter || cls == kSpace;
+        default: return cls != kNumber;
+    }
 }
 
 // The first offset q >= target of s[0, n) where a chunk may start, or SIZE_MAX if there is none
@@ -313,7 +332,7 @@ inline bool same_class_at(const uint8_t *s, size_t x, size_t c, size_t y) {
 //      not a contraction, as the next character is of the same run), split from q as the
 //      whole one is.
 // Both kinds are strictly inside a special-free piece, so the special-token split is unchanged.
-inline size_t plan_cut(const uint8_t *s, size_t n, const SpecialSplitter &splitter, size_t target,
+inline size_t plan_cut(Pattern pattern, const uint8_t *s, size_t n, const SpecialSplitter &splitter, size_t target,
                        size_t max_bytes, size_t margin) {
     constexpr size_t kNoCut = SIZE_MAX;
     if (n < margin || target > n - margin) return kNoCut;
@@ -322,7 +341,7 @@ inline size_t plan_cut(const uint8_t *s, size_t n, const SpecialSplitter &splitt
     splitter.split(s, n, [&](size_t a, size_t b) {
         if (found != kNoCut || b <= target || a > limit) return;  // pieces before target: no scan
         bool prev_space = true;  // no previous pre-token in this piece: never a cut of kind (a)
-        bpe::detail::scan(s + a, b - a, [&](size_t x, size_t y) {
+        scan_pattern(pattern, s + a, b - a, [&](size_t x, size_t y) {
             if (found != kNoCut) return;
             x += a;
             y += a;
@@ -335,7 +354,7 @@ inline size_t plan_cut(const uint8_t *s, size_t n, const SpecialSplitter &splitt
                 size_t c = x;
                 while (y - c > max_bytes) {
                     c = long_cut(s, c, max_bytes);
-                    if (c < target || !same_class_at(s, x, c, y)) continue;
+                    if (c < target || !same_class_at(pattern, s, x, c, y)) continue;
                     if (c <= limit && y - c >= 8) {
                         found = c;
                         return;

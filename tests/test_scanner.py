@@ -395,6 +395,8 @@ int main() {
     WordTable total(16);  // outlives every buffer: its words must live in the arena
     ByteArena arena;
     for (int iter = 0; iter < 200000; ++iter) {
+        const Pattern pattern = Pattern(1 + iter % 5);  // every native scanner in turn
+        const auto scan = [&](const uint8_t *s, size_t len, auto &&emit) { scan_pattern(pattern, s, len, emit); };
         const size_t n = rng() % 48;
         std::unique_ptr<uint8_t[]> buf(new uint8_t[n ? n : 1]);
         for (size_t i = 0; i < n; ++i) buf[i] = rng() % 3 ? edge[rng() % sizeof(edge)] : uint8_t(rng());
@@ -441,13 +443,14 @@ int main() {
             });
         });
         const size_t target = n ? rng() % (n + 1) : 0;
-        const size_t cut = plan_cut(buf.get(), n, splitter, target, rng() % 2 ? m : 0, rng() % 8);
+        const size_t cut = plan_cut(pattern, buf.get(), n, splitter, target, rng() % 2 ? m : 0, rng() % 8);
         // the cut points without a scan: in range, never before a continuation byte
-        const Cutter cutter(splitter, CutRule(iter % 4));
+        const Pattern rule = Pattern(iter % 6);  // kNone: special tokens only
+        const Cutter cutter(splitter, rule);
         const size_t lo = n ? rng() % n : 0, hi = n ? rng() % (n + 1) : 0;
         const size_t first = cutter.first(buf.get(), n, lo, hi), last = cutter.last(buf.get(), n, lo, hi);
         for (size_t q : {first, last})
-            ok = ok && (q == SIZE_MAX || (q >= lo && q < hi && q > 0 && (iter % 4 == 0 || !is_cont(buf[q]))));
+            ok = ok && (q == SIZE_MAX || (q >= lo && q < hi && q > 0 && (rule == Pattern::kNone || !is_cont(buf[q]))));
         if (!ok || prev != n || (cut != SIZE_MAX && (cut < target || cut > n))) {
             std::printf("bad long split or cut at iteration %d\n", iter);
             return 1;

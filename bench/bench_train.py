@@ -11,6 +11,11 @@ the file. ffbpe is the one peer with CS336's tie-break (``tie_break="largest_con
 
     python bench/bench_train.py --corpus enwiki --vocab 32000 --threads 2
     python bench/bench_train.py --corpus zh --vocab 10000 --threads 2 --tools bpe_store,rustbpe
+    python bench/bench_train.py --corpus enwiki --pattern gpt4 --tools bpe_store,rustbpe,ffbpe
+
+``--pattern`` (a name of ``bpe_store.pretokenize.PATTERNS``) is given to every trainer that takes a
+regex (rustbpe, ffbpe, bpeasy; HF ``tokenizers`` as a Split pre-tokenizer); gigabpe knows GPT-2's
+only and is skipped for another.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from pathlib import Path
 
 import psutil
 
+from bpe_store.pretokenize import PATTERNS
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("BPE_STORE_SHARED", ROOT.parent / "shared"))
 CORPORA = {
@@ -36,7 +43,6 @@ CORPORA = {
     "ru": SHARED / "corpora" / "tinystories-ru-20M.txt",
     "cs336": SHARED / "corpora" / "cs336" / "corpus.en",
 }
-GPT2 = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 EOT = "<|endoftext|>"
 TOOLS = ["bpe_store", "bpe_store_one_checkpoint", "gigabpe", "ffbpe", "rustbpe", "hf_tokenizers", "bpeasy"]
 
@@ -54,7 +60,7 @@ def _docs(path: Path, block: int = 1 << 20):
         yield rest
 
 
-def run_bpe_store(path: Path, vocab: int, threads: int, one_checkpoint: bool) -> dict:
+def run_bpe_store(path: Path, vocab: int, threads: int, pattern: str, one_checkpoint: bool) -> dict:
     from bpe_store import train
 
     marks: dict[str, float] = {}
@@ -66,7 +72,7 @@ def run_bpe_store(path: Path, vocab: int, threads: int, one_checkpoint: bool) ->
 
     kw = dict(checkpoint_merges=10**9, checkpoint_seconds=1e9) if one_checkpoint else {}
     with tempfile.TemporaryDirectory() as d:
-        r = train([path], Path(d) / "bench.db", vocab, [EOT], workers=threads, progress=progress, **kw)
+        r = train([path], Path(d) / "bench.db", vocab, [EOT], workers=threads, progress=progress, pattern=pattern, **kw)
         db_mb = (Path(d) / "bench.db").stat().st_size / 1e6
         total = time.perf_counter() - t0
     return {"merges": len(r.merges), "count_s": marks.get("count_s"), "merge_s": total - marks.get("count_s", 0),
@@ -81,18 +87,20 @@ def _vocab_digest(tokens) -> str:
     return h.hexdigest()
 
 
-def run_gigabpe(path: Path, vocab: int, threads: int) -> dict:
+def run_gigabpe(path: Path, vocab: int, threads: int, pattern: str) -> dict:
     import gigabpe
 
+    if pattern != "gpt2":
+        raise SystemExit("gigabpe knows GPT-2's pre-tokenizer only")
     # bytelevel: the GPT-2 byte-level pre-tokenizer (its default splits at whitespace, unlike the others)
     _, merges = gigabpe.train_bpe([str(path)], vocab, special_tokens=[EOT], threads=threads, pretokenizer="bytelevel")
     return {"merges": len(merges)}
 
 
-def run_ffbpe(path: Path, vocab: int, threads: int) -> dict:
+def run_ffbpe(path: Path, vocab: int, threads: int, pattern: str) -> dict:
     from ffbpe import BpeTrainer, PreTokenizer
 
-    counter = PreTokenizer([EOT], eot_token=EOT).word_counter()
+    counter = PreTokenizer([EOT], eot_token=EOT, pat_str=PATTERNS[pattern]).word_counter()
     counter.add_source(_docs(path))
     trainer = BpeTrainer([EOT], tie_break="largest_content")
     trainer.add_word_counter(counter)
@@ -101,45 +109,49 @@ def run_ffbpe(path: Path, vocab: int, threads: int) -> dict:
     return {"merges": len(ids) - 257, "vocab_digest": _vocab_digest(sorted(ids, key=ids.__getitem__))}
 
 
-def run_rustbpe(path: Path, vocab: int, threads: int) -> dict:
+def run_rustbpe(path: Path, vocab: int, threads: int, pattern: str) -> dict:
     import rustbpe
 
     tok = rustbpe.Tokenizer()
-    tok.train_from_iterator(_docs(path), vocab_size=vocab, pattern=GPT2)
+    tok.train_from_iterator(_docs(path), vocab_size=vocab, pattern=PATTERNS[pattern])
     return {"merges": tok.vocab_size - 256}
 
 
-def run_hf_tokenizers(path: Path, vocab: int, threads: int) -> dict:
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+def run_hf_tokenizers(path: Path, vocab: int, threads: int, pattern: str) -> dict:
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if pattern != "gpt2":  # a speed peer only: Oniguruma reads some of these regexes otherwise
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(PATTERNS[pattern]), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=[EOT], show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(_docs(path), trainer=trainer)
     return {"merges": tok.get_vocab_size() - 257}
 
 
-def run_bpeasy(path: Path, vocab: int, threads: int) -> dict:
+def run_bpeasy(path: Path, vocab: int, threads: int, pattern: str) -> dict:
     import bpeasy
 
-    ranks = bpeasy.train_bpe(_docs(path), GPT2, 128, vocab)
+    ranks = bpeasy.train_bpe(_docs(path), PATTERNS[pattern], 128, vocab)
     return {"merges": len(ranks) - 256}
 
 
-def child(tool: str, path: Path, vocab: int, threads: int) -> None:
+def child(tool: str, path: Path, vocab: int, threads: int, pattern: str) -> None:
     t0 = time.perf_counter()
     if tool.startswith("bpe_store"):
-        out = run_bpe_store(path, vocab, threads, tool == "bpe_store_one_checkpoint")
+        out = run_bpe_store(path, vocab, threads, pattern, tool == "bpe_store_one_checkpoint")
     else:
-        out = globals()[f"run_{tool}"](path, vocab, threads)
+        out = globals()[f"run_{tool}"](path, vocab, threads, pattern)
     out["inner_s"] = time.perf_counter() - t0
     print("RESULT " + json.dumps(out), flush=True)
 
 
 # -- the parent: measure each child ----------------------------------------------------------------
 
-def measure(tool: str, path: Path, vocab: int, threads: int) -> dict:
+def measure(tool: str, path: Path, vocab: int, threads: int, pattern: str) -> dict:
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
                TOKENIZERS_PARALLELISM="true")
     t0 = time.perf_counter()
@@ -147,7 +159,8 @@ def measure(tool: str, path: Path, vocab: int, threads: int) -> dict:
     # import hook, set up by site, would otherwise win over PYTHONPATH)
     flags = ["-S"] if sys.flags.no_site else []
     proc = subprocess.Popen([sys.executable, *flags, __file__, "--child", tool, "--path", str(path), "--vocab",
-                             str(vocab), "--threads", str(threads)], stdout=subprocess.PIPE, text=True, env=env)
+                             str(vocab), "--threads", str(threads), "--pattern", pattern], stdout=subprocess.PIPE, text=True,
+                            env=env)
     ps = psutil.Process(proc.pid)
     peak = 0
     # wait4, not poll(): the child's rusage (CPU seconds, its own max RSS) is only there at the reap.
@@ -185,17 +198,19 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tools", default=",".join(TOOLS))
+    ap.add_argument("--pattern", default="gpt2", choices=sorted(PATTERNS), help="the pre-tokenization pattern")
     ap.add_argument("--child"), ap.add_argument("--path")
     a = ap.parse_args()
     if a.child:
-        return child(a.child, Path(a.path), a.vocab, a.threads)
+        return child(a.child, Path(a.path), a.vocab, a.threads, a.pattern)
     path = CORPORA.get(a.corpus, Path(a.corpus))
     load = os.getloadavg()
-    rows = [measure(t, path, a.vocab, a.threads) for t in a.tools.split(",")]
+    tools = [t for t in a.tools.split(",") if a.pattern == "gpt2" or t != "gigabpe"]
+    rows = [measure(t, path, a.vocab, a.threads, a.pattern) for t in tools]
     ours = next((r for r in rows if r["tool"] == "bpe_store" and "wall_s" in r), None)
     print(f"\n{path.name} ({path.stat().st_size / 1e6:.1f} MB) -> vocab {a.vocab}, {a.threads} threads; {machine()}")
     print(f"command: python bench/bench_train.py --corpus {a.corpus} --vocab {a.vocab} --threads {a.threads}"
-          f" --tools {a.tools}\n")
+          f" --pattern {a.pattern} --tools {a.tools}\n")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in load)}; after: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
     print("| trainer | wall s | CPU s | counting s | merging s | peak RSS MB | merges | same vocab"

@@ -4,9 +4,9 @@ Counting is a map step (a byte range of a file -> ``{word: count}``) and a reduc
 counts into the store). Nothing here touches the store; ``train`` drives both and makes each
 reduce durable, so a killed run never counts a chunk twice.
 
-For the GPT-2 pattern the map step is native (``bpe_store._core.count_words``, identical to the
-``regex`` path, see tests/test_scanner.py); any other pattern goes through ``regex`` with
-``concurrent=True``. Both release the GIL while scanning, so ``train`` runs either on threads
+For every named pattern the map step is native (``bpe_store._core.count_words``, identical to
+the ``regex`` path, see tests/test_scanner.py and tests/test_pattern_scanners.py); a user's own
+regex goes through ``regex`` with ``concurrent=True``. Both release the GIL while scanning, so ``train`` runs either on threads
 (``count_chunks_threaded``); no worker processes.
 
 Chunk boundaries never change the result. Where a chunk may start is decided by the one native
@@ -17,9 +17,10 @@ splitter (``pretokenize.native_splitter``; the rules and their proofs are in nat
 * for the GPT-2 pattern, between two characters that end one pre-token and start the next
   whatever surrounds them (a non-whitespace character, not an apostrophe, then whitespace or a
   character of another class), outside any special token: English has such points at every
-  space, Chinese at its punctuation; for GPT-4's and o200k's patterns, before a space after a
-  non-whitespace character and after such a character's newline (a narrower rule);
-* for the GPT-2 pattern, where no such point is near (one pre-token of hundreds of megabytes):
+  space, Chinese at its punctuation; for the tiktoken family (GPT-4's, o200k's, Llama 3's,
+  Qwen2's patterns), before a space after a non-whitespace character and after such a
+  character's newline (a narrower rule);
+* for a named pattern, where no such point is near (one pre-token of hundreds of megabytes):
   found by scanning from the chunk's start, inside a pre-token longer than the run's maximum
   pre-token length at one of the points where it is split anyway (``_cut_in_scan``).
 

@@ -205,7 +205,7 @@ class Tokenizer:
 
     def encode_to_array(self, text: str | bytes, threads: int = 0):
         """Ids of ``text`` (str, or UTF-8 bytes) as a uint32 NumPy array; native and parallel
-        over blocks for GPT-2's pattern (``threads`` 0 = all cores)."""
+        over blocks for a named pattern (``threads`` 0 = all cores)."""
         import numpy as np
 
         if self._core is not None and self._core.native_split:
@@ -225,7 +225,7 @@ class Tokenizer:
         """Stream the ids of the concatenation of ``iterable`` (e.g. a file's lines).
 
         Memory stays flat: text is encoded in blocks cut only where the cut changes nothing
-        (``safe_cut``; natively for GPT-2's pattern), so the ids equal ``encode("".join(iterable))``.
+        (``safe_cut``; natively for a named pattern), so the ids equal ``encode("".join(iterable))``.
         """
         if self._core is not None and self._core.native_split:
             yield from self._encode_iterable_native(iterable)
@@ -253,7 +253,7 @@ class Tokenizer:
             yield from self.encode(text)
 
     def _encode_iterable_native(self, iterable: Iterable[str]) -> Iterator[int]:
-        """``encode_iterable`` for GPT-2's pattern: UTF-8 blocks cut by the native splitter (which
+        """``encode_iterable`` for a named pattern: UTF-8 blocks cut by the native splitter (which
         finds cut points in CJK text too), each encoded on all cores."""
         splitter = self._splitter
         ctx = max(splitter.max_len, 4)

@@ -159,8 +159,8 @@ def measure(tool: str, path: Path, vocab: int, threads: int, pattern: str) -> di
     # import hook, set up by site, would otherwise win over PYTHONPATH)
     flags = ["-S"] if sys.flags.no_site else []
     proc = subprocess.Popen([sys.executable, *flags, __file__, "--child", tool, "--path", str(path), "--vocab",
-                             str(vocab), "--threads", str(threads), "--pattern", pattern], stdout=subprocess.PIPE, text=True,
-                            env=env)
+                             str(vocab), "--threads", str(threads), "--pattern", pattern],
+                            stdout=subprocess.PIPE, text=True, env=env)
     ps = psutil.Process(proc.pid)
     peak = 0
     # wait4, not poll(): the child's rusage (CPU seconds, its own max RSS) is only there at the reap.

@@ -6,8 +6,8 @@ reduce durable, so a killed run never counts a chunk twice.
 
 For every named pattern the map step is native (``bpe_store._core.count_words``, identical to
 the ``regex`` path, see tests/test_scanner.py and tests/test_pattern_scanners.py); a user's own
-regex goes through ``regex`` with ``concurrent=True``. Both release the GIL while scanning, so ``train`` runs either on threads
-(``count_chunks_threaded``); no worker processes.
+regex goes through ``regex`` with ``concurrent=True``. Both release the GIL while scanning, so
+``train`` runs either on threads (``count_chunks_threaded``); no worker processes.
 
 Chunk boundaries never change the result. Where a chunk may start is decided by the one native
 splitter (``pretokenize.native_splitter``; the rules and their proofs are in native/splitter.h):

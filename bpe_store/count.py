@@ -44,7 +44,7 @@ from itertools import islice
 from pathlib import Path
 
 from .errors import InputError
-from .pretokenize import GPT2_PATTERN, count_words, native_scanner, native_splitter
+from .pretokenize import GPT2_PATTERN, count_words, native_scanner, native_splitter, split_at_specials, split_long_words
 from .sources import Source
 
 try:
@@ -59,13 +59,14 @@ if _core is not None:
     from ._core import add_counts as _native_add_counts
     from ._core import count_chunk as _native_count_chunk
     from ._core import count_file_range as _native_count_file_range
+    from ._core import count_strings as _native_count_strings
     from ._core import count_words as _native_count_words
     from ._core import pack_counts as _native_pack_counts
     from ._core import release_chunk_memory as _native_release_chunk_memory
     from ._core import utf8_valid as _native_utf8_valid
 else:  # pragma: no cover - a source tree without the built extension: every pattern goes through `regex`
     ChunkCounts = WordCounter = None  # type: ignore[assignment,misc]
-    _native_add_counts = _native_count_chunk = _native_count_words = _native_utf8_valid = None
+    _native_add_counts = _native_count_chunk = _native_count_words = _native_utf8_valid = _native_count_strings = None
     _native_pack_counts = _native_count_file_range = _native_release_chunk_memory = None
 
 #: Default chunk size: large enough that per-chunk overhead vanishes, small enough that a kill
@@ -311,7 +312,7 @@ def count_chunk(path: str, start: int, end: int, special_tokens: Sequence[str], 
         return _native_count_words(_valid_utf8(data, invalid_utf8), [s.encode("utf-8") for s in special_tokens],
                                    max_pretoken_bytes or 0, native_scanner(pattern))
     text = data.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict")
-    counts = count_words(text, special_tokens, pattern, max_pretoken_bytes)
+    counts = regex_count_words(text, special_tokens, pattern, max_pretoken_bytes)
     return dict(counts), sum(counts.values())
 
 
@@ -398,6 +399,34 @@ def count_unit_packed(task: tuple) -> tuple[int, bytes, int]:
 def new_word_counts(native: bool) -> Counter[bytes] | WordCounter:
     """An empty in-memory reduce buffer: native (``WordCounter``) for native chunk counts."""
     return WordCounter() if native else Counter()
+
+
+#: Matches counted at once by ``regex_count_words``: memory for the str objects stays ~4 MB
+#: (not one list of every match of an 8 MB chunk, ~100 MB), and a batch still amortizes a call.
+_REGEX_COUNT_BATCH = 1 << 16
+
+
+def regex_count_words(text: str, special_tokens: Sequence[str], pattern: str,
+                      max_pretoken_bytes: int | None = None) -> Counter[bytes]:
+    """``pretokenize.count_words`` for a pattern without a native scanner (a user's own regex):
+    ``regex`` finds the pre-tokens, the native core counts them (``count_strings``).
+
+    Why: ``Counter(findall(...))`` hashed every match as a Python str with the GIL held, ~40 % of
+    this path's CPU, so counting threads could not overlap it; ``count_strings`` holds the GIL
+    only to take each match's UTF-8 view. The same counts (tests/test_pattern_scanners.py)."""
+    if _native_count_strings is None:
+        return count_words(text, special_tokens, pattern, max_pretoken_bytes)
+    import regex
+
+    compiled = regex.compile(pattern)  # `regex` caches compiled patterns: no cost per call
+    total, found = WordCounter(), []
+    for piece in split_at_specials(text, special_tokens):
+        found += compiled.findall(piece, concurrent=True)  # concurrent: matching releases the GIL
+        if len(found) >= _REGEX_COUNT_BATCH:
+            total.add(_native_count_strings(found))
+            found = []
+    total.add(_native_count_strings(found))
+    return split_long_words(Counter(dict(total.items())), max_pretoken_bytes)
 
 
 def native_counts(pattern: str) -> bool:
@@ -520,7 +549,7 @@ def count_block(block: bytes, special_tokens: Sequence[str], pattern: str,
 
     counts: Counter[bytes] = Counter()
     for doc in block.split(DOC_SEP) if documents else [block]:
-        counts.update(count_words(doc.decode("utf-8"), special_tokens, pattern, max_pretoken_bytes))
+        counts.update(regex_count_words(doc.decode("utf-8"), special_tokens, pattern, max_pretoken_bytes))
     return counts
 
 

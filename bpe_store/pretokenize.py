@@ -142,7 +142,12 @@ def count_words(
         # `regex` releases the GIL while matching, so counting threads run in parallel.
         counts.update(compiled.findall(piece, concurrent=True))
     counts.pop("", None)
-    words = Counter({w.encode("utf-8"): c for w, c in counts.items()})
+    return split_long_words(Counter({w.encode("utf-8"): c for w, c in counts.items()}), max_pretoken_bytes)
+
+
+def split_long_words(words: Counter[bytes], max_pretoken_bytes: int | None) -> Counter[bytes]:
+    """``words`` with each pre-token longer than ``max_pretoken_bytes`` counted as its pieces
+    (``split_long_pretoken``), in place; None or 0 means no limit."""
     if max_pretoken_bytes:
         for w in [w for w in words if len(w) > max_pretoken_bytes]:
             c = words.pop(w)

@@ -311,3 +311,34 @@ def test_encoding_a_long_document_on_threads_equals_the_spec(trained, name: str)
     for threads in (1, 2, 3):
         assert native.encode_to_array(text, threads).tolist() == ids
     assert re.sub(r"\s", "", native.decode(ids)) == re.sub(r"\s", "", text)
+
+
+# -- a user's own regex: matched by `regex`, counted natively -------------------------------------
+
+USER_PATTERNS = [REGEX["cl100k"] + "|(?:zzzz)", r"\w+|\s+|[^\w\s]+", r"\w*", r"(?i:ab)+|.", r"\p{L}+|\p{N}|\s+|."]
+
+
+@settings(max_examples=120, deadline=None)
+@given(text=text_with_specials, specials=st.lists(st.sampled_from(SPECIALS), unique=True),
+       pattern=st.sampled_from(USER_PATTERNS), max_bytes=st.sampled_from([None, 4, 9]))
+@example(text="", specials=[], pattern=r"\w*", max_bytes=None)
+def test_a_users_regex_counts_as_count_words(text: str, specials: list[str], pattern: str, max_bytes) -> None:
+    """``regex_count_words`` (``regex`` matches, ``count_strings`` counts) equals the spec, also
+    for a pattern that matches the empty string (not a word) and across its count batches."""
+    from bpe_store import count
+
+    assert native_scanner(pattern) == ""
+    expected = count_words(text, specials, pattern, max_bytes)
+    assert count.regex_count_words(text, specials, pattern, max_bytes) == expected
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(count, "_REGEX_COUNT_BATCH", 3)
+        assert count.regex_count_words(text, specials, pattern, max_bytes) == expected
+
+
+def test_count_strings_takes_only_str() -> None:
+    counts = _core.count_strings(["a", "", "中文", "a"])
+    assert counts.to_dict() == {b"a": 2, "中文".encode(): 1} and counts.total == 3
+    with pytest.raises(TypeError):
+        _core.count_strings([b"bytes"])
+    with pytest.raises(UnicodeEncodeError):
+        _core.count_strings(["\ud800"])  # a lone surrogate has no UTF-8

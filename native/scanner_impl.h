@@ -1,16 +1,19 @@
-// The GPT-2 scanner and word-counting pieces, free of Python so they can be tested alone
-// (tests/test_scanner.py builds them under AddressSanitizer/UBSan); the one splitter
-// (splitter.h) builds on `scan`, and the counter (scanner.cpp) and the encoder (encoder.cpp) use
-// both. Header-only so that `scan` and the table's `add` inline into the callers' loops.
+// The pre-tokenizers (GPT-2's `scan`, and `scan_cl100k` / `scan_o200k` for the tiktoken family,
+// chosen by `scan_pattern`) and the word-counting pieces, free of Python so they can be tested
+// alone (tests/test_scanner.py builds them under AddressSanitizer/UBSan); the one splitter
+// (splitter.h) builds on the scanners, and the counter (scanner.cpp) and the encoder
+// (encoder.cpp) use both. Header-only so that the scanners and the table's `add` inline into the
+// callers' loops.
 //
 // Performance notes (why the code looks the way it does):
-// * The pattern is a fixed alternation, so instead of a backtracking regex engine we run a
+// * Each pattern is a fixed alternation, so instead of a backtracking regex engine we run a
 //   hand-written scanner over code points: each match is decided by the class of at most two
-//   characters (an optional leading space and the first character of a run), then a run of one
-//   class is consumed. The only backtracking in the pattern, `\s+(?!\S)`, becomes "a whitespace
-//   run followed by a non-space character gives back its last character".
-// * Classes come from a two-stage table (about 36 KB); ASCII, which dominates most corpora,
-//   is looked up without decoding.
+//   characters (an optional leading character and the first character of a run), then a run of
+//   one class is consumed. Where the regex backtracks (GPT-2's `\s+(?!\S)`: "a whitespace run
+//   followed by a non-space character gives back its last character"; o200k's case runs) the
+//   scanner computes the end the backtracking reaches, with the reason beside it.
+// * Classes come from two-stage tables (GPT-2's classes ~36 KB, tiktoken's flags ~40 KB); ASCII,
+//   which dominates most corpora, is looked up without decoding.
 // * Counting keys are (pointer, length) views into the caller's bytes: the input stays alive
 //   for the whole call, so hashing and comparing touch only the bytes already in cache.
 #pragma once

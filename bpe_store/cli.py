@@ -523,7 +523,7 @@ def train(
     special: list[str] = typer.Option([], "--special", metavar="TOKEN", help="A special token (repeat for several)."),
     pattern: Optional[str] = typer.Option(
         None, "--pattern", metavar="PATTERN",
-        help="Pre-tokenization pattern: gpt2 (the default), gpt4 (= cl100k), o200k, or a regex."),
+        help="Pre-tokenization pattern: gpt2 (the default), gpt4 (= cl100k), o200k, llama3, qwen2, or a regex."),
     glob: str = typer.Option("*", "--glob", metavar="PATTERN",
                              help="Files to take from directory inputs, e.g. '**/*.txt'."),
     input_format: Optional[InputFormat] = typer.Option(

@@ -310,8 +310,8 @@ def train(
         vocab_size: target vocabulary size: special tokens + 256 bytes + merges.
         special_tokens: special tokens; they split the text, are never merged and get the first ids.
         pattern: the pre-tokenization regex, or a name in ``pretokenize.PATTERNS`` ("gpt2", the
-            default; "gpt4" = "cl100k"; "o200k"). The store keeps the regex, so a name and its
-            regex are the same run.
+            default; "gpt4" = "cl100k"; "o200k"; "llama3"; "qwen2": each has a native scanner). The
+            store keeps the regex, so a name and its regex are the same run.
         workers: counting threads/processes (default: all cores); never changes the result.
         chunk_size: bytes per counting unit; never changes the result.
         checkpoint_merges: also end a merge batch (a checkpoint) after this many merges.

@@ -35,6 +35,8 @@ from bpe_store.tokenizer import Tokenizer
 
 EOT = "<|endoftext|>"
 NAMED = ["gpt2", "gpt4", "o200k"]
+#: every named pattern, the published models' ones too: regex and tiktoken's engine agree on each
+ALL_NAMED = [*NAMED, "llama3", "qwen2"]
 
 
 def tiktoken_pieces(text: str, pattern: str) -> list[bytes]:
@@ -96,7 +98,7 @@ def test_known_splits(name):
 @pytest.mark.parametrize("corpus,size,offset", [("enwiki-100M.txt", 6000, 10_000_000),
                                                 ("tinystories-ru-20M.txt", 6000, 1_000_000),
                                                 ("zhwiki-20M.txt", 2500, 3_000_000)])
-@pytest.mark.parametrize("name", NAMED)
+@pytest.mark.parametrize("name", ALL_NAMED)
 def test_splits_equal_tiktokens_on_corpus_slices(name, corpus, size, offset):
     text = corpus_slice(corpus, size, offset)
     assert ours(text, PATTERNS[name]) == tiktoken_pieces(text, PATTERNS[name])
@@ -113,7 +115,7 @@ _pieces = st.sampled_from([
 
 @settings(max_examples=60)
 @given(st.lists(_pieces, max_size=25).map("".join))
-@pytest.mark.parametrize("name", NAMED)
+@pytest.mark.parametrize("name", ALL_NAMED)
 def test_splits_equal_tiktokens_on_generated_text(name, text):
     assert ours(text, PATTERNS[name]) == tiktoken_pieces(text, PATTERNS[name])
 

@@ -44,7 +44,7 @@ t0 = time.monotonic()
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return round(r.ru_utime + r.ru_stime, 2)
-corpus, db, vocab, workers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+corpus, db, vocab, workers, pattern = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 seen = {"stage": None, "pct": None}
 def progress(ev):
     st, done, total = ev.get("stage"), ev.get("done") or 0, ev.get("total") or 0
@@ -54,7 +54,7 @@ def progress(ev):
     seen.update(stage=st, pct=pct)
     keep = {k: ev[k] for k in ("stage", "phase", "done", "total", "words", "final") if k in ev}
     print(json.dumps({"t": round(time.monotonic() - t0, 3), "cpu": cpu(), **keep}), flush=True)
-train([corpus], db, vocab, ["<|endoftext|>"], workers=workers, progress=progress)
+train([corpus], db, vocab, ["<|endoftext|>"], workers=workers, progress=progress, pattern=pattern)
 print(json.dumps({"t": round(time.monotonic() - t0, 3), "cpu": cpu(), "stage": "end"}), flush=True)
 """
 
@@ -119,8 +119,8 @@ def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def train_cmd(python: list[str], corpus: Path, db: Path, vocab: int, workers: int) -> list[str]:
-    return [*python, "-c", CHILD, str(corpus), str(db), str(vocab), str(workers)]
+def train_cmd(python: list[str], corpus: Path, db: Path, vocab: int, workers: int, pattern: str) -> list[str]:
+    return [*python, "-c", CHILD, str(corpus), str(db), str(vocab), str(workers), pattern]
 
 
 def remove(db: Path) -> None:
@@ -205,6 +205,7 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, required=True, help="where the stores go (outside the repository)")
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--pattern", default="gpt2", help="a pattern name (bpe_store.pretokenize.PATTERNS) or a regex")
     ap.add_argument("--runs", default="full,kill-count,kill-merge,inspect")
     ap.add_argument("--python", default=sys.executable,
                     help="command that runs the training processes (default: this interpreter)")
@@ -216,7 +217,7 @@ def main() -> None:
     args.workdir.mkdir(parents=True, exist_ok=True)
     full_db, count_db, merge_db = (args.workdir / f"{n}.db" for n in ("full", "kill-count", "kill-merge"))
     lines = [f"## `{args.corpus.name}` ({args.corpus.stat().st_size / 1e9:.2f} GB) -> {args.vocab}, "
-             f"{args.workers} workers",
+             f"{args.workers} workers, pattern {args.pattern}",
              "", f"Command: `python bench/bench_scale.py {shlex.join(sys.argv[1:])}`; machine: {platform.node()}, "
              f"{os.cpu_count()} cores, {platform.python_version()}; started "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
@@ -235,7 +236,7 @@ def main() -> None:
             f.writelines(json.dumps(e) + "\n" for e in r["events"])
 
     def cmd(db: Path) -> list[str]:
-        return train_cmd(python, args.corpus, db, args.vocab, args.workers)
+        return train_cmd(python, args.corpus, db, args.vocab, args.workers, args.pattern)
 
     if "full" in runs:
         remove(full_db)

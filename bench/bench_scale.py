@@ -119,7 +119,7 @@ def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def train_cmd(python: list[str], corpus: Path, db: Path, vocab: int, workers: int, pattern: str) -> list[str]:
+def train_cmd(python: list[str], corpus: Path, db: Path, vocab: int, workers: int, pattern: str = "gpt2") -> list[str]:
     return [*python, "-c", CHILD, str(corpus), str(db), str(vocab), str(workers), pattern]
 
 

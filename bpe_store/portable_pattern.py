@@ -21,8 +21,9 @@ result reads the same in ``regex``, Oniguruma and ``fancy-regex`` (each supports
 ``(?=...)``, ``(?<!...)`` with a fixed width, ``\\x{...}`` and lazy quantifiers alike).
 
 What it cannot say exactly it refuses (``PatternTranslationError`` naming the construct):
-backreferences, conditionals, recursion, word boundaries, fuzzy matching, version 1 syntax and
-flags other than ``i``, ``m``, ``s``, ``a``, ``u``; a lookbehind whose width is not fixed; and
+capturing groups (bpe_store's ``findall`` yields their text, not the match), backreferences,
+conditionals, recursion, word boundaries, fuzzy matching, version 1 syntax and flags other
+than ``i``, ``m``, ``s``, ``a``, ``u``; a lookbehind whose width is not fixed; and
 a pattern that can match the empty string (engines differ in where they resume after one).
 After translating, the result is checked against the original with ``regex`` on probe texts
 drawn from the pattern's own classes, so a translation is only returned when both agree.
@@ -80,7 +81,10 @@ def char_set(atom: str, flags: str = "") -> tuple[tuple[int, int], ...]:
     >>> char_set("s", "i")   # LATIN SMALL LETTER LONG S folds to s
     ((83, 83), (115, 115), (383, 383))
     """
-    compiled = regex.compile(f"(?{flags}){atom}" if flags else atom)
+    try:
+        compiled = regex.compile(f"(?{flags}){atom}" if flags else atom)
+    except regex.error as exc:
+        raise PatternTranslationError(f"{atom!r} does not compile alone: {exc}") from None
     ranges: list[list[int]] = []
     for m in compiled.finditer(_ALL_CHARS):
         c = ord(m.group())
@@ -107,6 +111,8 @@ def _emit_set(ranges: tuple[tuple[int, int], ...]) -> str:
         complement.append((nxt, _MAX))
     # the surrogates never occur in text: leaving them out of the complement changes nothing
     complement = [r for r in complement if not (r[0] >= 0xD800 and r[1] <= 0xDFFF)]
+    if not complement:
+        return _ANY
     negate = len(complement) < len(ranges)
     body = "".join(_cp(lo) if lo == hi else f"{_cp(lo)}-{_cp(hi)}" for lo, hi in (complement if negate else ranges))
     return f"[^{body}]" if negate else f"[{body}]"
@@ -148,7 +154,7 @@ class _Translator:
 
     def _leading_flags(self) -> None:
         """``(?flags)`` at the very start applies to the whole pattern (anywhere else: refused)."""
-        m = regex.match(r"\(\?([a-zA-Z]+)\)", self.p)
+        m = regex.match(r"\(\?([a-zA-Z0-9]+)\)", self.p)
         if m:
             self.flags = self._check_flags(m.group(1))
             self.i = m.end()
@@ -287,11 +293,12 @@ class _Translator:
         self.i += 1  # '('
         saved = set(self.flags)
         kind = ""
-        m = regex.match(r"\?(?:(#)[^)]*\)|(:|=|!|<=|<!|>)|P?<(?![=!])[A-Za-z_]\w*>|([a-zA-Z]*)(?:-([a-zA-Z]+))?(:))",
+        m = regex.match(r"\?(?:(#)[^)]*\)|(:|=|!|<=|<!|>)|([a-zA-Z]*)(?:-([a-zA-Z]+))?(:))",
                         self.p, pos=self.i)
         if self.peek() == "?":
             if not m:
-                raise self.fail("this kind of group (backreference, conditional, recursion or branch reset)")
+                raise self.fail("this kind of group (a named group or backreference, a conditional, "
+                                "recursion, a branch reset, or flags set after the start)")
             self.i = m.end()
             if m.group(1):
                 return None  # (?#comment)
@@ -384,6 +391,10 @@ def portable_pattern(pattern: str, *, ascii_probe: bool = False) -> str:
         original = regex.compile(pattern)
     except regex.error as exc:
         raise PatternTranslationError(f"the pattern does not compile with regex: {exc}") from None
+    if original.groups:
+        # bpe_store pre-tokenizes with findall, which yields a group's text instead of the match
+        raise PatternTranslationError("the pattern has capturing groups, so bpe_store's pre-tokens are the "
+                                      "groups' text, which no other loader reproduces; write (?:...)")
     t = _Translator(pattern)
     piece = t.translate()
     if piece.least == 0:

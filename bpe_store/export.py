@@ -225,7 +225,13 @@ def write_hf(tok: Exportable, out: Path, cfg: LoaderConfig | None = None) -> lis
 
 def write_gpt2(tok: Exportable, out: Path, cfg: LoaderConfig | None = None) -> list[Path]:
     """``vocab.json`` + ``merges.txt`` plus the transformers files (``AutoTokenizer`` builds
-    GPT-2's tokenizer from them)."""
+    GPT-2's tokenizer from them).
+
+    Their loaders split with GPT-2's pattern in their own engine: ``Tokenizer.from_files`` (and
+    any loader on ``regex``) gives bpe_store's ids; tokenizers' ByteLevel (transformers'
+    ``GPT2Tokenizer``) reads ``\\p{L}``/``\\p{N}`` by Oniguruma's older Unicode tables, so text
+    holding letters or digits that only newer Unicode versions assign may split differently.
+    The format has no place to say otherwise; ``hf`` is exact."""
     if tok.pattern != GPT2_PATTERN:
         raise ExportError("the gpt2 format has no place for a pre-tokenization pattern, and its loaders "
                           "use GPT-2's; this store has another: export --format hf or tiktoken")

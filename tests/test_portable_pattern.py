@@ -43,16 +43,43 @@ def _classes(pattern: str) -> set[str]:
     return set(regex.findall(r"\[\^?(?:\\u[0-9A-F]{4}|[^\]\\])+\]", pattern))
 
 
-def test_classes_hold_the_same_code_points_in_every_engine():
-    """tiktoken drops the text its pattern does not match, so with byte ranks its encoding of all
-    characters decodes to exactly the characters the class matches."""
+def _rewritten_classes() -> list[str]:
+    """Every class of every named pattern's rewrite, shortest first."""
+    return sorted(set().union(*(_classes(portable_pattern(PATTERNS[n])) for n in NAMED)), key=len)
+
+
+def test_classes_agree_at_every_range_edge():
+    """A class is a union of ranges: every engine must place each edge where ``regex`` does. The
+    characters at, just inside and just outside each edge (of the class and of its complement),
+    and a middle one, are matched alike in the three engines (the fast half of the exhaustive
+    test below)."""
     byte_ranks = {bytes([b]): b for b in range(256)}
-    classes = set().union(*(_classes(portable_pattern(PATTERNS[n])) for n in NAMED))
+    classes = _rewritten_classes()
     assert len(classes) >= 10
-    for cls in sorted(classes, key=len):
-        want = "".join(regex.findall(cls, _ALL_CHARS))
-        assert "".join(onig_pieces(_ALL_CHARS, cls)) == want, cls[:60]
+    for cls in classes:
+        members = set()
+        for m in regex.finditer(r"\\u([0-9A-F]{4})|([^\\\[\]^-])", cls):
+            members.add(int(m.group(1), 16) if m.group(1) else ord(m.group(2)))
+        probe = sorted({c + d for c in members for d in (-1, 0, 1)} | {(a + b) // 2 for a, b in zip(
+            sorted(members), sorted(members)[1:])})
+        text = "".join(chr(c) for c in probe if 0 <= c <= 0x10FFFF and not 0xD800 <= c < 0xE000)
+        want = regex.findall(cls, text)
+        assert onig_pieces(text, cls) == want, cls[:60]
         enc = tiktoken.Encoding("cls", pat_str=cls, mergeable_ranks=byte_ranks, special_tokens={})
+        assert enc.decode(enc.encode_ordinary(text)) == "".join(want), cls[:60]
+
+
+@pytest.mark.slow
+def test_classes_hold_the_same_code_points_in_every_engine():
+    """Each engine's matches of ``class+`` over all characters, joined, are the characters the class
+    holds (tiktoken drops what its pattern does not match, so with byte ranks its encoding decodes
+    to them; runs rather than single characters keep the piece lists short)."""
+    byte_ranks = {bytes([b]): b for b in range(256)}
+    for cls in _rewritten_classes():
+        runs = cls + "+"
+        want = "".join(regex.findall(runs, _ALL_CHARS))
+        assert "".join(onig_pieces(_ALL_CHARS, runs)) == want, cls[:60]
+        enc = tiktoken.Encoding("cls", pat_str=runs, mergeable_ranks=byte_ranks, special_tokens={})
         assert enc.decode(enc.encode_ordinary(_ALL_CHARS)) == want, cls[:60]
 
 

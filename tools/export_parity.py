@@ -1,12 +1,16 @@
 """Before/after of the hf export: how many texts give other ids than bpe_store through tokenizers, per
 named pattern ("before" rebuilds the pre-tokenizer main wrote at 5148ddb). Run from the checkout:
-`python tools/export_parity.py` (needs tokenizers and ../shared/corpora)."""
+`python tools/export_parity.py` (needs tokenizers and ../shared/corpora). Then, per pattern, how
+many of 20,000 random texts (random code points among digits, spaces, line ends, contractions,
+marks) Oniguruma splits unlike `regex` with the raw and the rewritten pattern, and of 3,000
+tiktoken (fancy-regex)."""
 import json
 import random
 import sys
 import tempfile
 from pathlib import Path
 
+import regex
 import tokenizers
 
 from bpe_store.export import export_store
@@ -15,7 +19,11 @@ from bpe_store.train import train
 
 sys.path.insert(0, "tests")  # the texts of the tests: one list, not two
 from conftest import EN, RU, ZH, fixture_text  # noqa: E402
-from test_portable_pattern import TARGETED  # noqa: E402
+from test_patterns import tiktoken_pieces  # noqa: E402
+from test_portable_pattern import TARGETED, onig_pieces  # noqa: E402
+
+from bpe_store.portable_pattern import _ALL_CHARS, portable_pattern  # noqa: E402
+from bpe_store.pretokenize import PATTERNS  # noqa: E402
 
 EOT = "<|endoftext|>"
 d = Path(tempfile.mkdtemp())
@@ -48,3 +56,18 @@ for pat in ("gpt2", "gpt4", "o200k"):
     nbd = sum(before.encode(t).ids != ours.encode(t) for t in docs)
     print(f"{pat}: {len(texts)} texts ({len(TARGETED)} targeted + {len(docs)} 2000-char corpus slices): "
           f"differ before {nb} (slices {nbd}), after {na}", flush=True)
+
+
+rng = random.Random(1)
+pieces = list("0123456789١٢३\u0301\u200d 🙃'sSlLtTdDmMvVeErR\t\r\n\x0b\x0c\x85\xa0\u3000\u2028.,!ǅʰ中") + [
+    " ", "\n", "\r\n", "  \n", "'S", "'ll", "1234", "\t", "\U000107bb", "\U00011de1", *TARGETED]
+texts = ["".join(rng.choice(_ALL_CHARS) if rng.random() < 0.3 else rng.choice(pieces)
+                 for _ in range(rng.randint(0, 30))) for _ in range(20_000)]
+for pat in ("gpt2", "gpt4", "o200k"):
+    raw, out = PATTERNS[pat], portable_pattern(PATTERNS[pat])
+    want = [regex.findall(raw, t) for t in texts]
+    counts = [sum(onig_pieces(t, p) != w for t, w in zip(texts, want)) for p in (raw, out)]
+    counts += [sum(tiktoken_pieces(t, p) != [x.encode() for x in w] for t, w in zip(texts[:3000], want))
+               for p in (raw, out)]
+    print(f"{pat}: Oniguruma splits unlike regex {counts[0]}/20000 texts raw, {counts[1]} rewritten; "
+          f"fancy-regex {counts[2]}/3000 raw, {counts[3]} rewritten", flush=True)

@@ -271,12 +271,16 @@ def check_tiktoken_merges(tok: Exportable) -> None:
 
     Suppose tiktoken and BPE first differ on some pre-token: tiktoken joins adjacent tokens
     x, y into t = x + y although (x, y) is not t's merge. Until then both made the same merges,
-    in the same order (ranks are ids, and ids follow merge order: ``check_exportable``). No
+    in the same order (ranks are ids, and ids follow merge order: ``check_exportable``; a new
+    token's pairs rank after it, so tiktoken's one-at-a-time leftmost joins of equal rank are
+    BPE's "every occurrence, left to right"). No
     merge crossed the outer edges of x and y, so the merges inside them are those BPE makes on
     t's bytes alone (a merge inside a span depends only on the span while its edges stand). So
     BPE on t's bytes reaches [x, y], and stops there, since (x, y) is no merge: BPE(t) != [t].
     A pre-token that is a token u is taken whole by tiktoken and is BPE(u) == [u] by BPE. So if
-    every token passes, the two agree; where one fails, the text t itself already differs.
+    every token passes, the two agree; where one fails, they differ on the text t itself
+    whenever the pattern can make t one pre-token (a token no pre-token can equal is refused
+    without such a text; a trained store has none to refuse).
 
     A trained store always passes (a merge (a, b) was made inside some word where a and b stood
     side by side; by the same span argument BPE builds a + b from its own bytes); the check

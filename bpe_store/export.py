@@ -2,9 +2,10 @@
 
 Three formats, each written only after checking its loader would read it back exactly:
 
-* ``hf``: HuggingFace ``tokenizer.json`` (full form: BPE model with merges as pairs, ByteLevel
-  pre-tokenizer — or Split + ByteLevel for a pattern other than GPT-2's — specials in
-  ``added_tokens``), loadable by ``tokenizers.Tokenizer.from_file``.
+* ``hf``: HuggingFace ``tokenizer.json`` (full form: BPE model with merges as pairs, a Split
+  pre-tokenizer holding the store's pattern rewritten for Oniguruma (``portable_pattern``) and
+  keeping only its matches, then ByteLevel; specials in ``added_tokens``), loadable by
+  ``tokenizers.Tokenizer.from_file``.
 * ``gpt2``: ``vocab.json`` + ``merges.txt`` (``#version: 0.2`` first line), tokens written in
   GPT-2's byte-to-unicode alphabet; GPT-2's pattern only (the format cannot hold another).
 
@@ -12,12 +13,16 @@ Both also get ``tokenizer_config.json`` + ``special_tokens_map.json``, so that
 ``transformers.AutoTokenizer.from_pretrained(dir)`` loads them with ``eos_token`` (and
 ``bos_token``/``pad_token`` if named) and ``model_max_length`` (``LoaderConfig``).
 * ``tiktoken``: ``tokenizer.tiktoken`` (``base64(token) rank`` per line) + ``tiktoken.json``
-  holding the pattern and special tokens; ``load_tiktoken`` builds the ``tiktoken.Encoding``.
+  holding the pattern (``pat_str``: rewritten for fancy-regex; ``pattern``: the store's, for
+  people) and special tokens; ``load_tiktoken`` builds the ``tiktoken.Encoding``.
 
 What a loader would reject or misread, the export refuses: two ids holding the same bytes (the
 loaders key tokens by bytes), a missing single byte, a merged token whose id does not come
-after both of its parts (tiktoken ranks must follow merge order), and for tiktoken a special
-token that is a prefix of another (its special matching does not prefer the longest).
+after both of its parts (tiktoken ranks must follow merge order); for hf and tiktoken a
+pattern that cannot be rewritten with the same meaning for their regex engines; for tiktoken a
+special token that is a prefix of another (its special matching does not prefer the longest) and
+a token that BPE does not build from its own bytes (``check_tiktoken_merges``: tiktoken merges
+by the rank of a pair's concatenation, bpe_store by the rank of the merge pair).
 """
 
 from __future__ import annotations
@@ -27,12 +32,14 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from .errors import InputError
 from .gpt2_files import to_gpt2_str
 from .outfiles import check_export_target, export_dir
-from .pretokenize import GPT2_PATTERN
+from .portable_pattern import PatternTranslationError, portable_pattern
+from .pretokenize import GPT2_PATTERN, describe_pattern
 
 FORMATS = ("hf", "gpt2", "tiktoken")
 GPT2_MERGES_HEADER = "#version: 0.2"
@@ -52,6 +59,17 @@ class Exportable:
     merges: list[tuple[bytes, bytes]]
     specials: dict[str, int]
     pattern: str
+
+    @cached_property
+    def loader_pattern(self) -> str:
+        """The pattern as written for tokenizers' Oniguruma and tiktoken's fancy-regex: the same
+        splits as bpe_store's ``regex`` (``portable_pattern``), or ExportError saying why not."""
+        try:
+            return portable_pattern(self.pattern)
+        except PatternTranslationError as exc:
+            raise ExportError(f"the pattern {describe_pattern(self.pattern)} cannot be written so that "
+                              f"tokenizers (Oniguruma) and tiktoken (fancy-regex) split text as bpe_store "
+                              f"does: {exc}") from None
 
 
 def check_exportable(vocab: dict[int, bytes], merges: Sequence[tuple[bytes, bytes]],
@@ -96,13 +114,14 @@ def check_exportable(vocab: dict[int, bytes], merges: Sequence[tuple[bytes, byte
 def hf_json(tok: Exportable) -> dict:
     """The full ``tokenizer.json`` document for HuggingFace ``tokenizers``."""
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-    if tok.pattern == GPT2_PATTERN:
-        pre = byte_level  # its built-in regex is GPT-2's pattern
-    else:
-        pre = {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": tok.pattern}, "behavior": "Isolated", "invert": False},
-            {**byte_level, "use_regex": False},
-        ]}
+    # Why Split even for GPT-2's pattern: ByteLevel's built-in regex is Oniguruma's \p{L} and
+    # \p{N}, which lack the letters and digits of newer Unicode versions that `regex` knows.
+    # "Removed" + invert keeps the matches and drops the text between them, as `regex.findall`
+    # does (a pattern that does not cover every character drops the rest in bpe_store too).
+    pre = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": tok.loader_pattern}, "behavior": "Removed", "invert": True},
+        {**byte_level, "use_regex": False},
+    ]}
     vocab = {to_gpt2_str(b): i for i, b in tok.vocab.items()}
     return {
         "version": "1.0",
@@ -206,7 +225,13 @@ def write_hf(tok: Exportable, out: Path, cfg: LoaderConfig | None = None) -> lis
 
 def write_gpt2(tok: Exportable, out: Path, cfg: LoaderConfig | None = None) -> list[Path]:
     """``vocab.json`` + ``merges.txt`` plus the transformers files (``AutoTokenizer`` builds
-    GPT-2's tokenizer from them)."""
+    GPT-2's tokenizer from them).
+
+    Their loaders split with GPT-2's pattern in their own engine: ``Tokenizer.from_files`` (and
+    any loader on ``regex``) gives bpe_store's ids; tokenizers' ByteLevel (transformers'
+    ``GPT2Tokenizer``) reads ``\\p{L}``/``\\p{N}`` by Oniguruma's older Unicode tables, so text
+    holding letters or digits that only newer Unicode versions assign may split differently.
+    The format has no place to say otherwise; ``hf`` is exact."""
     if tok.pattern != GPT2_PATTERN:
         raise ExportError("the gpt2 format has no place for a pre-tokenization pattern, and its loaders "
                           "use GPT-2's; this store has another: export --format hf or tiktoken")
@@ -236,6 +261,45 @@ def check_tiktoken_specials(specials: Sequence[str]) -> None:
                                   "are not affected)")
 
 
+def check_tiktoken_merges(tok: Exportable) -> None:
+    """Refuse a vocabulary that tiktoken would encode differently from bpe_store's BPE.
+
+    tiktoken merges, in a pre-token, the adjacent pair whose *concatenation* has the lowest rank,
+    and takes a pre-token that is itself a token whole; bpe_store merges the adjacent pair that
+    is a *merge* with the lowest rank. They agree on every text when every token t is what BPE
+    builds from t's own bytes (``BPE(t) == [t]``), which this checks:
+
+    Suppose tiktoken and BPE first differ on some pre-token: tiktoken joins adjacent tokens
+    x, y into t = x + y although (x, y) is not t's merge. Until then both made the same merges,
+    in the same order (ranks are ids, and ids follow merge order: ``check_exportable``; a new
+    token's pairs rank after it, so tiktoken's one-at-a-time leftmost joins of equal rank are
+    BPE's "every occurrence, left to right"). No
+    merge crossed the outer edges of x and y, so the merges inside them are those BPE makes on
+    t's bytes alone (a merge inside a span depends only on the span while its edges stand). So
+    BPE on t's bytes reaches [x, y], and stops there, since (x, y) is no merge: BPE(t) != [t].
+    A pre-token that is a token u is taken whole by tiktoken and is BPE(u) == [u] by BPE. So if
+    every token passes, the two agree; where one fails, they differ on the text t itself
+    whenever the pattern can make t one pre-token (a token no pre-token can equal is refused
+    without such a text; a trained store has none to refuse).
+
+    A trained store always passes (a merge (a, b) was made inside some word where a and b stood
+    side by side; by the same span argument BPE builds a + b from its own bytes); the check
+    guards stores whose merges were made otherwise.
+    """
+    from .tokenizer import Tokenizer
+
+    bpe = Tokenizer(tok.vocab, tok.merges, list(tok.specials), pattern=tok.pattern, native=False)
+    special_ids = set(tok.specials.values())
+    for i, t in tok.vocab.items():
+        if len(t) > 1 and i not in special_ids:
+            got = bpe._bpe(t)
+            if got != [i]:
+                parts = " + ".join(repr(tok.vocab[j]) for j in got)
+                raise ExportError(f"token {i} ({t!r}) is not what BPE builds from its bytes ({parts}); tiktoken "
+                                  "merges by the rank of a pair's concatenation and would encode such text "
+                                  "differently: export --format hf or gpt2")
+
+
 def write_tiktoken(tok: Exportable, out: Path, cfg: LoaderConfig | None = None, name: str = "bpe_store"
                    ) -> list[Path]:
     rpath, jpath = out / "tokenizer.tiktoken", out / "tiktoken.json"
@@ -243,7 +307,9 @@ def write_tiktoken(tok: Exportable, out: Path, cfg: LoaderConfig | None = None, 
         for b, r in sorted(tiktoken_ranks(tok).items(), key=lambda kv: kv[1]):
             f.write(f"{base64.b64encode(b).decode('ascii')} {r}\n")
     with open(jpath, "w", encoding="utf-8") as f:
-        json.dump({"format": "bpe_store tiktoken v1", "name": name, "pat_str": tok.pattern,
+        # pat_str is what tiktoken compiles (rewritten for fancy-regex); pattern, what people read
+        json.dump({"format": "bpe_store tiktoken v1", "name": name, "pat_str": tok.loader_pattern,
+                   "pattern": tok.pattern,
                    "special_tokens": tok.specials, "ranks_file": rpath.name,
                    "n_vocab": len(tok.vocab)}, f, ensure_ascii=False, indent=1)
         f.write("\n")
@@ -291,8 +357,11 @@ def export_store(db_path: str | os.PathLike, fmt: str, out_dir: str | os.PathLik
     vocab, merges, specials, pattern = load_store(db_path, vocab_size)
     cfg = loader_config(specials, eos=eos, bos=bos, pad=pad, model_max_length=model_max_length)
     tok = check_exportable(vocab, merges, specials, pattern)
+    if fmt in ("hf", "tiktoken"):
+        tok.loader_pattern  # noqa: B018 - translated (or refused) before anything is written
     if fmt == "tiktoken":
         check_tiktoken_specials(specials)
+        check_tiktoken_merges(tok)
     with export_dir(out, force=force, keep=[Path(db_path)]) as staging:
         written = _WRITERS[fmt](tok, staging, cfg)
     return [out / p.name for p in written]

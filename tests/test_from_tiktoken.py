@@ -20,7 +20,7 @@ import hashlib
 from importlib import resources
 
 import pytest
-from conftest import EN, RU, ZH, fixture_text
+from conftest import EN, RU, ZH, corpus_slice, fixture_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -207,6 +207,19 @@ def test_openai_ranks_give_tiktokens_ids_on_documents(openai, corpus, size):
         assert ids == want, how
     assert tok.decode(want) == text
     docs = text.split("\n\n")
+    assert tok.encode_batch(docs, threads=2) == enc.encode_batch(docs, allowed_special="all")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("corpus", ["enwiki-100M.txt", "zhwiki-20M.txt", "tinystories-ru-20M.txt"])
+def test_openai_ranks_on_corpus_slices(openai, corpus):
+    # 3 MB from the middle of each shared corpus, in one call and as documents on 2 threads
+    _, enc, tok, _ = openai
+    text = corpus_slice(corpus, 3_000_000, offset=10_000_000)
+    want = enc.encode(text, allowed_special="all")
+    assert tok.encode_to_array(text, threads=2).tolist() == want
+    assert tok.decode(want) == text
+    docs = text.split("\n")
     assert tok.encode_batch(docs, threads=2) == enc.encode_batch(docs, allowed_special="all")
 
 

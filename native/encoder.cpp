@@ -26,12 +26,13 @@
 //   stay warm from one call (one 16 MB block of a file) to the next.
 // * Results go back as a NumPy array owning the C++ buffer (no copy), or as lists built from
 //   one cached Python int per id (an INCREF each, no allocation).
-// * tiktoken's rules (`tiktoken_rules`, for `Tokenizer.from_tiktoken`): a piece that is a token is
-//   that token (one probe of a hash over the tokens' bytes, after the piece cache), else one
-//   merge at a time of the leftmost pair whose merged token has the lowest id. The same loops
-//   serve both rules: the short path merges one position instead of every occurrence, and the
-//   heap path queues the pairs a merge makes at once instead of after the round, so a pair that
-//   ranks lower than the merge that made it (possible in tiktoken's ranks) goes first, as there.
+// * tiktoken's rules (`use_tiktoken_rules`, for `Tokenizer.from_tiktoken`): a piece that is a
+//   token is that token (one probe of a hash over the tokens' bytes, after the piece cache), else
+//   one merge at a time of the leftmost pair whose merged token has the lowest id. Short pieces
+//   keep each pair's rank and look up only the two pairs beside a merge (merge_short_tiktoken);
+//   the heap path is shared, but queues the pairs a merge makes at once instead of after the
+//   round, so a pair that ranks below the merge that made it (possible in tiktoken's ranks) goes
+//   first, as in tiktoken. The 68K distinct pieces of 5 MB of enwiki take 0.08 s with cl100k_base.
 // * Bytes from a file are checked as UTF-8 here, with the GIL released, instead of being
 //   decoded to a str in Python (which costs 1-4 bytes a character and a UTF-8 copy back).
 #include <algorithm>
@@ -351,6 +352,29 @@ class Encoder {
         return found;
     }
 
+    // tiktoken's rule on a short piece, in place; returns the new length. Each adjacent pair's
+    // rank (its merged id, kNone if none) is kept in `rk`: a step finds the lowest without hashing,
+    // merges that one pair, and looks up only the two pairs beside it (as tiktoken does), instead
+    // of every pair again.
+    size_t merge_short_tiktoken(uint32_t *ids, size_t m) const {
+        uint32_t rk[kShort];
+        for (size_t i = 0; i + 1 < m; ++i) rk[i] = table_.find(ids[i], ids[i + 1]).second;
+        while (m > 1) {
+            uint32_t best = kNone;
+            size_t at = 0;
+            for (size_t i = 0; i + 1 < m; ++i)
+                if (rk[i] < best) best = rk[i], at = i;  // strict: the leftmost of equal ranks
+            if (best == kNone) break;
+            ids[at] = best;  // the merged token, whose id is its rank
+            std::memmove(ids + at + 1, ids + at + 2, (m - at - 2) * sizeof(uint32_t));
+            if (at + 2 < m - 1) std::memmove(rk + at + 1, rk + at + 2, (m - at - 3) * sizeof(uint32_t));
+            --m;
+            if (at + 1 < m) rk[at] = table_.find(ids[at], ids[at + 1]).second;
+            if (at > 0) rk[at - 1] = table_.find(ids[at - 1], ids[at]).second;
+        }
+        return m;
+    }
+
     // BPE of one piece, appended to `out`.
     void bpe(const uint8_t *p, size_t n, PieceCache &cache, std::vector<uint32_t> &out) const {
         if (n == 1) {
@@ -381,24 +405,19 @@ class Encoder {
         uint32_t *ids = stack;
         for (size_t i = 0; i < n; ++i) ids[i] = byte_id_[p[i]];
         size_t m = n;
-        while (m > 1) {
-            uint32_t best = kNone, at = 0, t = 0;
+        if (tiktoken_) m = merge_short_tiktoken(ids, n);
+        while (!tiktoken_ && m > 1) {
+            uint32_t best = kNone, a = 0, b = 0, t = 0;
             for (size_t i = 0; i + 1 < m; ++i) {
-                auto [r, id] = rank(ids[i], ids[i + 1]);
+                auto [r, id] = table_.find(ids[i], ids[i + 1]);
                 if (r < best) {
                     best = r;
-                    at = uint32_t(i);
+                    a = ids[i];
+                    b = ids[i + 1];
                     t = id;
                 }
             }
             if (best == kNone) break;
-            if (tiktoken_) {  // this one merge, then look again
-                ids[at] = t;
-                std::memmove(ids + at + 1, ids + at + 2, (m - at - 2) * sizeof(uint32_t));
-                --m;
-                continue;
-            }
-            const uint32_t a = ids[at], b = ids[at + 1];
             // merge every occurrence of (a, b), left to right, as the Python spec does
             size_t w = 0;
             for (size_t i = 0; i < m;) {

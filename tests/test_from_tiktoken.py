@@ -261,3 +261,19 @@ def test_openai_special_ids(openai):
         sid = enc.encode_single_token(text)
         assert tok.special_id(text) == sid and tok.decode([sid]) == text
     assert max(tok.vocab) == enc.max_token_value
+
+
+def test_openai_ranks_on_any_unicode_text(openai):
+    # text from every Unicode category (hypothesis' default alphabet, which has no lone
+    # surrogates), with runs of whitespace, digits and apostrophes that the patterns treat apart
+    _, enc, tok, _ = openai
+    pieces = st.text() | st.sampled_from(["\r\n", "  ", "\t", "'S", "'ll", "123456", "\u200d", "\n\n\n", " ", "'"])
+
+    @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @given(st.lists(pieces, max_size=8).map("".join))
+    def check(text):
+        want = enc.encode(text, allowed_special="all")
+        assert tok.encode(text) == want
+        assert tok.decode(want) == text
+
+    check()

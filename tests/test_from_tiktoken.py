@@ -24,7 +24,7 @@ from conftest import EN, RU, ZH, corpus_slice, fixture_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bpe_store.pretokenize import PATTERNS
+from bpe_store.pretokenize import PATTERNS, native_scanner, resolve_pattern
 from bpe_store.tokenizer import Tokenizer
 
 tiktoken = pytest.importorskip("tiktoken")
@@ -101,7 +101,8 @@ def _check_against_tiktoken(tmp_path, ranks: dict[bytes, int], text: str, patter
     specials = {SPECIAL: max(ranks.values()) + 7}
     path = tmp_path / "r.tiktoken"
     write_ranks(path, ranks)
-    enc = tiktoken.Encoding("random", pat_str=PATTERNS[pattern], mergeable_ranks=ranks, special_tokens=specials)
+    enc = tiktoken.Encoding("random", pat_str=resolve_pattern(pattern), mergeable_ranks=ranks,
+                            special_tokens=specials)
     want = enc.encode(text, allowed_special="all")
     spec = Tokenizer.from_tiktoken(path, pattern=pattern, special_tokens=specials, native=False)
     assert spec.encode(text) == want
@@ -111,8 +112,20 @@ def _check_against_tiktoken(tmp_path, ranks: dict[bytes, int], text: str, patter
     assert native.decode_bytes(want) == enc.decode_bytes(want) == text.encode("utf-8")
 
 
-# gpt2: the native scanner path (encode_list / encode); cl100k, o200k: the regex path (encode_pieces)
-@pytest.mark.parametrize("pattern", ["gpt2", "cl100k", "o200k"])
+#: tiktoken's own spelling of GPT-2's regex (possessive quantifiers): a regex bpe_store has no
+#: native scanner for, so its pieces come from the `regex` module (Encoder.encode_pieces)
+R50K_PAT_STR = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+
+
+def test_r50k_spelling_takes_the_regex_path():
+    from tiktoken_ext.openai_public import r50k_pat_str
+
+    assert r50k_pat_str == R50K_PAT_STR and native_scanner(R50K_PAT_STR) == ""
+    assert all(native_scanner(PATTERNS[name]) for name in ("gpt2", "cl100k", "o200k"))
+
+
+# gpt2, cl100k, o200k: native scanners (Encoder.encode / encode_list); R50K_PAT_STR: the regex path
+@pytest.mark.parametrize("pattern", ["gpt2", "cl100k", "o200k", R50K_PAT_STR], ids=["gpt2", "cl100k", "o200k", "r50k"])
 @pytest.mark.parametrize("consistent", [True, False], ids=["bpe-consistent", "arbitrary"])
 def test_random_ranks_give_tiktokens_ids(tmp_path_factory, pattern, consistent):
     @settings(suppress_health_check=[HealthCheck.too_slow])

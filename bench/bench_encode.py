@@ -24,8 +24,10 @@ Every contender's ids are checked equal to bpe_store's (a token count and a chec
 ``--openai cl100k_base,o200k_base`` instead encodes with OpenAI's real ranks (the ``bpe-openai``
 wheel ships them; no store, no download): ``Tokenizer.from_tiktoken`` beside tiktoken (built from
 the same ranks and tiktoken's regex) and the exact peers that install (quicktok-v1, toktok-rs,
-bpe-openai, each with its own bundled copy of the ranks). Every contender's ids are checked
-equal to tiktoken's:
+bpe-openai, each with its own bundled copy of the ranks). ``bpe_store from_tiktoken batch`` returns
+lists as tiktoken does; ``... array`` encodes the documents joined by ``<|endoftext|>`` into one
+uint32 array, as ``bpe-store encode`` and the peers' NumPy results do. Every contender's ids are
+checked equal to tiktoken's:
 
     python bench/bench_encode.py --openai cl100k_base,o200k_base --limit 30000000 --threads 2 \\
         --out bench/RESULTS-encode-openai.md
@@ -129,8 +131,10 @@ def child(which: str, args: argparse.Namespace) -> dict:
 
 #: ``--openai``: tiktoken's encoding name -> bpe_store's pattern name
 OPENAI_PATTERN = {"cl100k_base": "cl100k", "o200k_base": "o200k"}
-OPENAI_CONTENDERS = ["bpe_store from_tiktoken batch", "tiktoken batch", "tiktoken 1 string", "quicktok-v1 batch",
-                     "toktok-rs batch", "bpe-openai batch"]
+#: OpenAI's id of <|endoftext|> in each (the "array" contender joins the documents with it)
+OPENAI_EOT = {"cl100k_base": 100257, "o200k_base": 199999}
+OPENAI_CONTENDERS = ["bpe_store from_tiktoken batch", "bpe_store from_tiktoken array", "tiktoken batch",
+                     "tiktoken 1 string", "quicktok-v1 batch", "toktok-rs batch", "bpe-openai batch"]
 
 
 def openai_child(which: str, args: argparse.Namespace) -> dict:
@@ -149,6 +153,19 @@ def openai_child(which: str, args: argparse.Namespace) -> dict:
                 tok = Tokenizer.from_tiktoken(path, pattern=OPENAI_PATTERN[name])
             t0 = time.perf_counter()
             out = tok.encode_batch(docs, args.threads)
+        elif which == "bpe_store from_tiktoken array":
+            # the documents joined by <|endoftext|> in one uint32 array, as `bpe-store encode` makes
+            # it (like quicktok's and toktok's NumPy results, no Python int per id)
+            from bpe_store.tokenizer import Tokenizer
+
+            with resources.as_file(gz) as path:
+                tok = Tokenizer.from_tiktoken(path, pattern=OPENAI_PATTERN[name],
+                                              special_tokens={EOT: OPENAI_EOT[name]})
+            text = EOT.join(docs)
+            t0 = time.perf_counter()
+            ids = tok.encode_to_array(text, args.threads)
+            dt = time.perf_counter() - t0
+            out = [ids[ids != OPENAI_EOT[name]]]  # the documents' ids (checked outside the timing)
         elif which.startswith("tiktoken "):
             import tiktoken
 
@@ -185,7 +202,8 @@ def openai_child(which: str, args: argparse.Namespace) -> dict:
             raise SystemExit(f"unknown contender {which}")
     except ImportError as exc:
         return {"name": which, "skipped": f"not installed ({exc.name})"}
-    dt = time.perf_counter() - t0
+    if which != "bpe_store from_tiktoken array":
+        dt = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     n, crc = _checksum(out)
     return {"name": which, "seconds": dt, "mb_s": nbytes / dt / 1e6, "peak_rss_mib": rss,
@@ -238,7 +256,8 @@ def write_openai_markdown(args: argparse.Namespace, tables: dict[str, list[dict]
         "",
         "The ranks are the `bpe-openai` wheel's (SHA-256 equal to tiktoken's published ones, checked by "
         "tests/test_from_tiktoken.py). Each contender runs in its own process; MB/s counts encoding only. "
-        "'same ids' compares token count and CRC32 with tiktoken's.",
+        "'same ids' compares token count and CRC32 with tiktoken's. A contender encodes for about a second, "
+        "so on this shared machine one run's numbers swing by tens of percent from the next run's.",
         "",
     ]
     for name, results in tables.items():

@@ -35,6 +35,7 @@ check that both give the same ids.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -62,6 +63,31 @@ _STREAM_BLOCK = 1 << 20
 
 class TokenIdError(InputError):
     """A token id given to ``decode`` is not in the vocabulary."""
+
+
+def _as_tiktoken_reads(text: str) -> str:
+    """``text`` with its surrogates read as tiktoken's ``encode`` reads them: a pair written as two
+    code points becomes its character, a lone one U+FFFD (a str holding either is not UTF-8)."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _tiktoken_surrogates(method):
+    """For ``from_tiktoken`` tokenizers: where a text holds surrogates (UnicodeEncodeError), encode
+    it again as tiktoken does (``_as_tiktoken_reads``), instead of raising as the others do. Only
+    on that error, so valid text pays nothing."""
+
+    @functools.wraps(method)
+    def wrapper(self, text, *args, **kwargs):
+        try:
+            return method(self, text, *args, **kwargs)
+        except UnicodeEncodeError:
+            if self._whole is None:
+                raise
+            fixed = (_as_tiktoken_reads(text) if isinstance(text, str) else
+                     [_as_tiktoken_reads(t) if isinstance(t, str) else t for t in text])
+            return method(self, fixed, *args, **kwargs)
+
+    return wrapper
 
 
 def _native():
@@ -240,6 +266,7 @@ class Tokenizer:
             out.extend(self._encode_piece(piece.encode("utf-8")))
         return out
 
+    @_tiktoken_surrogates
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; special tokens become their ids."""
         if self._core is not None and self._core.native_split:
@@ -254,6 +281,7 @@ class Tokenizer:
                 out.extend(self._encode_ordinary(part))
         return out
 
+    @_tiktoken_surrogates
     def encode_to_array(self, text: str | bytes, threads: int = 0):
         """Ids of ``text`` (str, or UTF-8 bytes) as a uint32 NumPy array; native and parallel
         over blocks for a named pattern (``threads`` 0 = all cores)."""
@@ -265,6 +293,7 @@ class Tokenizer:
             text = text.decode("utf-8")
         return np.asarray(self.encode(text), dtype=np.uint32)
 
+    @_tiktoken_surrogates
     def encode_batch(self, texts: Sequence[str], threads: int = 0) -> list[list[int]]:
         """Encode many documents, in parallel over documents with the native core
         (``threads`` 0 = all cores)."""

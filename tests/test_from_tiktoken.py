@@ -290,3 +290,20 @@ def test_openai_ranks_on_any_unicode_text(openai):
         assert tok.decode(want) == text
 
     check()
+
+
+def test_surrogates_are_read_as_tiktoken_reads_them(openai):
+    # a str with surrogates is not UTF-8: tiktoken joins a pair written as two code points and
+    # makes a lone one U+FFFD; so does a from_tiktoken tokenizer (others raise UnicodeEncodeError)
+    _, enc, tok, _ = openai
+    surrogates = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
+
+    @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @given(st.lists(st.text(max_size=5) | surrogates | st.just("\ud83d\ude00"), max_size=6).map("".join))
+    def check(text):
+        want = enc.encode(text, allowed_special="all")
+        assert tok.encode(text) == want
+        assert tok.encode_to_array(text, threads=2).tolist() == want
+        assert tok.encode_batch(["ok", text], threads=2)[1] == want
+
+    check()

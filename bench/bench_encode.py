@@ -20,6 +20,17 @@ Every contender's ids are checked equal to bpe_store's (a token count and a chec
 
     python bench/bench_encode.py --db bench/out/enwiki-32k.db \\
         --corpus ../shared/corpora/enwiki-100M.txt --threads 2 --out bench/RESULTS-encode.md
+
+``--openai cl100k_base,o200k_base`` instead encodes with OpenAI's real ranks (the ``bpe-openai``
+wheel ships them; no store, no download): ``Tokenizer.from_tiktoken`` beside tiktoken (built from
+the same ranks and tiktoken's regex) and the exact peers that install (quicktok-v1, toktok-rs,
+bpe-openai, each with its own bundled copy of the ranks). ``bpe_store from_tiktoken batch`` returns
+lists as tiktoken does; ``... array`` encodes the documents joined by ``<|endoftext|>`` into one
+uint32 array, as ``bpe-store encode`` and the peers' NumPy results do. Every contender's ids are
+checked equal to tiktoken's:
+
+    python bench/bench_encode.py --openai cl100k_base,o200k_base --limit 30000000 --threads 2 \\
+        --out bench/RESULTS-encode-openai.md
 """
 
 from __future__ import annotations
@@ -118,6 +129,151 @@ def child(which: str, args: argparse.Namespace) -> dict:
             "tokens": n, "crc": crc, "bytes": nbytes}
 
 
+#: ``--openai``: tiktoken's encoding name -> bpe_store's pattern name
+OPENAI_PATTERN = {"cl100k_base": "cl100k", "o200k_base": "o200k"}
+#: OpenAI's id of <|endoftext|> in each (the "array" contender joins the documents with it)
+OPENAI_EOT = {"cl100k_base": 100257, "o200k_base": 199999}
+OPENAI_CONTENDERS = ["bpe_store from_tiktoken batch", "bpe_store from_tiktoken array", "tiktoken batch",
+                     "tiktoken 1 string", "quicktok-v1 batch", "toktok-rs batch", "bpe-openai batch"]
+
+
+def openai_child(which: str, args: argparse.Namespace) -> dict:
+    """One ``--openai`` contender on ``args.encoding``'s real ranks; ``{"skipped": why}`` when its
+    package is not installed."""
+    from importlib import resources
+
+    name = args.encoding
+    docs, nbytes = _read_docs(args.corpus, args.limit)
+    gz = resources.files("bpe_openai") / "data" / f"{name}.tiktoken.gz"  # the ranks, SHA-256 checked in tests
+    try:
+        if which == "bpe_store from_tiktoken batch":
+            from bpe_store.tokenizer import Tokenizer
+
+            with resources.as_file(gz) as path:
+                tok = Tokenizer.from_tiktoken(path, pattern=OPENAI_PATTERN[name])
+            t0 = time.perf_counter()
+            out = tok.encode_batch(docs, args.threads)
+        elif which == "bpe_store from_tiktoken array":
+            # the documents joined by <|endoftext|> in one uint32 array, as `bpe-store encode` makes
+            # it (like quicktok's and toktok's NumPy results, no Python int per id)
+            from bpe_store.tokenizer import Tokenizer
+
+            with resources.as_file(gz) as path:
+                tok = Tokenizer.from_tiktoken(path, pattern=OPENAI_PATTERN[name],
+                                              special_tokens={EOT: OPENAI_EOT[name]})
+            text = EOT.join(docs)
+            t0 = time.perf_counter()
+            ids = tok.encode_to_array(text, args.threads)
+            dt = time.perf_counter() - t0
+            out = [ids[ids != OPENAI_EOT[name]]]  # the documents' ids (checked outside the timing)
+        elif which.startswith("tiktoken "):
+            import tiktoken
+
+            from bpe_store.pretokenize import PATTERNS
+            from bpe_store.tiktoken_files import read_tiktoken_ranks
+
+            with resources.as_file(gz) as path:
+                enc = tiktoken.Encoding(name, pat_str=PATTERNS[OPENAI_PATTERN[name]],
+                                        mergeable_ranks=read_tiktoken_ranks(path), special_tokens={})
+            t0 = time.perf_counter()
+            if which == "tiktoken batch":
+                out = enc.encode_ordinary_batch(docs, num_threads=args.threads)
+            else:
+                out = [enc.encode_ordinary(d) for d in docs]
+        elif which == "quicktok-v1 batch":
+            import quicktok
+
+            enc = quicktok.get_encoding(name)
+            t0 = time.perf_counter()
+            out = [enc.encode_batch(docs, args.threads, False)[0]]  # (flat ids, offsets)
+        elif which == "toktok-rs batch":
+            import toktok
+
+            enc = toktok._encoding(name)  # the full encoder (toktok's public API only counts)
+            t0 = time.perf_counter()
+            out = [enc.encode_batch_to_numpy(docs)[0]]
+        elif which == "bpe-openai batch":
+            import bpe_openai
+
+            enc = bpe_openai.get_encoding(name)
+            t0 = time.perf_counter()
+            out = enc.encode_ordinary_batch(docs)
+        else:
+            raise SystemExit(f"unknown contender {which}")
+    except ImportError as exc:
+        return {"name": which, "skipped": f"not installed ({exc.name})"}
+    if which != "bpe_store from_tiktoken array":
+        dt = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    n, crc = _checksum(out)
+    return {"name": which, "seconds": dt, "mb_s": nbytes / dt / 1e6, "peak_rss_mib": rss,
+            "tokens": n, "crc": crc, "bytes": nbytes}
+
+
+def run_openai(args: argparse.Namespace) -> None:
+    """``--openai``: each encoding's contenders in their own processes; ids checked against tiktoken's."""
+    env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads))
+    tables: dict[str, list[dict]] = {}
+    for name in args.openai.split(","):
+        if name not in OPENAI_PATTERN:
+            raise SystemExit(f"--openai: {name!r} is not one of {', '.join(OPENAI_PATTERN)}")
+        results = []
+        for which in OPENAI_CONTENDERS:
+            cmd = [sys.executable, __file__, "--child", which, "--encoding", name, "--corpus", args.corpus,
+                   "--threads", str(args.threads)] + (["--limit", str(args.limit)] if args.limit else [])
+            r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
+            results.append(r)
+            if "skipped" in r:
+                print(f"{name} {which:30s} skipped: {r['skipped']}", flush=True)
+            else:
+                print(f"{name} {which:30s} {r['mb_s']:7.1f} MB/s  {r['seconds']:7.2f} s  "
+                      f"peak RSS {r['peak_rss_mib']:6.0f} MiB  tokens {r['tokens']}", flush=True)
+        ref = next(r for r in results if r["name"] == "tiktoken batch")
+        for r in results:
+            if "skipped" not in r:
+                r["same_ids"] = (r["tokens"], r["crc"]) == (ref["tokens"], ref["crc"])
+        if not all(r.get("same_ids", True) for r in results):
+            print("WARNING: ids differ from tiktoken's: "
+                  + ", ".join(r["name"] for r in results if not r.get("same_ids", True)))
+        tables[name] = results
+    if args.out:
+        write_openai_markdown(args, tables)
+
+
+def write_openai_markdown(args: argparse.Namespace, tables: dict[str, list[dict]]) -> None:
+    import shlex
+
+    first = next(r for rs in tables.values() for r in rs if "bytes" in r)
+    lines = [
+        "# Encoding with OpenAI's real ranks",
+        "",
+        f"Command: `{shlex.join(['python', 'bench/bench_encode.py'] + sys.argv[1:])}`",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores ({_cpu()}), Python {platform.python_version()}; "
+        "the cores are shared with other developers' jobs: numbers under load, one run each.",
+        f"Corpus: `{args.corpus}`{f' (first {args.limit} bytes)' if args.limit else ''}, "
+        f"{first['bytes'] / 1e6:.1f} MB in documents; threads {args.threads}.",
+        "",
+        "The ranks are the `bpe-openai` wheel's (SHA-256 equal to tiktoken's published ones, checked by "
+        "tests/test_from_tiktoken.py). Each contender runs in its own process; MB/s counts encoding only. "
+        "'same ids' compares token count and CRC32 with tiktoken's. A contender encodes for about a second, "
+        "so on this shared machine one run's numbers swing by tens of percent from the next run's.",
+        "",
+    ]
+    for name, results in tables.items():
+        tk = next(r for r in results if r["name"] == "tiktoken batch")
+        lines += [f"## {name}", "", "| contender | MB/s | seconds | peak RSS MiB | vs tiktoken | same ids |",
+                  "|---|---:|---:|---:|---:|---|"]
+        for r in results:
+            if "skipped" in r:
+                lines.append(f"| {r['name']} | | | | | {r['skipped']} |")
+                continue
+            lines.append(f"| {r['name']} | {r['mb_s']:.1f} | {r['seconds']:.2f} | {r['peak_rss_mib']:.0f} | "
+                         f"{r['mb_s'] / tk['mb_s']:.2f}x | {'yes' if r['same_ids'] else 'NO'} |")
+        lines.append("")
+    Path(args.out).write_text("\n".join(lines), encoding="utf-8")
+
+
 CONTENDERS = ["bpe_store batch", "bpe_store file", "tiktoken batch", "tiktoken 1 string", "tokenizers batch"]
 
 
@@ -131,10 +287,16 @@ def main() -> None:
     ap.add_argument("--export", default="bench/out/encode-export", help="where the exports go")
     ap.add_argument("--out", default=None, help="write a Markdown table here")
     ap.add_argument("--note", default="", help="a paragraph for the Markdown (how the store was made)")
+    ap.add_argument("--openai", default=None, metavar="NAMES",
+                    help="encode with OpenAI's real ranks instead of a store: cl100k_base,o200k_base")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--encoding", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args)))
+        print(json.dumps(openai_child(args.child, args) if args.encoding else child(args.child, args)))
+        return
+    if args.openai:
+        run_openai(args)
         return
 
     from bpe_store.export import export_store

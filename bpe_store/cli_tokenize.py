@@ -25,18 +25,76 @@ def _stopped_message(signal_name: str, outs: "list[Path]") -> str:
             f"{', '.join(states)})")
 
 
+def _special_tokens(given: "list[str]") -> "dict[str, Optional[int]]":
+    """``--special`` values as ``{text: id}``: ``TEXT=ID`` keeps its id, ``TEXT`` gets the next free
+    one (None). The id is what follows the last ``=``, when that is all digits."""
+    out: dict[str, Optional[int]] = {}
+    for item in given:
+        text, eq, sid = item.rpartition("=")
+        if eq and text and sid.isdigit() and sid.isascii():
+            out[text] = int(sid)
+        else:
+            out[item] = None
+    return out
+
+
+def _encode_source(files: "list[Path]", tokenizer: "Optional[Path]", pattern: "Optional[str]",
+                   special: "list[str]", separator: "Optional[str]"):
+    """``(store or None, text files, Tokenizer or None)`` from ``encode``'s arguments: the first
+    file is the store unless ``--tokenizer`` gives a ranks file; every mix-up is a clear error."""
+    from .errors import InputError
+    from .store import SQLITE_MAGIC
+
+    if tokenizer is None:
+        if pattern is not None or special:
+            raise InputError("--pattern and --special go with --tokenizer; a store keeps its own pattern and "
+                             "special tokens")
+        if len(files) < 2:
+            raise InputError("give the store and then the text files (or --tokenizer FILE --pattern NAME and "
+                             "the text files)")
+        return files[0], files[1:], None
+    if pattern is None:
+        raise InputError("--tokenizer needs --pattern: a ranks file does not say how text was split "
+                         "(cl100k for cl100k_base, o200k for o200k_base)")
+    first = files[0]
+    if first.is_file():
+        with open(first, "rb") as f:
+            if f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
+                raise InputError(f"{first}: is a store (SQLite file); give either a store or --tokenizer, not both")
+    from .tokenizer import Tokenizer
+
+    tok = Tokenizer.from_tiktoken(tokenizer, pattern=pattern, special_tokens=_special_tokens(special))
+    if separator is not None and separator not in tok.special_tokens:
+        raise InputError(f"--separator {separator!r} is not a special token of {tokenizer}; give it with "
+                         f"--special, e.g. --special '{separator}=ID'")
+    return None, files, tok
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the ``bpe-store`` app."""
     from .cli import ProgressMode, StopOnSignal, _reporter
 
     @app.command()
     def encode(
-        db: Path = typer.Argument(..., help="The store (SQLite file) holding the trained merges."),
-        inputs: list[Path] = typer.Argument(..., help="Text files (UTF-8) to encode, in order."),
+        files: list[Path] = typer.Argument(..., help="The store (SQLite file) holding the trained merges, then the "
+                                                     "text files (UTF-8) to encode, in order; with --tokenizer, "
+                                                     "only the text files."),
         out: Path = typer.Option(..., "-o", "--out", help="Output: .npy (NumPy) or .bin (nanoGPT raw layout).",
                                  metavar="OUT"),
         vocab_size: Optional[int] = typer.Option(None, "--vocab-size",
                                                  help="Use the first merges only (a prefix of the run)."),
+        tokenizer: Optional[Path] = typer.Option(
+            None, "--tokenizer", metavar="FILE",
+            help="Encode with a .tiktoken ranks file (plain or .gz; e.g. OpenAI's cl100k_base) instead of a store, "
+                 "exactly as tiktoken does; needs --pattern."),
+        pattern: Optional[str] = typer.Option(
+            None, "--pattern", metavar="NAME",
+            help="With --tokenizer: the pattern the ranks were made with, a name (cl100k, o200k, gpt2, ...) "
+                 "or a regex."),
+        special: list[str] = typer.Option(
+            [], "--special", metavar="TEXT",
+            help="With --tokenizer: a special token, TEXT=ID with its id (OpenAI's: '<|endoftext|>=100257' for "
+                 "cl100k_base, '<|endoftext|>=199999' for o200k_base) or TEXT for the next free id; repeatable."),
         threads: int = typer.Option(0, "--threads", help="Encoding threads (0 = all cores)."),
         separator: Optional[str] = typer.Option(None, "--separator",
                                                 help="A special token written after each file, e.g. '<|endoftext|>'; "
@@ -56,16 +114,20 @@ def register(app: typer.Typer) -> None:
         """Encode whole files into one token-id array (uint16 when the vocab fits, else uint32).
 
         Ctrl-C (or SIGTERM) stops at the next block and removes the partial output (exit 130/143).
+        With --tokenizer, OpenAI's ranks (or any .tiktoken file) encode instead of a store.
 
         Example: bpe-store encode run.db train.txt -o train.bin --separator '<|endoftext|>' --val-fraction 0.01
+
+        Example: bpe-store encode --tokenizer cl100k_base.tiktoken --pattern cl100k train.txt -o train.npy
         """
         from .token_files import val_path
 
+        db, inputs, tok = _encode_source(files, tokenizer, pattern, special, separator)
         reporter = _reporter(progress, quiet)
         stopper = StopOnSignal()
         try:
             with stopper:
-                result = encode_to_file(db, inputs, out, vocab_size=vocab_size, threads=threads,
+                result = encode_to_file(db, inputs, out, tokenizer=tok, vocab_size=vocab_size, threads=threads,
                                         separator=separator, force=force, dtype=DType(dtype).value,
                                         val_fraction=val_fraction, progress=reporter, stop=stopper.event)
         except (EncodeStopped, KeyboardInterrupt):

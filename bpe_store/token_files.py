@@ -36,6 +36,8 @@ from .outfiles import new_files
 if TYPE_CHECKING:
     import numpy as np
 
+    from .tokenizer import Tokenizer
+
 NANOGPT_SUFFIX = ".bin"
 SUFFIXES = (".npy", NANOGPT_SUFFIX)
 DTYPES = ("auto", "uint16", "uint32")
@@ -187,13 +189,15 @@ class DocumentSplit:
         return self.doc
 
 
-def encode_to_file(db: str | Path, inputs: Sequence[str | Path], out: str | Path, *,
+def encode_to_file(db: str | Path | None, inputs: Sequence[str | Path], out: str | Path, *,
+                   tokenizer: Tokenizer | None = None,
                    vocab_size: int | None = None, threads: int = 0, separator: str | None = None,
                    force: bool = False, dtype: str = "auto", val_fraction: float | None = None,
                    progress: Callable[[dict], None] | None = None,
                    stop: threading.Event | None = None) -> EncodeResult:
     """Encode ``inputs`` with the store's tokenizer into ``out`` (.npy or nanoGPT .bin), and
-    with ``val_fraction`` also into ``val_path(out)``, split at document boundaries.
+    with ``val_fraction`` also into ``val_path(out)``, split at document boundaries. Instead of a
+    store ``db``, a ``tokenizer`` may be given (``Tokenizer.from_tiktoken``: OpenAI's ranks).
 
     ``progress`` receives ``{"stage": "encoding", "done": bytes read, "total": bytes, "file":
     path}`` events; ``stop`` (an Event) ends the work at the next block with ``EncodeStopped``.
@@ -203,6 +207,11 @@ def encode_to_file(db: str | Path, inputs: Sequence[str | Path], out: str | Path
 
     out = Path(out)
     paths = [Path(p) for p in inputs]
+    if (db is None) == (tokenizer is None):
+        raise InputError("give either a store or a tokenizer to encode with, not both" if tokenizer is not None
+                         else "give a store or a tokenizer to encode with")
+    if tokenizer is not None and vocab_size is not None:
+        raise InputError("--vocab-size takes a prefix of a store's merges; a tokenizer file has no prefix")
     if not paths:
         raise InputError("no input files given")
     fraction = None
@@ -212,11 +221,11 @@ def encode_to_file(db: str | Path, inputs: Sequence[str | Path], out: str | Path
         fraction = Fraction(repr(float(val_fraction)))
     outs = [out] if fraction is None else [out, val_path(out)]
     for o in outs:
-        check_output(o, force, [Path(db), *paths])
+        check_output(o, force, [*([] if db is None else [Path(db)]), *paths])
     for p in paths:
         if not p.is_file():
             raise InputError(f"{p}: no such file" if not p.exists() else f"{p}: is not a file")
-    tok = Tokenizer.from_store(db, vocab_size)
+    tok = tokenizer if tokenizer is not None else Tokenizer.from_store(db, vocab_size)
     sep_id = None if separator is None else tok.special_id(separator)
     dt = choose_dtype(out, max(tok.vocab), dtype)
     npy = out.suffix == ".npy"

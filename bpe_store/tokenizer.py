@@ -14,6 +14,13 @@ token that is also a learned token). Tokens are identified by bytes: a pair's ra
 of its first merge, and the id a merge produces is the first id holding its bytes — the rule the
 store itself uses. Exports refuse such vocabularies, since their loaders map bytes to one id.
 
+``Tokenizer.from_tiktoken`` encodes by tiktoken's rule instead, with OpenAI's ``.tiktoken``
+ranks (``cl100k_base``, ``o200k_base``): step 3 becomes "a pre-token that is a token is that
+token; else merge the leftmost adjacent pair whose concatenation has the lowest rank, one merge
+at a time, until no pair's concatenation has a rank". The merge table then holds every split
+``t = a + b`` of a token into two tokens (``tiktoken_files.tiktoken_merges``) ranked by the id of
+``t``, which is its tiktoken rank; so all splits of one token tie, and the leftmost wins.
+
 This module is the pure-Python specification. ``Tokenizer`` uses the native core
 (``bpe_store._core.Encoder``) for the BPE step and for batches when it is built, and the tests
 check that both give the same ids.
@@ -28,9 +35,10 @@ check that both give the same ids.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,7 +51,8 @@ from .pretokenize import GPT2_PATTERN, native_scanner, native_splitter, resolve_
 if TYPE_CHECKING:
     import numpy as np
 
-#: ``{(left id, right id): (rank, merged id)}`` — the merge table, ids being first ids.
+#: ``{(left id, right id): (rank, merged id)}`` — the merge table, ids being first ids. The rank is
+#: the merge's position, or (tiktoken's rule) the merged id.
 MergeTable = dict[tuple[int, int], tuple[int, int]]
 
 #: Pre-tokens whose ids are kept in the cache (words repeat: a few thousand cover most text).
@@ -54,6 +63,31 @@ _STREAM_BLOCK = 1 << 20
 
 class TokenIdError(InputError):
     """A token id given to ``decode`` is not in the vocabulary."""
+
+
+def _as_tiktoken_reads(text: str) -> str:
+    """``text`` with its surrogates read as tiktoken's ``encode`` reads them: a pair written as two
+    code points becomes its character, a lone one U+FFFD (a str holding either is not UTF-8)."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _tiktoken_surrogates(method):
+    """For ``from_tiktoken`` tokenizers: where a text holds surrogates (UnicodeEncodeError), encode
+    it again as tiktoken does (``_as_tiktoken_reads``), instead of raising as the others do. Only
+    on that error, so valid text pays nothing."""
+
+    @functools.wraps(method)
+    def wrapper(self, text, *args, **kwargs):
+        try:
+            return method(self, text, *args, **kwargs)
+        except UnicodeEncodeError:
+            if self._whole is None:
+                raise
+            fixed = (_as_tiktoken_reads(text) if isinstance(text, str) else
+                     [_as_tiktoken_reads(t) if isinstance(t, str) else t for t in text])
+            return method(self, fixed, *args, **kwargs)
+
+    return wrapper
 
 
 def _native():
@@ -82,6 +116,7 @@ class Tokenizer:
         *,
         pattern: str = GPT2_PATTERN,
         native: bool = True,
+        _tiktoken_ranks: Mapping[bytes, int] | None = None,
     ) -> None:
         self.vocab: dict[int, bytes] = dict(vocab)
         self.merges: list[tuple[bytes, bytes]] = [(bytes(a), bytes(b)) for a, b in merges]
@@ -113,13 +148,16 @@ class Tokenizer:
             raise InputError(f"the vocabulary lacks {len(missing)} single byte(s) (first: {missing[0]:#04x}); "
                              "a byte-level BPE needs all 256")
         self._byte_id: list[int] = [self._id_of[bytes([b])] for b in range(256)]
+        # tiktoken's rule (from_tiktoken): {token bytes: id} of the ranks, for a piece that is a token
+        self._whole: Mapping[bytes, int] | None = _tiktoken_ranks
         self._table: MergeTable = {}
         for rank, (a, b) in enumerate(self.merges):
             ia, ib, iab = self._id_of.get(a), self._id_of.get(b), self._id_of.get(a + b)
             if ia is None or ib is None or iab is None:
                 which = a if ia is None else b if ib is None else a + b
                 raise InputError(f"merge {rank} ({a!r}, {b!r}) uses {which!r}, which is not in the vocabulary")
-            self._table.setdefault((ia, ib), (rank, iab))  # a repeated pair keeps its first rank
+            # a repeated pair keeps its first rank; tiktoken ranks a pair by the token it makes
+            self._table.setdefault((ia, ib), (rank if _tiktoken_ranks is None else iab, iab))
         self._cache: dict[bytes, list[int]] = {}
         core = _native() if native else None
         self._core = None
@@ -129,6 +167,8 @@ class Tokenizer:
             self._core = core.Encoder(self._byte_id, [(a, b, t) for _, a, b, t in rows],
                                       [(s.encode("utf-8"), i) for s, i in self._special_id.items()],
                                       native_scanner(self.pattern))
+            if _tiktoken_ranks is not None:
+                self._core.use_tiktoken_rules(list(_tiktoken_ranks.items()))
 
     # -- construction --------------------------------------------------------------------------
 
@@ -152,22 +192,59 @@ class Tokenizer:
         vocab, merges, specials, pattern = load_store(db_path, vocab_size)
         return cls(vocab, merges, specials, pattern=pattern, **kwargs)
 
+    @classmethod
+    def from_tiktoken(
+        cls,
+        path: str | os.PathLike,
+        pattern: str,
+        special_tokens: Mapping[str, int] | Sequence[str] | None = None,
+        *,
+        native: bool = True,
+    ) -> Tokenizer:
+        """A tokenizer that encodes and decodes exactly as tiktoken does with a ``.tiktoken`` ranks
+        file (plain or gzipped), e.g. OpenAI's ``cl100k_base`` with ``pattern="cl100k"``.
+
+        The ids are tiktoken's ranks. ``pattern`` is required (a ranks file does not say which
+        regex it was made with): a name in ``pretokenize.PATTERNS`` or a regex. ``special_tokens``:
+        ``{text: id}`` as tiktoken's ``special_tokens`` (OpenAI's ids: cl100k_base has
+        ``{"<|endoftext|>": 100257, ...}``), or a list of texts, given the next free ids in order.
+        ``encode`` equals tiktoken's ``encode(text, allowed_special="all")``.
+        Problems with the file or the special tokens are ``InputError`` s naming what is wrong.
+        """
+        from .tiktoken_files import read_tiktoken_ranks, tiktoken_merges, tiktoken_specials
+
+        ranks = read_tiktoken_ranks(path)
+        specials = tiktoken_specials(ranks, special_tokens)
+        vocab: dict[int, bytes] = {r: t for t, r in ranks.items()}
+        vocab.update({sid: s.encode("utf-8") for s, sid in specials.items() if sid is not None})
+        return cls(vocab, tiktoken_merges(ranks), list(specials), pattern=pattern, native=native,
+                   _tiktoken_ranks=ranks)
+
     # -- encoding ------------------------------------------------------------------------------
 
     def _bpe(self, piece: bytes) -> list[int]:
-        """BPE one pre-token: merge the lowest-rank pair, all occurrences, until none is left."""
+        """BPE one pre-token: merge the lowest-rank pair (the leftmost of equal ranks), all
+        occurrences, until none is left. tiktoken's rule: a piece that is a token is that token,
+        and each step merges only the leftmost pair (a merge may make a pair that ranks lower)."""
+        if self._whole is not None:
+            whole = self._whole.get(piece)
+            if whole is not None:
+                return [whole]
         ids = [self._byte_id[b] for b in piece]
         table = self._table
         while len(ids) > 1:
             best = None
-            for pair in zip(ids, ids[1:]):
+            for i, pair in enumerate(zip(ids, ids[1:])):
                 hit = table.get(pair)
                 if hit is not None and (best is None or hit[0] < best[0]):
-                    best = (hit[0], hit[1], pair)
+                    best = (hit[0], hit[1], i)
             if best is None:
                 break
-            _, new, (a, b) = best
-            ids = merge_pair(ids, a, b, new)
+            _, new, i = best
+            if self._whole is not None:
+                ids[i:i + 2] = [new]
+            else:
+                ids = merge_pair(ids, ids[i], ids[i + 1], new)
         return ids
 
     def _encode_piece(self, piece: bytes) -> list[int]:
@@ -189,6 +266,7 @@ class Tokenizer:
             out.extend(self._encode_piece(piece.encode("utf-8")))
         return out
 
+    @_tiktoken_surrogates
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; special tokens become their ids."""
         if self._core is not None and self._core.native_split:
@@ -203,6 +281,7 @@ class Tokenizer:
                 out.extend(self._encode_ordinary(part))
         return out
 
+    @_tiktoken_surrogates
     def encode_to_array(self, text: str | bytes, threads: int = 0):
         """Ids of ``text`` (str, or UTF-8 bytes) as a uint32 NumPy array; native and parallel
         over blocks for a named pattern (``threads`` 0 = all cores)."""
@@ -214,6 +293,7 @@ class Tokenizer:
             text = text.decode("utf-8")
         return np.asarray(self.encode(text), dtype=np.uint32)
 
+    @_tiktoken_surrogates
     def encode_batch(self, texts: Sequence[str], threads: int = 0) -> list[list[int]]:
         """Encode many documents, in parallel over documents with the native core
         (``threads`` 0 = all cores)."""

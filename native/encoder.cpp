@@ -26,6 +26,13 @@
 //   stay warm from one call (one 16 MB block of a file) to the next.
 // * Results go back as a NumPy array owning the C++ buffer (no copy), or as lists built from
 //   one cached Python int per id (an INCREF each, no allocation).
+// * tiktoken's rules (`use_tiktoken_rules`, for `Tokenizer.from_tiktoken`): a piece that is a
+//   token is that token (one probe of a hash over the tokens' bytes, after the piece cache), else
+//   one merge at a time of the leftmost pair whose merged token has the lowest id. Short pieces
+//   keep each pair's rank and look up only the two pairs beside a merge (merge_short_tiktoken);
+//   the heap path is shared, but queues the pairs a merge makes at once instead of after the
+//   round, so a pair that ranks below the merge that made it (possible in tiktoken's ranks) goes
+//   first, as in tiktoken. The 68K distinct pieces of 5 MB of enwiki take 0.08 s with cl100k_base.
 // * Bytes from a file are checked as UTF-8 here, with the GIL released, instead of being
 //   decoded to a str in Python (which costs 1-4 bytes a character and a UTF-8 copy back).
 #include <algorithm>
@@ -165,6 +172,49 @@ PieceCache &thread_cache(uint64_t owner) {
 
 std::atomic<uint64_t> next_encoder_uid{1};
 
+// {token bytes: id}, for tiktoken's rule that a piece which is a token is that token: open
+// addressing over (hash, place in one arena of bytes, length, id); no allocation per lookup.
+class TokenIndex {
+  public:
+    void build(const std::vector<std::pair<nb::bytes, uint32_t>> &tokens) {
+        size_t cap = 16;
+        while (cap < tokens.size() * 2 + 2) cap <<= 1;
+        mask_ = cap - 1;
+        slots_.assign(cap, Slot{0, 0, 0, kNone});
+        arena_.clear();
+        for (const auto &[b, id] : tokens) {
+            const auto *p = reinterpret_cast<const uint8_t *>(b.c_str());
+            if (id == kNone) throw std::invalid_argument("token id out of range");
+            uint64_t h = PieceCache::hash(p, b.size());
+            if (find(p, b.size(), h) != kNone) continue;  // a repeated token keeps its first id
+            size_t i = h & mask_;
+            while (slots_[i].id != kNone) i = (i + 1) & mask_;
+            slots_[i] = Slot{h, arena_.size(), b.size(), id};
+            arena_.append(b.c_str(), b.size());
+        }
+    }
+    bool empty() const { return arena_.empty(); }
+    // the id of the token p[0..n) (h = PieceCache::hash(p, n)), or kNone
+    inline uint32_t find(const uint8_t *p, size_t n, uint64_t h) const {
+        if (slots_.empty()) return kNone;
+        for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+            const Slot &s = slots_[i];
+            if (s.id == kNone) return kNone;
+            if (s.hash == h && s.len == n && std::memcmp(arena_.data() + s.at, p, n) == 0) return s.id;
+        }
+    }
+
+  private:
+    struct Slot {
+        uint64_t hash;
+        size_t at, len;
+        uint32_t id;  // kNone = empty
+    };
+    std::vector<Slot> slots_;
+    std::string arena_;
+    size_t mask_ = 0;
+};
+
 // A few worker threads kept for the life of the process. Why not a new std::thread per call:
 // each thread owns a piece cache, and a fresh thread starts cold (a cold cache costs about a
 // third of the speed on a 16 MB block); kept threads keep theirs warm across the blocks of a
@@ -283,8 +333,47 @@ class Encoder {
 
   public:
     const bool native_split;
-    const uint64_t uid;                   // identifies this encoder to the per-thread caches
+    uint64_t uid;                         // identifies this encoder (and its rules) to the per-thread caches
     static constexpr size_t kShort = 16;  // longer pieces take the heap path
+
+    // Switch to tiktoken's rules (see the notes on top); `tokens` are the ranks file's (bytes, id).
+    // Called once, before any encoding: the new uid empties the per-thread caches of old ids.
+    void use_tiktoken_rules(const std::vector<std::pair<nb::bytes, uint32_t>> &tokens) {
+        whole_.build(tokens);
+        tiktoken_ = true;
+        uid = next_encoder_uid.fetch_add(1);
+    }
+
+    // (rank, merged id) of the pair (a, b), rank kNone if it does not merge. tiktoken ranks a pair
+    // by the token it makes, whose rank is its id, so every split of one token ties.
+    inline std::pair<uint32_t, uint32_t> rank(uint32_t a, uint32_t b) const {
+        auto found = table_.find(a, b);
+        if (tiktoken_) found.first = found.second;
+        return found;
+    }
+
+    // tiktoken's rule on a short piece, in place; returns the new length. Each adjacent pair's
+    // rank (its merged id, kNone if none) is kept in `rk`: a step finds the lowest without hashing,
+    // merges that one pair, and looks up only the two pairs beside it (as tiktoken does), instead
+    // of every pair again.
+    size_t merge_short_tiktoken(uint32_t *ids, size_t m) const {
+        uint32_t rk[kShort];
+        for (size_t i = 0; i + 1 < m; ++i) rk[i] = table_.find(ids[i], ids[i + 1]).second;
+        while (m > 1) {
+            uint32_t best = kNone;
+            size_t at = 0;
+            for (size_t i = 0; i + 1 < m; ++i)
+                if (rk[i] < best) best = rk[i], at = i;  // strict: the leftmost of equal ranks
+            if (best == kNone) break;
+            ids[at] = best;  // the merged token, whose id is its rank
+            std::memmove(ids + at + 1, ids + at + 2, (m - at - 2) * sizeof(uint32_t));
+            if (at + 2 < m - 1) std::memmove(rk + at + 1, rk + at + 2, (m - at - 3) * sizeof(uint32_t));
+            --m;
+            if (at + 1 < m) rk[at] = table_.find(ids[at], ids[at + 1]).second;
+            if (at > 0) rk[at - 1] = table_.find(ids[at - 1], ids[at]).second;
+        }
+        return m;
+    }
 
     // BPE of one piece, appended to `out`.
     void bpe(const uint8_t *p, size_t n, PieceCache &cache, std::vector<uint32_t> &out) const {
@@ -301,6 +390,13 @@ class Encoder {
                 return;
             }
         }
+        if (tiktoken_) {  // tiktoken: a piece that is a token is that token
+            uint32_t whole = whole_.find(p, n, n <= PieceCache::kMaxLen ? h : PieceCache::hash(p, n));
+            if (whole != kNone) {
+                out.push_back(whole);
+                return;
+            }
+        }
         if (n > kShort) {
             bpe_long(p, n, out);
             return;
@@ -309,7 +405,8 @@ class Encoder {
         uint32_t *ids = stack;
         for (size_t i = 0; i < n; ++i) ids[i] = byte_id_[p[i]];
         size_t m = n;
-        while (m > 1) {
+        if (tiktoken_) m = merge_short_tiktoken(ids, n);
+        while (!tiktoken_ && m > 1) {
             uint32_t best = kNone, a = 0, b = 0, t = 0;
             for (size_t i = 0; i + 1 < m; ++i) {
                 auto [r, id] = table_.find(ids[i], ids[i + 1]);
@@ -368,7 +465,7 @@ class Encoder {
         }
         auto push = [&](uint32_t i) {
             if (i == kNone || nxt[i] >= n) return;
-            uint32_t r = table_.find(id[i], id[nxt[i]]).first;
+            uint32_t r = rank(id[i], id[nxt[i]]).first;
             if (r == kNone) return;
             heap.push_back((uint64_t(r) << 32) | i);
             std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
@@ -383,14 +480,19 @@ class Encoder {
                 std::pop_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
                 heap.pop_back();
                 if (id[i] == kNone || nxt[i] >= n) continue;  // consumed, or no right neighbour
-                auto [rank, t] = table_.find(id[i], id[nxt[i]]);
-                if (rank != r) continue;  // stale: a neighbour changed since this entry
+                auto [now, t] = rank(id[i], id[nxt[i]]);
+                if (now != r) continue;  // stale: a neighbour changed since this entry
                 uint32_t j = nxt[i];
                 id[i] = t;
                 id[j] = kNone;
                 nxt[i] = nxt[j];
                 if (nxt[j] < n) prv[nxt[j]] = i;
-                merged.push_back(i);
+                if (tiktoken_) {  // tiktoken: the new pairs compete at once (see the notes on top)
+                    push(prv[i]);
+                    push(i);
+                } else {
+                    merged.push_back(i);
+                }
             }
             // the pairs the round created enter only now, as in the spec's next rescan
             for (uint32_t i : merged) {
@@ -520,6 +622,8 @@ class Encoder {
   private:
     uint32_t byte_id_[256];
     MergeTable table_;
+    bool tiktoken_ = false;  // tiktoken's rules (use_tiktoken_rules)
+    TokenIndex whole_;       // tiktoken: the tokens, for a piece that is one
     bpe::detail::SpecialSplitter specials_;
     std::vector<uint32_t> special_ids_;  // the id of each special, in the order given
 };
@@ -612,6 +716,10 @@ void register_encoder(nb::module_ &m) {
              "(``pretokenize.NATIVE_SCANNERS``' values), or '' for a pattern without one (then only "
              "``encode_pieces`` works: pre-tokens come from Python).")
         .def_ro("native_split", &Encoder::native_split)
+        .def("use_tiktoken_rules", &Encoder::use_tiktoken_rules, nb::arg("tokens"),
+             "Encode by tiktoken's rules from now on: a piece that is one of ``tokens`` (``(bytes, id)``) is "
+             "that token, else merge one pair at a time, the leftmost whose merged id is lowest (ids being "
+             "tiktoken's ranks). Call before encoding.")
         .def(
             "encode_pieces",
             [](const Encoder &e, nb::handle pieces) {

@@ -121,3 +121,78 @@ def test_encode_files_block_sizes(trained, native):
         got: list[int] = []
         encode_files(tok, [a, b], lambda ids, got=got: got.extend(ids.tolist()), block=block)
         assert got == want
+
+
+# -- encode --tokenizer FILE.tiktoken: OpenAI's ranks instead of a store -------------------------
+
+def _cl100k_gz():
+    from importlib import resources
+
+    pytest.importorskip("bpe_openai")
+    return resources.files("bpe_openai") / "data" / "cl100k_base.tiktoken.gz"
+
+
+def test_encode_with_openai_ranks(trained, tmp_path, capsys):
+    """`--tokenizer cl100k_base.tiktoken.gz --pattern cl100k` writes tiktoken's ids, OpenAI's
+    special token id after each file."""
+    import gzip
+    from importlib import resources
+
+    from test_from_tiktoken import parse_ranks
+
+    tiktoken = pytest.importorskip("tiktoken")
+    _, a, b = trained
+    out = tmp_path / "ids.npy"
+    with resources.as_file(_cl100k_gz()) as ranks_path:
+        code, err = run_main(["encode", "--tokenizer", ranks_path, "--pattern", "cl100k", a, b, "-o", out,
+                              "--special", f"{EOT}=100257", "--special", "<|endofprompt|>=100276",
+                              "--separator", EOT, "--threads", "2"], capsys)
+        ranks = parse_ranks(gzip.decompress(ranks_path.read_bytes()))
+    assert code == 0 and "uint32" in err, err
+    from bpe_store.pretokenize import CL100K_PATTERN
+
+    enc = tiktoken.Encoding("cl100k_base", pat_str=CL100K_PATTERN, mergeable_ranks=ranks,
+                            special_tokens={EOT: 100257, "<|endofprompt|>": 100276})
+    want = [*enc.encode(a.read_text(encoding="utf-8"), allowed_special="all"), 100257,
+            *enc.encode(b.read_text(encoding="utf-8"), allowed_special="all"), 100257]
+    assert np.load(out).tolist() == want
+
+
+@pytest.fixture
+def small_ranks(tmp_path):
+    """A tiny .tiktoken file: the 256 bytes and "ab"."""
+    import base64
+
+    p = tmp_path / "small.tiktoken"
+    p.write_bytes(b"".join(base64.b64encode(bytes([i])) + b" %d\n" % i for i in range(256)) + b"YWI= 256\n")
+    return p
+
+
+@pytest.mark.parametrize("args,message", [
+    (["{db}", "{a}", "--tokenizer", "{ranks}", "--pattern", "gpt2"], "is a store (SQLite file); give either"),
+    (["{a}"], "give the store and then the text files (or --tokenizer"),
+    (["{a}", "--tokenizer", "{ranks}"], "--tokenizer needs --pattern"),
+    (["{db}", "{a}", "--pattern", "cl100k"], "--pattern and --special go with --tokenizer"),
+    (["{a}", "--tokenizer", "{ranks}", "--pattern", "gpt2", "--vocab-size", "300"], "--vocab-size takes a prefix"),
+    (["{a}", "--tokenizer", "{ranks}", "--pattern", "gpt2", "--separator", EOT], "is not a special token of"),
+    (["{a}", "--tokenizer", "{tmp}/none.tiktoken", "--pattern", "gpt2"], "none.tiktoken: no such file"),
+    (["{a}", "--tokenizer", "{a}", "--pattern", "gpt2"], "line 1 is not 'base64-token rank'"),
+    (["{a}", "--tokenizer", "{ranks}", "--pattern", "gpt2", "--special", "<|x|>=7"], "has id 7, the rank of"),
+])
+def test_encode_tokenizer_errors(trained, small_ranks, tmp_path, capsys, args, message):
+    db, a, _ = trained
+    args = ["encode", *[x.format(tmp=tmp_path, db=db, a=a, ranks=small_ranks) for x in args], "-o",
+            str(tmp_path / "o.npy")]
+    code, err = run_main(args, capsys)
+    assert code == 2 and message in err and one_error_line(err), err
+    assert not (tmp_path / "o.npy").exists()
+
+
+def test_encode_with_small_ranks_and_new_special(small_ranks, tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text("ab<|x|>ba", encoding="utf-8")
+    out = tmp_path / "t.bin"
+    code, err = run_main(["encode", "--tokenizer", small_ranks, "--pattern", "gpt2", "--special", "<|x|>",
+                          "--separator", "<|x|>", text, "-o", out], capsys)
+    assert code == 0, err
+    assert np.memmap(out, dtype=np.uint16, mode="r").tolist() == [256, 257, 98, 97, 257]

@@ -297,13 +297,18 @@ inline bool ends_in_space(const uint8_t *s, size_t x, size_t y) {
 // Whether the characters on both sides of c (x < c < y) are of one GPT-2 class that `pattern`
 // matches as one run: c is then inside the run of a pre-token s[x, y), not right after its
 // leading space (cut there, the chunk before would end in a lone space, which joins the
-// whitespace before it into one pre-token), and a scan from c matches the rest of that run.
-// GPT-2: any class. The tiktoken family: letters (a letter run goes on to where it ended, and for
-// o200k a scan from inside its "upper" or "lower" run reaches the same end: see o200k_cased) and
-// whitespace (the same last newline, or the same run minus its last character); not numbers
-// (groups of at most three: a scan from inside one would regroup what follows); for cl100k and
-// its kin punctuation too, but not for o200k, where a mark (\p{M}) inside a punctuation run
-// starts a letter pre-token when a scan begins next to it.
+// whitespace before it into one pre-token); the chunk before ends in the same pre-token cut
+// short, and a scan of the chunk after matches the rest of it.
+// GPT-2: any class. The tiktoken family is narrower, since some of its pre-tokens do not survive
+// being cut short (tests/test_pattern_scanners.py found each of these):
+//  * letters, for cl100k and its kin (a letter run, after at most one prefix character); for
+//    o200k only between two lowercase-only letters (\p{Ll}): its "lower" run, which ends where
+//    it ended from anywhere inside it, while a cut inside an "upper" run can move where o200k's
+//    backtracking ends the chunk before's pre-token (after its last \p{Lm}, \p{Lo} or mark);
+//  * punctuation, for cl100k and its kin, not for o200k, where a mark (\p{M}) inside a
+//    punctuation run starts a letter pre-token when a scan begins next to it;
+//  * never whitespace (cut short, a run of spaces and newlines ends at its last newline and
+//    leaves the rest a pre-token of its own) nor numbers (groups of at most three).
 inline bool same_class_at(Pattern pattern, const uint8_t *s, size_t x, size_t c, size_t y) {
     size_t k = c - 1;
     while (k > x && is_cont(s[k])) --k;
@@ -311,8 +316,11 @@ inline bool same_class_at(Pattern pattern, const uint8_t *s, size_t x, size_t c,
     if (cls != decode(s + c, s + y).cls) return false;
     switch (pattern) {
         case Pattern::kGpt2: return true;
-        case Pattern::kO200k: return cls == kLetter || cls == kSpace;
-        default: return cls != kNumber;
+        case Pattern::kO200k: {
+            const auto lower_only = [](uint8_t f) { return (f & (kFLo | kFUp)) == kFLo; };
+            return cls == kLetter && lower_only(fchar(s, k, s + c).f) && lower_only(fchar(s, c, s + y).f);
+        }
+        default: return cls == kLetter || cls == kOther;
     }
 }
 

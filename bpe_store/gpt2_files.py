@@ -86,8 +86,10 @@ def _read_text(path: Path) -> str:
 def _gpt2_vocab_entries(path: Path, text: str) -> Iterator[tuple[str, object, int]]:
     """``(token, value, line)`` of each entry of a JSON object, in file order; JSON errors name
     the file and line. Hand-walked (not ``json.load``) so that every entry keeps its line and a
-    repeated token is seen rather than silently overwritten."""
+    repeated token is seen rather than silently overwritten. Lines are counted as the walk goes
+    (counting from the start at each entry took 10 s for GPT-2's 50,257 entries)."""
     dec = json.JSONDecoder()
+    line, counted_to = 1, 0
     try:
         i = _WS.match(text, 0).end()
         if text[i:i + 1] != "{":
@@ -106,7 +108,8 @@ def _gpt2_vocab_entries(path: Path, text: str) -> Iterator[tuple[str, object, in
                     raise json.JSONDecodeError("Expecting ':'", text, i)
                 i = _WS.match(text, i + 1).end()
                 value, i = dec.raw_decode(text, i)
-                yield token, value, _line(text, at)
+                line, counted_to = line + text.count("\n", counted_to, at), at
+                yield token, value, line
                 i = _WS.match(text, i).end()
                 if text[i:i + 1] == ",":
                     i = _WS.match(text, i + 1).end()

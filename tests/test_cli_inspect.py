@@ -194,6 +194,7 @@ def test_sql_output_streams_rows_as_it_reads_them(fmt):
     assert out.getvalue().rstrip("\n") == cli.render(["id", "word", "blob"], rows_list, cli.Format(fmt))
 
 
+@pytest.mark.slow
 def test_sql_memory_does_not_grow_with_rows(store_path):
     """A query of ~1M rows streams: the process stays within a few MB of one of 10 rows."""
     if not Path("/proc/self/status").exists():
@@ -344,6 +345,7 @@ CONSISTENCY = ("SELECT (SELECT count(*) FROM merges), (SELECT max(rank) FROM mer
                " (SELECT phase FROM run), (SELECT count(*) FROM merges m JOIN vocab v ON v.id = 257 + m.rank)")
 
 
+@pytest.mark.slow
 def test_readers_see_consistent_snapshots_while_a_run_writes(tmp_path):
     db = tmp_path / "live.db"
     target = 1500 - 257

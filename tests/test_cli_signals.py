@@ -87,6 +87,7 @@ def resume_argv(output: str) -> list[str]:
     return [sys.executable, *cmd[1:]]
 
 
+@pytest.mark.slow
 def test_sigint_mid_merge_saves_a_checkpoint_and_the_printed_command_resumes(tmp_path, reference):
     db = tmp_path / "run.db"
     code, out = stop_with(db, signal.SIGINT)
@@ -139,6 +140,7 @@ def test_a_second_sigint_stops_at_once_at_the_last_checkpoint(tmp_path, referenc
         assert read_result(store).merges == reference
 
 
+@pytest.mark.slow
 def test_progress_bars_render_on_a_terminal(tmp_path):
     master, slave = pty.openpty()
     e = env() | {"TERM": "xterm-256color", "COLUMNS": "140"}

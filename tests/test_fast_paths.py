@@ -89,6 +89,7 @@ def test_a_second_flush_adds_to_the_right_words_and_the_rows_in_memory_stay_the_
         store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["python", "auto"])
 def test_one_flush_and_many_flushes_train_the_same(tmp_path, engine):
     """One flush (fresh rows feed the engine) against a flush per chunk (the store is read)."""

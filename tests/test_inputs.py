@@ -160,6 +160,7 @@ def test_iterator_rows_and_dataset_equal_the_file_run(tmp_path, reference):
         train_from_iterator(["a", 5], tmp_path / "e.db", **PARAMS)
 
 
+@pytest.mark.slow
 def test_stdin_text_and_jsonl_equal_the_file_run(tmp_path, reference):
     docs, expected = reference
     for fmt, data in (("text", EOT.join(docs).encode("utf-8")), ("jsonl", jsonl_bytes(docs))):

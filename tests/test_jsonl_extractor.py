@@ -127,6 +127,7 @@ def python_reading(data: bytes, field: str, policy: str):
     return DOC_SEP.join(docs), len(docs), len(lines)
 
 
+@pytest.mark.slow
 @given(blocks())
 def test_whatever_the_extractor_accepts_it_reads_exactly_as_json_loads(case):
     data, field = case
@@ -137,6 +138,7 @@ def test_whatever_the_extractor_accepts_it_reads_exactly_as_json_loads(case):
         assert python_reading(data, field, policy) == got
 
 
+@pytest.mark.slow
 @given(blocks(broken=False))
 def test_the_extractor_is_sure_of_every_valid_record(case):
     """Records whose field's last value is a string without a lone surrogate, and whose bytes

@@ -109,6 +109,7 @@ def test_a_long_run_is_cut_into_bounded_chunks(tmp_path, monkeypatch):
     assert got == dict(count_words(data.decode(), [EOT], GPT2_PATTERN, max_pretoken_bytes=1000))
 
 
+@pytest.mark.slow
 @settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(runs, st.integers(4, 16), st.sampled_from([1, 7, 64, 1 << 20]))
 def test_training_equals_the_reference(tmp_path_factory, parts, m, chunk_size):

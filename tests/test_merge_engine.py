@@ -249,6 +249,7 @@ def _counter(word_counts: dict[bytes, int]):
     return counter
 
 
+@pytest.mark.slow
 @needs_native
 @pytest.mark.parametrize("kind", ["python", "native"])
 @pytest.mark.parametrize("min_frequency", [1, 3])
@@ -343,6 +344,7 @@ def test_first_pair_count_lists_each_word_once_per_pair(n_specials):
     assert listed(native.take_checkpoint_rows()) == listed(python.take_checkpoint_rows())
 
 
+@pytest.mark.slow
 @needs_native
 def test_an_engine_of_large_arrays_equals_the_python_engine():
     """300 K words: the word arena (a 24-byte header and the tokens of each word) takes the
@@ -432,6 +434,7 @@ def test_cs336_reference_merges_with_the_native_engine(tmp_path):
     assert merges == expected
 
 
+@pytest.mark.slow
 @needs_native
 @pytest.mark.parametrize("name", ["enwiki-100M.txt", "tinystories-ru-20M.txt", "zhwiki-20M.txt"])
 def test_native_equals_python_on_corpus_slices(name):

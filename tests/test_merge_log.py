@@ -76,6 +76,7 @@ def test_replaying_logged_merges_equals_merging_them(kind, word_counts, n, cut):
     assert replayed.pair_counts() == whole.pair_counts()
 
 
+@pytest.mark.slow
 @needs_native
 def test_the_native_replay_on_two_threads_equals_merging():
     """From 100,000 words the native replay splits the words between two threads."""
@@ -173,6 +174,7 @@ train([sys.argv[1]], sys.argv[2], 600, ["<|endoftext|>"], workers=2, chunk_size=
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["native", "python"])
 @pytest.mark.parametrize("every", [None, 150], ids=["no-full-checkpoint", "full-every-150"])
 def test_a_kill_between_full_checkpoints_loses_only_the_unlogged_merges(tmp_path, engine, every):

@@ -95,6 +95,7 @@ def test_known_splits(name):
     assert tiktoken_pieces(text, PATTERNS[name]) == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("corpus,size,offset", [("enwiki-100M.txt", 6000, 10_000_000),
                                                 ("tinystories-ru-20M.txt", 6000, 1_000_000),
                                                 ("zhwiki-20M.txt", 2500, 3_000_000)])

@@ -25,6 +25,10 @@ from bpe_store.pretokenize import GPT2_PATTERN
 from bpe_store.store import Store
 from bpe_store.train import read_result, train
 
+#: All slow (a real cluster). Under pytest-xdist one worker runs the whole module (``--dist
+#: loadgroup``): a cluster per worker would not fit two cores, and two may clash on their ports.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
+
 FIXTURE = ROOT / "tests" / "fixtures" / "enwiki-1M.txt"
 VOCAB = 700
 CHUNK = 64 << 10  # ~16 units for the 1 MB fixture
@@ -230,7 +234,8 @@ def test_ray_flush_does_not_stop_the_workers(cluster, local_result, tmp_path, mo
         if event["stage"] == "counting" and "in_flight" in event:
             during.append(writing.is_set())
 
-    r = train([FIXTURE], tmp_path / "ray.db", VOCAB, [SPECIAL], chunk_size=16 << 10, count_engine="ray",
+    # ~16 units, each result flushed at once: a few slow flushes, results arriving during them
+    r = train([FIXTURE], tmp_path / "ray.db", VOCAB, [SPECIAL], chunk_size=CHUNK, count_engine="ray",
               count_flush_seconds=0.0, progress=progress)
     assert _result(r) == local_result
     assert len(slow_flushes) >= 2

@@ -52,6 +52,7 @@ def test_chunking_never_changes_counts(tmp_path_factory, text, chunk_size):
         assert total == count_words(text, SPECIALS, pattern)
 
 
+@pytest.mark.slow
 @settings(max_examples=40)
 @given(text=texts, vocab_extra=st.integers(0, 40), batch=st.sampled_from([1, 3, 2000]))
 def test_trainer_equals_reference_on_generated_text(tmp_path_factory, text, vocab_extra, batch):
@@ -72,6 +73,7 @@ def test_trainer_equals_reference_on_generated_text(tmp_path_factory, text, voca
     assert got.vocab == ref_vocab
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,offset", [(RU, 500_000), (ZH, 500_000), (EN, 900_000)])
 def test_trainer_equals_reference_on_corpus_slices(tmp_path, name, offset):
     text = fixture_text(name, 60_000, offset)
@@ -82,6 +84,7 @@ def test_trainer_equals_reference_on_corpus_slices(tmp_path, name, offset):
     assert got.vocab == ref_vocab
 
 
+@pytest.mark.slow
 def test_results_independent_of_workers_chunks_and_batches(tmp_path):
     text = corpus_slice("tinystories-ru-20M.txt", 6_000_000)  # above the in-process threshold
     runs = []

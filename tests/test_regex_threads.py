@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 
+import pytest
 from conftest import EN, ROOT, RU, fixture_text
 
 from bpe_store import train
@@ -28,6 +29,7 @@ def _corpus(tmp_path):
     return p, text
 
 
+@pytest.mark.slow
 def test_python_stdin_with_a_regex_pattern_and_two_workers(tmp_path):
     # before: 2 spawned workers re-ran `python -`'s __main__, crashed and were respawned forever
     corpus, text = _corpus(tmp_path)
@@ -46,6 +48,7 @@ def test_python_stdin_with_a_regex_pattern_and_two_workers(tmp_path):
     assert got == [(left, right) for left, right, _ in want]
 
 
+@pytest.mark.slow
 def test_regex_counting_uses_threads_not_processes(tmp_path, monkeypatch):
     import multiprocessing
 

@@ -111,6 +111,7 @@ def _read_only_copy(trained: Path, public_dir: Path) -> tuple[Path, Path]:
     return db, out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
 def test_a_user_who_can_only_read_the_store_can_use_it(trained, public_dir):
     db, out = _read_only_copy(trained, public_dir)
@@ -125,6 +126,7 @@ def test_a_user_who_can_only_read_the_store_can_use_it(trained, public_dir):
     assert r.returncode in (2, 4) and "Traceback" not in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_a_read_only_file_in_a_read_only_directory(trained, public_dir):
     """As whoever runs the tests (root ignores permissions: there the mount test below counts)."""
     _readers_work(*_read_only_copy(trained, public_dir), [])
@@ -137,6 +139,7 @@ def ro_mount(tmp_path):
         yield mnt
 
 
+@pytest.mark.slow
 def test_a_store_on_a_read_only_mount(trained, ro_mount, tmp_path):
     shutil.copy(trained, ro_mount / "run.db")
     subprocess.run(["mount", "-o", "remount,ro", str(ro_mount)], check=True)
@@ -158,6 +161,7 @@ print(n)
 """
 
 
+@pytest.mark.slow
 def test_status_probes_never_make_a_trainer_fail(tmp_path, trained):
     db = tmp_path / "run.db"
     shutil.copy(trained, db)

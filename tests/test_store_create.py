@@ -143,6 +143,7 @@ def test_a_kill_while_creating_leaves_no_store_and_the_same_command_trains(tmp_p
     assert not [n for n in os.listdir(tmp_path) if ".creating-" in n]  # the killed build's file is gone
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["no schema", "no run"])
 def test_a_store_whose_creation_never_finished_is_recovered(tmp_path, corpus, expected, how):
     """Stores left by older versions killed while creating: the same command, and --restart, train."""
@@ -160,6 +161,7 @@ def test_a_store_whose_creation_never_finished_is_recovered(tmp_path, corpus, ex
         assert merges(db) == expected
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_creating_leaves_nothing(tmp_path, corpus):
     """RLIMIT_FSIZE makes every write past 40 KB fail, as a full disk does."""
     db = tmp_path / "run.db"

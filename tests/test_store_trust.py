@@ -275,6 +275,7 @@ def _cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("inherited", ["default", "ignored"])
 def test_ctrl_c_stops_a_long_query(pristine, inherited):
     """SIGINT stops ``sql``'s long query: exit 130, one line. ``ignored``: the process inherited

@@ -81,6 +81,7 @@ def test_stream_equals_whole(pair, parts, block):
         mod._STREAM_BLOCK = old
 
 
+@pytest.mark.slow
 def test_native_equals_python_on_corpora(pair):
     py, nat = pair
     for name in (EN, RU, ZH):
@@ -103,6 +104,7 @@ def test_long_pieces_native_equals_python(pair, text):
     assert nat.encode(text) == py.encode(text)
 
 
+@pytest.mark.slow
 def test_encode_iterable_memory_stays_flat(pair):
     """Streaming 5x more text does not raise the peak: one block is held at a time."""
     import tracemalloc

@@ -139,6 +139,7 @@ def straight(ru_corpus, tmp_path_factory):
     return train([ru_corpus], tmp_path_factory.mktemp("s") / "s.db", 900, [EOT], workers=1, **OPTIONS)
 
 
+@pytest.mark.slow
 def test_results_independent_of_workers_chunks_batches_and_engines(ru_corpus, straight, tmp_path):
     text = ru_corpus.read_bytes().decode()
     assert straight.merges == reference_train_bpe(text, 900, [EOT], **OPTIONS)[1]

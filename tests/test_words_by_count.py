@@ -105,6 +105,7 @@ def test_a_wrong_index_of_that_name_is_refused(stores, tmp_path):
         Store.open(db)
 
 
+@pytest.mark.slow
 def test_an_upgrade_builds_the_index_for_a_big_store_past_counting(tmp_path):
     """A store at the previous revision, done, with a million words: ``db upgrade`` builds the
     index (and a downgrade drops it)."""

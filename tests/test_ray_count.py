@@ -26,7 +26,8 @@ from bpe_store.store import Store
 from bpe_store.train import read_result, train
 
 #: All slow (a real cluster). Under pytest-xdist one worker runs the whole module (``--dist
-#: loadgroup``): a cluster per worker would not fit two cores, and two may clash on their ports.
+#: loadfile``, and the group under ``loadgroup``): a cluster per worker would not fit two cores,
+#: and two may clash on their ports.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 FIXTURE = ROOT / "tests" / "fixtures" / "enwiki-1M.txt"

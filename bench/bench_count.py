@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bpe_store.count import (  # noqa: E402
+from bpe_store.counting.count import (  # noqa: E402
     DEFAULT_CHUNK_SIZE,
     add_counts,
     count_chunk_native_task,
@@ -38,7 +38,7 @@ from bpe_store.count import (  # noqa: E402
     new_word_counts,
     plan_chunks,
 )
-from bpe_store.pretokenize import GPT2_PATTERN  # noqa: E402
+from bpe_store.counting.pretokenize import GPT2_PATTERN  # noqa: E402
 
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpora" / "enwiki-100M.txt"
 SPECIALS = ["<|endoftext|>"]
@@ -126,7 +126,7 @@ def run_train_counting(pattern: str, workers: int, path: str, limit: int, chunk_
     ``train_kwargs`` go to ``train`` (bench_ray.py: ``count_engine="ray"``)."""
     import tempfile
 
-    from bpe_store.train import train
+    from bpe_store.training.train import train
 
     class CountingDone(Exception):
         pass

@@ -76,7 +76,7 @@ def child(which: str, args: argparse.Namespace) -> dict:
         # what `bpe-store encode` does: stream the file into an .npy; the text is never all in memory
         import numpy as np
 
-        from bpe_store.cli_tokenize import encode_to_file
+        from bpe_store.cli.cli_tokenize import encode_to_file
 
         path = Path(args.corpus) if not args.limit else export / "slice.txt"
         out_npy = export / "ids.npy"
@@ -84,7 +84,7 @@ def child(which: str, args: argparse.Namespace) -> dict:
         encode_to_file(Path(args.db), [path], out_npy, threads=args.threads, force=True)
         dt = time.perf_counter() - t0
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        from bpe_store.tokenizer import Tokenizer
+        from bpe_store.tokenizer.tokenizer import Tokenizer
 
         eot = Tokenizer.from_store(args.db)._special_id[EOT]
         allids = np.load(out_npy).astype(np.uint32)
@@ -93,21 +93,21 @@ def child(which: str, args: argparse.Namespace) -> dict:
     else:
         docs, nbytes = _read_docs(args.corpus, args.limit)
     if which == "bpe_store batch":
-        from bpe_store.tokenizer import Tokenizer
+        from bpe_store.tokenizer.tokenizer import Tokenizer
 
         tok = Tokenizer.from_store(args.db)
         t0 = time.perf_counter()
         out = tok.encode_batch(docs, args.threads)
         dt = time.perf_counter() - t0
     elif which == "tiktoken batch":
-        from bpe_store.export import load_tiktoken
+        from bpe_store.tokenizer.export import load_tiktoken
 
         enc = load_tiktoken(export / "tiktoken")
         t0 = time.perf_counter()
         out = enc.encode_ordinary_batch(docs, num_threads=args.threads)
         dt = time.perf_counter() - t0
     elif which == "tiktoken 1 string":
-        from bpe_store.export import load_tiktoken
+        from bpe_store.tokenizer.export import load_tiktoken
 
         enc = load_tiktoken(export / "tiktoken")
         t0 = time.perf_counter()
@@ -147,7 +147,7 @@ def openai_child(which: str, args: argparse.Namespace) -> dict:
     gz = resources.files("bpe_openai") / "data" / f"{name}.tiktoken.gz"  # the ranks, SHA-256 checked in tests
     try:
         if which == "bpe_store from_tiktoken batch":
-            from bpe_store.tokenizer import Tokenizer
+            from bpe_store.tokenizer.tokenizer import Tokenizer
 
             with resources.as_file(gz) as path:
                 tok = Tokenizer.from_tiktoken(path, pattern=OPENAI_PATTERN[name])
@@ -156,7 +156,7 @@ def openai_child(which: str, args: argparse.Namespace) -> dict:
         elif which == "bpe_store from_tiktoken array":
             # the documents joined by <|endoftext|> in one uint32 array, as `bpe-store encode` makes
             # it (like quicktok's and toktok's NumPy results, no Python int per id)
-            from bpe_store.tokenizer import Tokenizer
+            from bpe_store.tokenizer.tokenizer import Tokenizer
 
             with resources.as_file(gz) as path:
                 tok = Tokenizer.from_tiktoken(path, pattern=OPENAI_PATTERN[name],
@@ -169,8 +169,8 @@ def openai_child(which: str, args: argparse.Namespace) -> dict:
         elif which.startswith("tiktoken "):
             import tiktoken
 
-            from bpe_store.pretokenize import PATTERNS
-            from bpe_store.tiktoken_files import read_tiktoken_ranks
+            from bpe_store.counting.pretokenize import PATTERNS
+            from bpe_store.tokenizer.tiktoken_files import read_tiktoken_ranks
 
             with resources.as_file(gz) as path:
                 enc = tiktoken.Encoding(name, pat_str=PATTERNS[OPENAI_PATTERN[name]],
@@ -299,7 +299,7 @@ def main() -> None:
         run_openai(args)
         return
 
-    from bpe_store.export import export_store
+    from bpe_store.tokenizer.export import export_store
 
     export = Path(args.export)
     export.mkdir(parents=True, exist_ok=True)

@@ -62,7 +62,7 @@ def counted_store(corpus: Path, workers: int) -> Path:
     template = OUT / f"{corpus.stem}-counted.db"
     if template.exists():
         from bpe_store.errors import StoreError
-        from bpe_store.store import Store
+        from bpe_store.store.store import Store
 
         try:
             Store.open(template, readonly=True).close()
@@ -73,10 +73,10 @@ def counted_store(corpus: Path, workers: int) -> Path:
     import multiprocessing
 
     from bpe_store import __version__
-    from bpe_store.count import DEFAULT_CHUNK_SIZE, count_chunk_task, plan_chunks, scan_source
-    from bpe_store.options import check_params
-    from bpe_store.pretokenize import GPT2_PATTERN
-    from bpe_store.store import Store
+    from bpe_store.counting.count import DEFAULT_CHUNK_SIZE, count_chunk_task, plan_chunks, scan_source
+    from bpe_store.counting.pretokenize import GPT2_PATTERN
+    from bpe_store.store.store import Store
+    from bpe_store.training.options import check_params
 
     t0 = time.perf_counter()
     params = check_params(32000, SPECIALS, GPT2_PATTERN, "strict")
@@ -119,8 +119,8 @@ def _copy(template: Path, name: str) -> Path:
 # -- the measurements (each runs in its own child process) ----------------------------------------
 
 def run_engine(template: Path, kind: str, vocab_size: int) -> dict:
-    from bpe_store.merge import new_engine
-    from bpe_store.store import Store
+    from bpe_store.store.store import Store
+    from bpe_store.training.merge import new_engine
 
     n = len(SPECIALS)
     t0 = time.perf_counter()
@@ -145,7 +145,7 @@ def run_engine(template: Path, kind: str, vocab_size: int) -> dict:
 
 def run_train(template: Path, vocab_size: int, policy: str, db_name: str) -> dict:
     """``policy``: "default", "one" (a single checkpoint at the end) or a number of merges."""
-    from bpe_store.train import train
+    from bpe_store.training.train import train
 
     db = _copy(template, db_name)
     corpus = _corpus_of(template)
@@ -177,7 +177,7 @@ def run_train(template: Path, vocab_size: int, policy: str, db_name: str) -> dic
 def run_killed(template: Path, vocab_size: int, db_name: str) -> dict:
     """Train with a checkpoint at half of the merges, and SIGKILL this very process in the middle
     of the next batch (the default policy would write nothing before the end on this corpus)."""
-    from bpe_store.train import train
+    from bpe_store.training.train import train
 
     db = _copy(template, db_name)
     half = (vocab_size - 256 - len(SPECIALS)) // 2
@@ -203,7 +203,7 @@ def run_resume(template: Path, vocab_size: int, db_name: str) -> dict:
 
 
 def run_train_existing(db: Path, template: Path, vocab_size: int) -> dict:
-    from bpe_store.train import train
+    from bpe_store.training.train import train
 
     marks: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -227,7 +227,7 @@ def _digest(merges: list[tuple[bytes, bytes]]) -> str:
 
 
 def _corpus_of(template: Path) -> Path:
-    from bpe_store.store import Store
+    from bpe_store.store.store import Store
 
     with Store.open(template, readonly=True) as store:
         return Path(store.sources()[0].path)

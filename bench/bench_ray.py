@@ -1,4 +1,4 @@
-"""Counting on Ray (bpe_store.ray_count) against local threads: throughput, per-unit overhead, projections.
+"""Counting on Ray (bpe_store.counting.ray_count) against local threads: throughput, per-unit overhead, projections.
 
 Each row is `train`'s whole counting phase (first "counting" event to the "pairs" event, store
 flushes included, as the `train counting` rows of bench_count.py), in a fresh subprocess:
@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_count import parallelism_probe, report_head, run_train_counting  # noqa: E402
 
-from bpe_store.count import DEFAULT_CHUNK_SIZE  # noqa: E402
-from bpe_store.pretokenize import GPT2_PATTERN  # noqa: E402
+from bpe_store.counting.count import DEFAULT_CHUNK_SIZE  # noqa: E402
+from bpe_store.counting.pretokenize import GPT2_PATTERN  # noqa: E402
 
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpora" / "enwiki-100M.txt"
 OWT_BYTES = 11.9e9
@@ -56,7 +56,7 @@ def start_ray(workers: int) -> None:
     """A local cluster of ``workers`` CPUs, its workers started and bpe_store imported in each."""
     import ray
 
-    from bpe_store.count import count_unit_packed
+    from bpe_store.counting.count import count_unit_packed
 
     ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     warm = ray.remote(num_cpus=1)(count_unit_packed)
@@ -77,7 +77,7 @@ def run_one(engine: str, workers: int, path: str, limit: int, chunk_size: int) -
 def adds_seconds_per_gb(corpus: str, units: int = 40, chunk: int = DEFAULT_CHUNK_SIZE) -> tuple[float, float]:
     """``(CPU-s per GB, packed MB per unit)`` of the driver's adds alone: ``WordCounter.add_packed``
     of ``units`` consecutive units' packed counts (what a combiner tree would shrink)."""
-    from bpe_store.count import WordCounter, count_unit_packed
+    from bpe_store.counting.count import WordCounter, count_unit_packed
 
     size = os.path.getsize(corpus)
     units = max(1, min(units, size // chunk))

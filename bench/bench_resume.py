@@ -65,9 +65,9 @@ def copy_store(src: Path, dst: Path) -> None:
 
 def install_timers() -> None:
     """Wrap the resume's heavy calls so each adds its wall and CPU seconds to ``LOG``."""
-    import bpe_store.store as store
+    import bpe_store.store.store as store
 
-    train_mod = importlib.import_module("bpe_store.train")  # `bpe_store.train` the attribute is the function
+    train_mod = importlib.import_module("bpe_store.training.train")  # `bpe_store.train` the attribute is the function
 
     def timed(owner: object, name: str) -> None:
         fn = getattr(owner, name)

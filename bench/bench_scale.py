@@ -180,7 +180,7 @@ def inspect_rows(python: list[str], db: Path, repeat: int) -> list[tuple[str, di
             rows.append((f"{when}: bpe-store sql \"{q}\"", timed_command([*cli, "sql", str(db), q], repeat, cold)))
         rows.append((f"{when}: bpe-store show words", timed_command([*cli, "show", str(db), "words"], repeat, cold)))
     # the queries alone, in one process (no interpreter start, no CLI imports)
-    code = ("import json, sys, time\nfrom bpe_store.inspection import status\n"
+    code = ("import json, sys, time\nfrom bpe_store.inspection.inspection import status\n"
             "db = sys.argv[1]\nout = {}\n"
             "t = time.perf_counter(); status(db); out['status()'] = time.perf_counter() - t\n"
             "print(json.dumps(out))")
@@ -205,7 +205,7 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, required=True, help="where the stores go (outside the repository)")
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--pattern", default="gpt2", help="a pattern name (bpe_store.pretokenize.PATTERNS) or a regex")
+    ap.add_argument("--pattern", default="gpt2", help="a pattern name (bpe_store.counting.pretokenize.PATTERNS) or a regex")  # noqa: E501
     ap.add_argument("--runs", default="full,kill-count,kill-merge,inspect")
     ap.add_argument("--python", default=sys.executable,
                     help="command that runs the training processes (default: this interpreter)")

@@ -31,7 +31,7 @@ def _cpu() -> float:
 
 
 def encode(args: argparse.Namespace) -> None:
-    from bpe_store.token_files import encode_to_file
+    from bpe_store.tokenizer.token_files import encode_to_file
 
     with tempfile.TemporaryDirectory() as d:
         t, c = time.perf_counter(), _cpu()
@@ -41,7 +41,7 @@ def encode(args: argparse.Namespace) -> None:
 
 
 def count(args: argparse.Namespace) -> None:
-    from bpe_store import count as c
+    from bpe_store.counting import count as c
 
     data = Path(args.file).read_bytes()
     specials = [EOT.encode()]

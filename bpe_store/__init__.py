@@ -25,24 +25,24 @@ TYPE_CHECKING = False  # not typing's: importing typing alone costs more than th
 #: ``{public name: module that defines it}``
 _EXPORTS: dict[str, str] = {
     "BpeStoreError": "errors", "InputError": "errors", "ResumeMismatch": "errors", "StoreError": "errors",
-    "export_store": "export",
-    "GPT2_PATTERN": "pretokenize",
-    "Store": "store",
-    "Tokenizer": "tokenizer",
-    "Interrupted": "errors", "TrainResult": "result", "read_result": "result", "train": "train",
-    "train_bpe": "train", "train_from_iterator": "train",
+    "export_store": "tokenizer.export",
+    "GPT2_PATTERN": "counting.pretokenize",
+    "Store": "store.store",
+    "Tokenizer": "tokenizer.tokenizer",
+    "Interrupted": "errors", "TrainResult": "store.result", "read_result": "store.result", "train": "training.train",
+    "train_bpe": "training.train", "train_from_iterator": "training.train",
 }
 
 __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from .counting.pretokenize import GPT2_PATTERN
     from .errors import BpeStoreError, InputError, Interrupted, ResumeMismatch, StoreError
-    from .export import export_store
-    from .pretokenize import GPT2_PATTERN
-    from .result import TrainResult, read_result
-    from .store import Store
-    from .tokenizer import Tokenizer
-    from .train import train, train_bpe, train_from_iterator
+    from .store.result import TrainResult, read_result
+    from .store.store import Store
+    from .tokenizer.export import export_store
+    from .tokenizer.tokenizer import Tokenizer
+    from .training.train import train, train_bpe, train_from_iterator
 
 
 class _Package(type(sys)):  # types.ModuleType, without importing types

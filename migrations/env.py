@@ -1,6 +1,6 @@
 """Alembic environment for bpe_store stores.
 
-bpe_store builds the Alembic ``Config`` in code (see ``bpe_store.migrate``) and hands the open
+bpe_store builds the Alembic ``Config`` in code (see ``bpe_store.store.migrate``) and hands the open
 connection over in ``config.attributes["connection"]``; there is no ini file to keep in sync.
 SQLite cannot ALTER most things in place, so migrations run in batch mode.
 """

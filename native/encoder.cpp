@@ -1,5 +1,5 @@
 // BPE encoding by merge rank: the hot loop of `Tokenizer.encode`, `encode_batch` and
-// `bpe-store encode`. Same definition as bpe_store/tokenizer.py (the spec, tested equal):
+// `bpe-store encode`. Same definition as bpe_store/tokenizer/tokenizer.py (the spec, tested equal):
 // per pre-token, repeatedly find the adjacent pair with the lowest merge rank and merge every
 // occurrence of it, left to right, until no pair of the merge table is left.
 //
@@ -707,7 +707,7 @@ constexpr size_t kBlock = 1 << 18;  // 256 KB of text per parallel work unit
 
 void register_encoder(nb::module_ &m) {
     nb::class_<Encoder>(m, "Encoder",
-                        "Byte-level BPE encoder by merge rank (see bpe_store/tokenizer.py for the spec).")
+                        "Byte-level BPE encoder by merge rank (see bpe_store/tokenizer/tokenizer.py for the spec).")
         .def(nb::init<const std::vector<uint32_t> &, const std::vector<std::tuple<uint32_t, uint32_t, uint32_t>> &,
                       const std::vector<std::pair<nb::bytes, uint32_t>> &, const std::string &>(),
              nb::arg("byte_ids"), nb::arg("merges"), nb::arg("specials"), nb::arg("pattern"),

@@ -1,12 +1,12 @@
 // bpe_store._core.MergeEngine: the incremental BPE merge loop, the native twin of the Python
-// engine in bpe_store/merge.py (which stays the portable fallback and the readable spec).
+// engine in bpe_store/training/merge.py (which stays the portable fallback and the readable spec).
 //
 // Semantics (DESIGN.md, section Semantics): pair counts are weighted by word count, overlapping
 // pairs counted ("aaa" holds (a,a) twice); a merge rewrites words left to right without overlap;
 // the pair with the highest count wins, ties to the lexicographically greater
 // (bytes_left, bytes_right) compared as a pair of byte strings; tokens are identified by their
 // bytes (a merge spelling bytes that already have an id reuses the lowest such id).
-// Two trainer options (bpe_store/reference.py is their spec): words counted fewer than
+// Two trainer options (bpe_store/training/reference.py is their spec): words counted fewer than
 // `min_count` times are left out (not loaded: they take part in no pair), and with
 // `max_token_length` a pair whose two tokens together spell more bytes is never counted at all.
 //
@@ -101,7 +101,7 @@ using i64 = int64_t;
 constexpr u32 kNone = 0xFFFFFFFFu;
 
 // The digest the resume check compares with the same SQL aggregate over `pair_counts`
-// (see bpe_store/store.py: pair_counts_digest). Every term is reduced below the prime, so the sums
+// (see bpe_store/store/store.py: pair_counts_digest). Every term is reduced below the prime, so the sums
 // stay exact in 64-bit signed integers on both sides for any realistic number of rows.
 constexpr i64 kDigestP1 = 2147483647;  // 2^31 - 1
 constexpr i64 kDigestP2 = 1000000007;
@@ -1639,7 +1639,7 @@ void register_merge_engine(nb::module_ &m) {
         .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
         .def("__next__", &RowStream::next);
     nb::class_<MergeEngine>(m, "MergeEngine",
-                            "The incremental BPE merge loop (see bpe_store.merge for the contract).")
+                            "The incremental BPE merge loop (see bpe_store.training.merge for the contract).")
         .def(nb::init<nb::list, nb::list, u32, u32, i64, i64, u64, nb::bytes>(), nb::arg("rows"),
              nb::arg("token_bytes"), nb::arg("n_specials"), nb::arg("first_merge_id"), nb::arg("next_rank"),
              nb::arg("min_count") = 1, nb::arg("max_token_length") = 0, nb::arg("replay") = nb::bytes("", 0),

@@ -1,6 +1,6 @@
 // The one splitter: every rule about where text may be cut, for counting, planning and
 // encoding. Python reaches it through `bpe_store._core.Splitter` (splitter.cpp); the counter
-// (scanner.cpp) and the encoder (encoder.cpp) call it directly. bpe_store/reference.py is the
+// (scanner.cpp) and the encoder (encoder.cpp) call it directly. bpe_store/training/reference.py is the
 // only other, independent, statement of these rules (tests compare the two).
 //
 // It owns

@@ -1,6 +1,6 @@
 // bpe_store._core.StoreDb: the store's native bulk path, a SQLite connection driven from C++ so
 // that a checkpoint's hundreds of thousands of rows go from the engine's memory to
-// sqlite3_bind_* without a Python tuple per row (bpe_store/store_db.py is its Python face).
+// sqlite3_bind_* without a Python tuple per row (bpe_store/store/store_db.py is its Python face).
 //
 // Why: on enwiki-100M -> 32K the Python driver's executemany was ~1.9 of ~4.7 CPU s (binding one
 // tuple per row, plus making those tuples); the same statements fed inside SQLite cost a third.
@@ -940,7 +940,7 @@ void register_store_db(nb::module_ &m) {
                 more.n = 0;
             },
             nb::arg("more"), "Append the rows of more (which is emptied): read in parts, loaded as one.");
-    nb::class_<StoreDb>(m, "StoreDb", "A native connection to a store for its bulk writes (bpe_store.store_db).")
+    nb::class_<StoreDb>(m, "StoreDb", "A native connection to a store for its bulk writes (bpe_store.store.store_db).")
         .def(nb::init<const std::string &, int, const std::string &, i64, i64>(), nb::arg("path"),
              nb::arg("busy_timeout_ms"), nb::arg("synchronous"), nb::arg("cache_kib"), nb::arg("journal_size_limit"))
         .def("execute", &StoreDb::execute, nb::arg("sql"), nb::arg("params") = nb::tuple(),

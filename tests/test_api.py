@@ -15,7 +15,7 @@ from cli_helpers import ROOT
 
 import bpe_store
 from bpe_store import train
-from bpe_store.train import DEFAULT_CHECKPOINT_SECONDS
+from bpe_store.training.train import DEFAULT_CHECKPOINT_SECONDS
 
 
 def test_train_shows_its_real_signature_and_docstring():
@@ -25,7 +25,7 @@ def test_train_shows_its_real_signature_and_docstring():
     assert params["checkpoint_seconds"].default == DEFAULT_CHECKPOINT_SECONDS
     assert params["engine"].kind is inspect.Parameter.KEYWORD_ONLY
     assert sig.return_annotation == "TrainResult"
-    assert train.__name__ == "train" and train.__module__ == "bpe_store.train"
+    assert train.__name__ == "train" and train.__module__ == "bpe_store.training.train"
     text = pydoc.render_doc(train, renderer=pydoc.plaintext)
     assert "vocab_size" in text and "*args" not in text
     for name in ("inputs", "db", "vocab_size", "special_tokens", "progress", "stop", "engine"):
@@ -73,7 +73,7 @@ def test_directly_imported_third_party_packages_are_declared():
     deps = _declared(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
     # every third-party module imported at the top level or lazily by the package itself
     imported = set()
-    for f in (ROOT / "bpe_store").glob("*.py"):
+    for f in (ROOT / "bpe_store").rglob("*.py"):
         for line in f.read_text(encoding="utf-8").splitlines():
             m = re.match(r"\s*(?:from|import) ([A-Za-z_]\w*)", line)
             if m:
@@ -98,7 +98,7 @@ def test_the_wheel_ships_py_typed_migrations_and_declares_rich(tmp_path):
 
 
 def test_importing_the_train_module_first_does_not_hide_the_function():
-    code = ("import bpe_store.train, bpe_store\nfrom bpe_store import train\n"
+    code = ("import bpe_store.training.train, bpe_store\nfrom bpe_store import train\n"
             "assert callable(train) and train.__name__ == 'train', train\n"
             "assert bpe_store.train is train\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

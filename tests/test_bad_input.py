@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, SMALL_TEXT, shared_file, stopped_run, store_dump
 
 from bpe_store import InputError, ResumeMismatch, Store, StoreError, train
-from bpe_store.cli import main
+from bpe_store.cli.cli import main
 
 SPECIAL = ["<|endoftext|>"]
 
@@ -90,7 +90,7 @@ def test_device_input_is_refused(db_path, device):
 def test_input_swapped_for_a_fifo_before_counting_is_refused(tmp_path, corpus, db_path, monkeypatch):
     # the file is checked when the run starts; if a FIFO replaces it before a chunk is read,
     # reading must not block either
-    from bpe_store import count
+    from bpe_store.counting import count
 
     real = count.plan_chunks
 
@@ -152,7 +152,7 @@ def test_invalid_utf8_says_where(tmp_path, db_path):
 
 
 def test_invalid_utf8_across_read_blocks(tmp_path, db_path, monkeypatch):
-    import bpe_store.count as count
+    import bpe_store.counting.count as count
 
     monkeypatch.setattr(count, "_READ_BLOCK", 7)
     bad = tmp_path / "bad.txt"

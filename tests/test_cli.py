@@ -13,7 +13,7 @@ import typer
 from cli_helpers import ROOT, env, run, run_sub
 
 from bpe_store import errors
-from bpe_store.cli import Format, app, expand_inputs, render, resume_command
+from bpe_store.cli.cli import Format, app, expand_inputs, render, resume_command
 
 
 def _commands(group=None, prefix: str = "") -> dict[str, object]:
@@ -128,7 +128,7 @@ def test_verbose_shows_the_traceback(tmp_path):
 
 
 def test_an_unexpected_error_is_one_line_and_exit_1(tmp_path, monkeypatch):
-    import bpe_store.inspection as inspect_mod
+    import bpe_store.inspection.inspection as inspect_mod
 
     def boom(*_a, **_k):
         raise RuntimeError("something broke")

@@ -12,9 +12,9 @@ from alembic import command
 from cli_helpers import SPECIAL, run
 from conftest import FIXTURES, shared_file
 
-from bpe_store import migrate
-from bpe_store.store import Store
-from bpe_store.train import read_result
+from bpe_store.store import migrate
+from bpe_store.store.store import Store
+from bpe_store.training.train import read_result
 
 OLD = FIXTURES / "v0_1_0.db"
 

@@ -14,10 +14,11 @@ import pytest
 from cli_helpers import SPECIAL, cli_cmd, env, run
 from conftest import SMALL_TEXT
 
-from bpe_store import inspection, migrate
 from bpe_store.errors import StoreError
-from bpe_store.store import Store
-from bpe_store.train import Interrupted, read_result, train
+from bpe_store.inspection import inspection
+from bpe_store.store import migrate
+from bpe_store.store.store import Store
+from bpe_store.training.train import Interrupted, read_result, train
 
 VOCAB = 400
 TARGET = VOCAB - 257
@@ -169,7 +170,7 @@ def test_sql_jsonl_and_limits(store_path):
 def test_sql_output_streams_rows_as_it_reads_them(fmt):
     """Rows are written while they are read (the first ones long before the last is read), and
     the output equals the whole-list rendering."""
-    from bpe_store import cli
+    from bpe_store.cli import cli
 
     n = 5 * cli.TABLE_WIDTH_ROWS
     read = 0
@@ -200,7 +201,7 @@ def test_sql_memory_does_not_grow_with_rows(store_path):
     if not Path("/proc/self/status").exists():
         pytest.skip("needs /proc (Linux) to read the process's own peak memory")
     # VmHWM, not ru_maxrss: the latter keeps the forking pytest's peak across exec
-    script = ("import re, sys; from bpe_store.cli import main\n"
+    script = ("import re, sys; from bpe_store.cli.cli import main\n"
               "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
               "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1), file=sys.stderr)")
     q = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {}) "
@@ -218,10 +219,10 @@ def test_sql_memory_does_not_grow_with_rows(store_path):
 
 
 def test_tables_measure_width_in_terminal_cells():
-    from bpe_store.cli import Format, render
+    from bpe_store.cli.cli import Format, render
 
     lines = render(["token", "n"], [("日本語", 1), ("abc", 22), ("e\u0301", 3)], Format.table).splitlines()
-    from bpe_store.display import width
+    from bpe_store.inspection.display import width
 
     assert len({width(line.rstrip()) for line in lines}) == 1, lines  # every line ends in the same cell
 

@@ -17,9 +17,9 @@ import pytest
 from cli_helpers import SPECIAL, cli_cmd, env, run
 from conftest import SMALL_TEXT
 
-from bpe_store import inspection
-from bpe_store.store import Store
-from bpe_store.train import read_result, train
+from bpe_store.inspection import inspection
+from bpe_store.store.store import Store
+from bpe_store.training.train import read_result, train
 
 VOCAB = 1500
 TARGET = VOCAB - 257

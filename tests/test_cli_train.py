@@ -10,9 +10,9 @@ import pytest
 from cli_helpers import SPECIAL, json_lines, run, run_sub
 from conftest import SMALL_TEXT
 
-from bpe_store.progress import JsonLines, Meter
-from bpe_store.store import Store
-from bpe_store.train import read_result
+from bpe_store.inspection.progress import JsonLines, Meter
+from bpe_store.store.store import Store
+from bpe_store.training.train import read_result
 
 
 def corpus() -> Path:

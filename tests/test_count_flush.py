@@ -14,13 +14,14 @@ from collections import Counter
 import pytest
 from conftest import EN, ROOT, RU, fixture_text, kill_when_paused, store_contents
 
-import bpe_store.store as store_mod
-from bpe_store import store_db, train
+import bpe_store.store.store as store_mod
+from bpe_store import train
 from bpe_store._version import __version__
+from bpe_store.counting.pretokenize import GPT2_PATTERN
+from bpe_store.counting.sources import Source
 from bpe_store.errors import StoreError
-from bpe_store.pretokenize import GPT2_PATTERN
-from bpe_store.sources import Source
-from bpe_store.store import PyWordIds, RunParams, Store
+from bpe_store.store import store_db
+from bpe_store.store.store import PyWordIds, RunParams, Store
 
 try:
     from bpe_store._core import WordIds
@@ -108,7 +109,7 @@ def test_flushes_across_sessions_add_to_the_right_words(tmp_path):
 def test_the_words_in_memory_after_many_flushes_build_the_engine_the_store_builds(tmp_path, kind):
     """After several flushes the merge engine starts from the WordIds (packed for the native
     engine: no Python row per word), not from the store: the same engine either way."""
-    from bpe_store.merge import native_available, new_engine
+    from bpe_store.training.merge import native_available, new_engine
 
     if kind == "native" and not native_available():
         pytest.skip("native engine not built")
@@ -219,7 +220,7 @@ def test_a_flush_buffer_holds_exactly_the_counts_of_the_units_it_marks(native):
     holds the counts of exactly the units it marks, and every unit is in exactly one take."""
     import threading
 
-    from bpe_store.count import FlushBuffer
+    from bpe_store.counting.count import FlushBuffer
 
     if native and WordIds is None:
         pytest.skip("native core not built")
@@ -388,7 +389,7 @@ def simulated_losses(monkeypatch, total: int, rate: float = 64e6, write: tuple[f
     import importlib
     from types import SimpleNamespace
 
-    train_module = importlib.import_module("bpe_store.train")  # the module (bpe_store.train is the function)
+    train_module = importlib.import_module("bpe_store.training.train")  # the module (bpe_store.train is the function)
 
     clock = [0.0]
     monkeypatch.setattr(train_module.time, "monotonic", lambda: clock[0])
@@ -421,7 +422,7 @@ def test_a_kill_in_the_middle_of_counting_loses_at_most_a_tenth_of_the_counting_
 
 
 def test_late_in_counting_a_kill_loses_at_most_about_two_small_flushes(monkeypatch):
-    from bpe_store.train import COUNT_FLUSH_MIN_BYTES
+    from bpe_store.training.train import COUNT_FLUSH_MIN_BYTES
 
     total = 12 * 10**9
     lost = max(lost for done, lost in simulated_losses(monkeypatch, total) if done > 0.6 * total)

@@ -7,8 +7,8 @@ import pytest
 from cli_helpers import one_error_line, run_main
 from conftest import EN, RU, ZH, fixture_text
 
-from bpe_store.tokenizer import Tokenizer, encode_files
-from bpe_store.train import train
+from bpe_store.tokenizer.tokenizer import Tokenizer, encode_files
+from bpe_store.training.train import train
 
 EOT = "<|endoftext|>"
 
@@ -149,7 +149,7 @@ def test_encode_with_openai_ranks(trained, tmp_path, capsys):
                               "--separator", EOT, "--threads", "2"], capsys)
         ranks = parse_ranks(gzip.decompress(ranks_path.read_bytes()))
     assert code == 0 and "uint32" in err, err
-    from bpe_store.pretokenize import CL100K_PATTERN
+    from bpe_store.counting.pretokenize import CL100K_PATTERN
 
     enc = tiktoken.Encoding("cl100k_base", pat_str=CL100K_PATTERN, mergeable_ranks=ranks,
                             special_tokens={EOT: 100257, "<|endofprompt|>": 100276})

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bpe_store.errors import InputError, StoreError
-from bpe_store.export import ExportError, check_exportable, export_store, load_tiktoken
-from bpe_store.gpt2_files import read_gpt2, to_gpt2_str
-from bpe_store.tokenizer import Tokenizer
-from bpe_store.train import train
+from bpe_store.tokenizer.export import ExportError, check_exportable, export_store, load_tiktoken
+from bpe_store.tokenizer.gpt2_files import read_gpt2, to_gpt2_str
+from bpe_store.tokenizer.tokenizer import Tokenizer
+from bpe_store.training.train import train
 
 EOT = "<|endoftext|>"
 CORPORA = [EN, RU, ZH]
@@ -138,7 +138,7 @@ def test_refuses_what_loaders_misread():
     del missing[7]
     with pytest.raises(ExportError, match="single byte"):
         check_exportable(missing, merges[:3], [], "x")
-    from bpe_store.export import check_tiktoken_specials
+    from bpe_store.tokenizer.export import check_tiktoken_specials
 
     with pytest.raises(ExportError, match="prefix"):
         check_tiktoken_specials([EOT, EOT + EOT])
@@ -150,7 +150,7 @@ def test_refuses_what_loaders_misread():
 
 
 def test_store_still_counting(tmp_path):
-    from bpe_store.store import RunParams, Store
+    from bpe_store.store.store import RunParams, Store
 
     db = tmp_path / "counting.db"
     with Store.create(db) as s:

@@ -10,9 +10,9 @@ import pytest
 from cli_helpers import one_error_line, run_main
 from conftest import FIXTURES
 
-from bpe_store.export import DEFAULT_MODEL_MAX_LENGTH, export_store
-from bpe_store.tokenizer import Tokenizer
-from bpe_store.train import train
+from bpe_store.tokenizer.export import DEFAULT_MODEL_MAX_LENGTH, export_store
+from bpe_store.tokenizer.tokenizer import Tokenizer
+from bpe_store.training.train import train
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 EOT, PAD, BOS = "<|endoftext|>", "<|pad|>", "<|bos|>"

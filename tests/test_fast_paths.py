@@ -14,10 +14,10 @@ from conftest import EN, fixture_text
 
 from bpe_store import train
 from bpe_store._version import __version__
-from bpe_store.count import WordCounter, count_chunk_native, native_counts
-from bpe_store.pretokenize import GPT2_PATTERN
-from bpe_store.sources import Source
-from bpe_store.store import RunParams, Store
+from bpe_store.counting.count import WordCounter, count_chunk_native, native_counts
+from bpe_store.counting.pretokenize import GPT2_PATTERN
+from bpe_store.counting.sources import Source
+from bpe_store.store.store import RunParams, Store
 
 
 def _new_store(tmp_path, n_chunks: int = 3) -> Store:
@@ -59,7 +59,7 @@ def test_fresh_rows_from_the_native_counter_equal_the_stored_rows(tmp_path):
 
 @pytest.mark.parametrize("kind", ["python", "native"])
 def test_fresh_rows_build_the_same_engine_as_stored_rows(tmp_path, kind):
-    from bpe_store.merge import native_available, new_engine
+    from bpe_store.training.merge import native_available, new_engine
 
     if kind == "native" and not native_available():
         pytest.skip("native engine not built")
@@ -118,7 +118,7 @@ def test_native_fingerprint_judges_utf8_like_decode_at_any_block_size(tmp_path, 
     import hashlib
     import random
 
-    from bpe_store.count import _fingerprint_native
+    from bpe_store.counting.count import _fingerprint_native
 
     rng = random.Random(block)
     alphabet = "aé✓𝄞中\\n".encode() + bytes([0x80, 0xBF, 0xC3, 0xE2, 0xF0, 0xFF, 0xED, 0xA0])
@@ -142,7 +142,7 @@ def test_native_fingerprint_judges_utf8_like_decode_at_any_block_size(tmp_path, 
 # -- opening a store without Alembic --------------------------------------------------------------
 
 def test_schema_head_constant_is_alembics_head():
-    from bpe_store import migrate
+    from bpe_store.store import migrate
 
     assert migrate.alembic_head_revision() == migrate.SCHEMA_HEAD
     assert migrate.SCHEMA_HEAD in migrate.known_revisions()
@@ -151,7 +151,7 @@ def test_schema_head_constant_is_alembics_head():
 def test_current_revision_reads_what_alembic_reads(tmp_path):
     from alembic.runtime.migration import MigrationContext
 
-    from bpe_store import migrate
+    from bpe_store.store import migrate
 
     store = _new_store(tmp_path)
     try:
@@ -172,7 +172,7 @@ def test_opening_a_current_store_does_not_import_alembic(tmp_path):
 
     store = _new_store(tmp_path)
     store.close()
-    code = ("import sys; from bpe_store.store import Store; s = Store.open(sys.argv[1]); s.run_row(); "
+    code = ("import sys; from bpe_store.store.store import Store; s = Store.open(sys.argv[1]); s.run_row(); "
             "s.close(); print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s.db")], capture_output=True,
                          text=True, check=True).stdout.strip()
@@ -181,7 +181,7 @@ def test_opening_a_current_store_does_not_import_alembic(tmp_path):
 
 def test_a_core_built_from_older_sources_fails_loudly_instead_of_counting_slowly():
     """A stale native core (an editable build older than the sources: here one without
-    ``count_file_range``) makes ``bpe_store.count`` fail to import, naming the missing function,
+    ``count_file_range``) makes ``bpe_store.counting.count`` fail to import, naming the missing function,
     rather than sending every native counting path to ``regex`` without a word."""
     import subprocess
     import sys
@@ -192,7 +192,7 @@ def test_a_core_built_from_older_sources_fails_loudly_instead_of_counting_slowly
         "fake = types.ModuleType('bpe_store._core')\n"
         "fake.__dict__.update({k: v for k, v in vars(real).items() if k != 'count_file_range'})\n"
         "sys.modules['bpe_store._core'] = fake\n"
-        "import bpe_store.count\n"
+        "import bpe_store.counting.count\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode != 0

@@ -20,7 +20,7 @@ from cli_helpers import cli_cmd, env, run
 from conftest import FIXTURES, ROOT
 
 from bpe_store import InputError, ResumeMismatch, train, train_from_iterator
-from bpe_store.inputs import DOC_SEP, Stream, file_input
+from bpe_store.counting.inputs import DOC_SEP, Stream, file_input
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -431,9 +431,9 @@ def test_a_unit_is_counted_by_any_process_from_its_description(tmp_path, referen
     import pickle
     from collections import Counter
 
-    from bpe_store.count import count_unit_task, count_units_threaded
-    from bpe_store.inputs import plan_units, scan_input, unit_of
-    from bpe_store.pretokenize import GPT2_PATTERN
+    from bpe_store.counting.count import count_unit_task, count_units_threaded
+    from bpe_store.counting.inputs import plan_units, scan_input, unit_of
+    from bpe_store.counting.pretokenize import GPT2_PATTERN
 
     docs, _ = reference
     path = tmp_path / "in.jsonl.gz"
@@ -444,7 +444,7 @@ def test_a_unit_is_counted_by_any_process_from_its_description(tmp_path, referen
     threaded = Counter()
     for _, counts, _ in count_units_threaded(units, 2, [EOT], GPT2_PATTERN, "strict", 10_000):
         threaded.update(dict(counts.items()) if hasattr(counts, "items") else counts.to_dict())
-    from bpe_store import count
+    from bpe_store.counting import count
 
     regex_block = count.count_block
     for pattern in (GPT2_PATTERN, "(?:" + GPT2_PATTERN + ")"):  # native, then regex

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bpe_store.counting.inputs import DOC_SEP, jsonl_lines_documents, parse_lines
 from bpe_store.errors import InputError
-from bpe_store.inputs import DOC_SEP, jsonl_lines_documents, parse_lines
 
 _core = pytest.importorskip("bpe_store._core")
 jsonl_texts = _core.jsonl_texts

@@ -16,12 +16,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from bpe_store import ResumeMismatch, Store, train
-from bpe_store import count as count_mod
-from bpe_store.count import count_chunk, plan_chunks
+from bpe_store.counting import count as count_mod
+from bpe_store.counting.count import count_chunk, plan_chunks
+from bpe_store.counting.pretokenize import GPT2_PATTERN, count_words, split_long_pretoken
 from bpe_store.errors import InputError
-from bpe_store.options import DEFAULT_MAX_PRETOKEN_BYTES
-from bpe_store.pretokenize import GPT2_PATTERN, count_words, split_long_pretoken
-from bpe_store.reference import reference_train_bpe
+from bpe_store.training.options import DEFAULT_MAX_PRETOKEN_BYTES
+from bpe_store.training.reference import reference_train_bpe
 
 try:
     from bpe_store import _core
@@ -173,7 +173,7 @@ def test_an_older_store_keeps_no_limit(tmp_path):
 
     old = tmp_path / "old.db"
     old.write_bytes((FIXTURES / "v0_1_0.db").read_bytes())
-    from bpe_store.cli import main
+    from bpe_store.cli.cli import main
 
     with pytest.raises(SystemExit) as e:
         main(["db", "upgrade", str(old)])
@@ -231,7 +231,7 @@ def test_a_tampered_limit_is_a_store_error(small, tmp_path, value):
 
 @pytest.mark.parametrize("pattern", ["gpt2", "gpt4"])
 def test_the_limit_applies_to_jsonl_inputs_too(tmp_path, pattern):
-    from bpe_store.pretokenize import resolve_pattern
+    from bpe_store.counting.pretokenize import resolve_pattern
 
     docs = ["x " + "é" * 30 + "ab" * 20, "hello " + "z" * 50 + " end", "'s" + "7" * 40]
     path = tmp_path / "d.jsonl"

@@ -14,7 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_store import train, train_bpe
-from bpe_store.merge import (
+from bpe_store.counting.pretokenize import count_words
+from bpe_store.store.store import Store
+from bpe_store.training.merge import (
     ENGINES,
     MergeEngine,
     merge_pair,
@@ -23,9 +25,7 @@ from bpe_store.merge import (
     new_engine,
     pair_digest_of,
 )
-from bpe_store.pretokenize import count_words
-from bpe_store.reference import merge_word, train_from_counts
-from bpe_store.store import Store
+from bpe_store.training.reference import merge_word, train_from_counts
 
 needs_native = pytest.mark.skipif(not native_available(), reason="the native core is not built")
 KINDS = ["python", pytest.param("native", marks=needs_native)]

@@ -35,7 +35,7 @@ sys.modules["bpe_store._core"] = core   # the package imports this one, not its 
 
 import numpy as np
 from bpe_store import Tokenizer
-from bpe_store.train import train
+from bpe_store.training.train import train
 
 EOT = "<|endoftext|>"
 work = sys.argv[2]

@@ -15,12 +15,12 @@ import pytest
 from cli_helpers import one_error_line, run_main
 from conftest import FIXTURES, tmpfs
 
-from bpe_store import outfiles
 from bpe_store.errors import InputError
-from bpe_store.export import export_store
-from bpe_store.gpt2_files import Gpt2FileError, read_gpt2
-from bpe_store.tokenizer import Tokenizer
-from bpe_store.train import train
+from bpe_store.tokenizer import outfiles
+from bpe_store.tokenizer.export import export_store
+from bpe_store.tokenizer.gpt2_files import Gpt2FileError, read_gpt2
+from bpe_store.tokenizer.tokenizer import Tokenizer
+from bpe_store.training.train import train
 
 EOT = "<|endoftext|>"
 
@@ -119,7 +119,7 @@ def test_a_directory_where_a_file_goes_is_refused(trained, tmp_path, capsys):
 
 def _fail_in_writer(monkeypatch, exc: BaseException) -> None:
     """Make the JSON writer fail after half a file is on disk, as a kill or full disk would."""
-    from bpe_store import export
+    from bpe_store.tokenizer import export
 
     real = export.json.dump
 

@@ -24,11 +24,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bpe_store import _core
-from bpe_store.count import count_chunk_native, native_counts, plan_chunks
-from bpe_store.pretokenize import NATIVE_SCANNERS, PATTERNS, count_words, native_scanner, native_splitter
-from bpe_store.reference import reference_train_bpe
-from bpe_store.tokenizer import Tokenizer
-from bpe_store.train import train
+from bpe_store.counting.count import count_chunk_native, native_counts, plan_chunks
+from bpe_store.counting.pretokenize import NATIVE_SCANNERS, PATTERNS, count_words, native_scanner, native_splitter
+from bpe_store.tokenizer.tokenizer import Tokenizer
+from bpe_store.training.reference import reference_train_bpe
+from bpe_store.training.train import train
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = list(NATIVE_SCANNERS.values())  # gpt2, cl100k, o200k, llama3, qwen2
@@ -334,7 +334,7 @@ USER_PATTERNS = [REGEX["cl100k"] + "|(?:zzzz)", r"\w+|\s+|[^\w\s]+", r"\w*", r"(
 def test_a_users_regex_counts_as_count_words(text: str, specials: list[str], pattern: str, max_bytes) -> None:
     """``regex_count_words`` (``regex`` matches, ``count_strings`` counts) equals the spec, also
     for a pattern that matches the empty string (not a word) and across its count batches."""
-    from bpe_store import count
+    from bpe_store.counting import count
 
     assert native_scanner(pattern) == ""
     expected = count_words(text, specials, pattern, max_bytes)

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bpe_store import InputError, ResumeMismatch, train
-from bpe_store.count import plan_chunks
-from bpe_store.pretokenize import (
+from bpe_store.counting.count import plan_chunks
+from bpe_store.counting.pretokenize import (
     CL100K_PATTERN,
     GPT2_PATTERN,
     O200K_PATTERN,
@@ -30,8 +30,8 @@ from bpe_store.pretokenize import (
     pretokenize,
     resolve_pattern,
 )
-from bpe_store.reference import reference_train_bpe
-from bpe_store.tokenizer import Tokenizer
+from bpe_store.tokenizer.tokenizer import Tokenizer
+from bpe_store.training.reference import reference_train_bpe
 
 EOT = "<|endoftext|>"
 NAMED = ["gpt2", "gpt4", "o200k"]
@@ -267,7 +267,7 @@ def test_the_tokenizer_takes_pattern_names(o200k_tokenizer):
 def test_o200k_streaming_equals_whole(o200k_tokenizer, parts, block):
     # o200k joins "/" to a punctuation run and its newlines (".\n/" is one pre-token): a stream
     # may not be cut between that newline and the slash
-    import bpe_store.tokenizer as mod
+    import bpe_store.tokenizer.tokenizer as mod
 
     old = mod._STREAM_BLOCK
     mod._STREAM_BLOCK = block

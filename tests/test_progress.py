@@ -14,8 +14,8 @@ from cli_helpers import SPECIAL, cli_cmd, env, json_lines, run_sub
 from conftest import SMALL_TEXT
 from rich.console import Console
 
-from bpe_store.display import width
-from bpe_store.progress import Bars
+from bpe_store.inspection.display import width
+from bpe_store.inspection.progress import Bars
 
 
 def bars(columns: int) -> tuple[Bars, Console]:

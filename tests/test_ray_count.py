@@ -1,4 +1,4 @@
-"""Counting on a Ray cluster (bpe_store.ray_count): the same merges as local counting, whatever
+"""Counting on a Ray cluster (bpe_store.counting.ray_count): the same merges as local counting, whatever
 the workers, after a kill -9 of the driver, and after a worker process dies mid-unit.
 
 One real local Ray cluster (2 CPUs, so 2 worker processes) serves the whole module; it is
@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from cli_helpers import ROOT, SPECIAL, cli_cmd, env, json_lines
 
-from bpe_store.cli import _ray_flag_args
-from bpe_store.pretokenize import GPT2_PATTERN
-from bpe_store.store import Store
-from bpe_store.train import read_result, train
+from bpe_store.cli.cli import _ray_flag_args
+from bpe_store.counting.pretokenize import GPT2_PATTERN
+from bpe_store.store.store import Store
+from bpe_store.training.train import read_result, train
 
 #: All slow (a real cluster). Under pytest-xdist one worker runs the whole module (``--dist
 #: loadfile``, and the group under ``loadgroup``): a cluster per worker would not fit two cores,
@@ -128,7 +128,7 @@ def test_worker_killed_mid_unit_still_identical(cluster, tmp_path):
 
 DRIVER = """
 import json, sys, time
-from bpe_store.train import train
+from bpe_store.training.train import train
 def progress(event):
     print(json.dumps(event), flush=True)
     if event["stage"] == "counting":
@@ -193,7 +193,7 @@ def test_ray_flag_takes_an_address_only_when_it_looks_like_one(tmp_path):
 def test_ray_missing_says_how_to_install(tmp_path):
     # runs without ray too: the import is made to fail
     db = tmp_path / "x.db"
-    code = ("import sys; sys.modules['ray'] = None; from bpe_store.cli import main; "
+    code = ("import sys; sys.modules['ray'] = None; from bpe_store.cli.cli import main; "
             f"main(['train', {str(FIXTURE)!r}, '--db', {str(db)!r}, '--vocab-size', '300', '--ray'])")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60)
     assert p.returncode == 2
@@ -245,7 +245,7 @@ def test_ray_flush_does_not_stop_the_workers(cluster, local_result, tmp_path, mo
 
 def test_ray_counts_every_input_kind_like_local(cluster, tmp_path):
     # jsonl (line-aligned ranges) and gzip-compressed jsonl (one whole-file unit): each Ray task
-    # reads its unit through bpe_store.inputs, as the local readers do
+    # reads its unit through bpe_store.counting.inputs, as the local readers do
     import gzip
 
     docs = FIXTURE.read_text(encoding="utf-8").split(SPECIAL)[:400]

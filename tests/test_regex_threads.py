@@ -12,9 +12,9 @@ import pytest
 from conftest import EN, ROOT, RU, fixture_text
 
 from bpe_store import train
-from bpe_store.count import count_chunk_task
-from bpe_store.pretokenize import count_words
-from bpe_store.reference import train_from_counts
+from bpe_store.counting.count import count_chunk_task
+from bpe_store.counting.pretokenize import count_words
+from bpe_store.training.reference import train_from_counts
 
 #: GPT-4's (cl100k) pattern.
 GPT4 = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*"""
@@ -65,7 +65,7 @@ def test_regex_counting_uses_threads_not_processes(tmp_path, monkeypatch):
         seen.add(threading.current_thread().name)
         return real(args)
 
-    monkeypatch.setattr(sys.modules["bpe_store.train"], "count_chunk_task", spy)
+    monkeypatch.setattr(sys.modules["bpe_store.training.train"], "count_chunk_task", spy)
     r = train([corpus], tmp_path / "run.db", 280, [EOT], pattern=GPT4, workers=2, chunk_size=100_000)
     assert any(n.startswith("bpe-count") for n in seen)
     want = train_from_counts(count_words(text, [EOT], GPT4), 280 - 257)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from cli_helpers import ROOT, SPECIAL, run
 
-from bpe_store import report as report_mod
-from bpe_store.tokenizer import Tokenizer
+from bpe_store.inspection import report as report_mod
+from bpe_store.tokenizer.tokenizer import Tokenizer
 
 CORPUS = ROOT / "tests" / "fixtures" / "enwiki-1M.txt"
 VOCAB = 700

@@ -14,11 +14,11 @@ from conftest import ZH, fixture_text
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bpe_store import tokenizer as tokenizer_mod
-from bpe_store.count import _native_count_chunk, plan_chunks
-from bpe_store.inputs import text_blocks
-from bpe_store.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, count_words, native_splitter
-from bpe_store.tokenizer import Tokenizer, _bytes_blocks
+from bpe_store.counting.count import _native_count_chunk, plan_chunks
+from bpe_store.counting.inputs import text_blocks
+from bpe_store.counting.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, count_words, native_splitter
+from bpe_store.tokenizer import tokenizer as tokenizer_mod
+from bpe_store.tokenizer.tokenizer import Tokenizer, _bytes_blocks
 
 EOT = "<|endoftext|>"
 #: fixtures shared with test_tokenizer: GPT-2's vocab and merges, and tiktoken's encoder of them

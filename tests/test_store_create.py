@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from cli_helpers import SPECIAL, cli_cmd, env
 
-from bpe_store import Store, StoreError, migrate, schemas, train
-from bpe_store.store import APPLICATION_ID, PAGE_SIZE
+from bpe_store import Store, StoreError, train
+from bpe_store.store import migrate, schemas
+from bpe_store.store.store import APPLICATION_ID, PAGE_SIZE
 
 VOCAB = 300
 
@@ -31,7 +32,7 @@ def train_cmd(corpus: Path, db: Path, *extra: str) -> list[str]:
 
 
 def merges(db: Path) -> list:
-    from bpe_store.train import read_result
+    from bpe_store.training.train import read_result
 
     with Store.open(db, readonly=True) as s:
         return read_result(s).merges
@@ -111,9 +112,9 @@ def test_train_bpe_imports_neither_sqlalchemy_nor_alembic_nor_regex(corpus):
 def test_the_built_in_patterns_compile_and_another_is_still_checked():
     import regex
 
+    from bpe_store.counting.pretokenize import PATTERNS
     from bpe_store.errors import InputError
-    from bpe_store.options import check_params
-    from bpe_store.pretokenize import PATTERNS
+    from bpe_store.training.options import check_params
 
     for pattern in PATTERNS.values():  # check_params trusts these without compiling them
         regex.compile(pattern)

@@ -1,4 +1,4 @@
-"""The store's native bulk path (``bpe_store.store_db``, native/store_db.cpp): it writes exactly
+"""The store's native bulk path (``bpe_store.store.store_db``, native/store_db.cpp): it writes exactly
 what the ``executemany`` fallback writes, uses the SQLite library Python's ``sqlite3`` uses (so the
 two connections see each other's locks), and fails with the same errors as the driver."""
 
@@ -12,11 +12,12 @@ import pytest
 from conftest import stopped_run
 from test_merge_engine import listed
 
-from bpe_store import store as store_mod
-from bpe_store import store_db, train
+from bpe_store import train
 from bpe_store.errors import StoreError
-from bpe_store.merge import native_available, new_engine
-from bpe_store.store import BulkWriter, Store
+from bpe_store.store import store as store_mod
+from bpe_store.store import store_db
+from bpe_store.store.store import BulkWriter, Store
+from bpe_store.training.merge import native_available, new_engine
 
 pytestmark = pytest.mark.skipif(not native_available(), reason="the native core is not built here")
 
@@ -236,8 +237,8 @@ def test_a_corrupt_store_in_a_checkpoint_is_the_same_error_on_both_paths(trained
 
 def test_a_resume_reads_the_words_into_the_engine_without_a_tuple_per_word(trained_store, tmp_path):
     from bpe_store import _core
-    from bpe_store.merge import NativeMergeEngine
-    from bpe_store.train import _load_engine
+    from bpe_store.training.merge import NativeMergeEngine
+    from bpe_store.training.train import _load_engine
 
     db = tmp_path / "run.db"
     shutil.copy(trained_store, db)
@@ -364,7 +365,7 @@ def test_an_io_error_maps_as_the_drivers_does():
     """SQLITE_IOERR_* (e.g. 266, IOERR_READ) is an OperationalError keeping its extended code, and
     the store's one-line error says what SQLite said."""
     from bpe_store import _core
-    from bpe_store.store import _sqlite_error
+    from bpe_store.store.store import _sqlite_error
 
     err = store_db.to_sqlite_error(_core.SqliteError(266, "disk I/O error"))
     assert type(err) is sqlite3.OperationalError and err.sqlite_errorcode == 266

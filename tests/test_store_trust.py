@@ -20,7 +20,8 @@ import pytest
 from cli_helpers import SPECIAL, cli_cmd, env, run
 from conftest import store_dump
 
-from bpe_store import ResumeMismatch, Store, StoreError, Tokenizer, inspection, train
+from bpe_store import ResumeMismatch, Store, StoreError, Tokenizer, train
+from bpe_store.inspection import inspection
 
 VOCAB = 300
 
@@ -208,7 +209,7 @@ def test_sql_still_reads_schema_pragmas(pristine):
 def test_sql_values_are_bounded(pristine):
     # peak RSS from VmHWM (this process image's own): ru_maxrss would include the forking
     # pytest process's peak, which a child inherits
-    code = ("import re, sys; from bpe_store.cli import main\n"
+    code = ("import re, sys; from bpe_store.cli.cli import main\n"
             "try:\n    main(['sql', sys.argv[1], 'SELECT length(randomblob(900000000))'])\n"
             "except SystemExit as e:\n"
             "    hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())\n"
@@ -321,7 +322,7 @@ def test_ctrl_c_inside_a_sqlite_callback_is_an_interrupt(pristine, monkeypatch, 
     """A SIGINT noticed while SQLite runs one of our callbacks (the sqlite3 module swallows an
     exception raised there): still exit 130, not ``sql``'s read-only refusal (the authorizer
     turned a KeyboardInterrupt into SQLITE_DENY) nor a query that goes on."""
-    from bpe_store import store as store_module
+    from bpe_store.store import store as store_module
 
     cls = inspection._ReadOnlyAuthorizer if callback == "authorizer" else store_module._Guard
     original = cls.__call__
@@ -344,7 +345,7 @@ def test_ctrl_c_inside_a_sqlite_callback_is_an_interrupt(pristine, monkeypatch, 
 def test_result_check_refuses_each_kind_of_bad_row():
     from types import SimpleNamespace
 
-    from bpe_store.result import result_check
+    from bpe_store.store.result import result_check
 
     store = SimpleNamespace(path="x.db")
     vocab = [(0, b"<s>", "special")] + [(i + 1, bytes([i]), "byte") for i in range(256)] + [(257, b"ab", "merge")]

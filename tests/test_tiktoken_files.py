@@ -8,8 +8,13 @@ import gzip
 import pytest
 
 from bpe_store.errors import InputError
-from bpe_store.tiktoken_files import TiktokenFileError, read_tiktoken_ranks, tiktoken_merges, tiktoken_specials
-from bpe_store.tokenizer import Tokenizer
+from bpe_store.tokenizer.tiktoken_files import (
+    TiktokenFileError,
+    read_tiktoken_ranks,
+    tiktoken_merges,
+    tiktoken_specials,
+)
+from bpe_store.tokenizer.tokenizer import Tokenizer
 
 BYTES = {bytes([b]): b for b in range(256)}
 

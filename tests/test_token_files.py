@@ -14,9 +14,9 @@ import pytest
 from cli_helpers import cli_cmd, env, json_lines, one_error_line, run_main
 from conftest import FIXTURES
 
-from bpe_store.token_files import EncodeStopped, choose_dtype, encode_to_file, is_val_document, val_path
-from bpe_store.tokenizer import Tokenizer
-from bpe_store.train import train
+from bpe_store.tokenizer.token_files import EncodeStopped, choose_dtype, encode_to_file, is_val_document, val_path
+from bpe_store.tokenizer.tokenizer import Tokenizer
+from bpe_store.training.train import train
 
 EOT = "<|endoftext|>"
 

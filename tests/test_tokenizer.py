@@ -9,10 +9,10 @@ import pytest
 import tiktoken
 from conftest import CS336, shared_file
 
+from bpe_store.counting.pretokenize import GPT2_PATTERN
 from bpe_store.errors import InputError
-from bpe_store.gpt2_files import read_gpt2
-from bpe_store.pretokenize import GPT2_PATTERN
-from bpe_store.tokenizer import TokenIdError, Tokenizer, encode_files
+from bpe_store.tokenizer.gpt2_files import read_gpt2
+from bpe_store.tokenizer.tokenizer import TokenIdError, Tokenizer, encode_files
 
 EOT = "<|endoftext|>"
 
@@ -37,7 +37,7 @@ def make(gpt2, request):
     vocab, merges = gpt2
     native = request.param == "native"
     if native:
-        from bpe_store.tokenizer import _native
+        from bpe_store.tokenizer.tokenizer import _native
 
         if _native() is None:
             pytest.skip("native encoder not built")
@@ -104,7 +104,7 @@ def test_fixture_files(make, reference, name):
 
 def test_encode_iterable_small_blocks(make, reference, monkeypatch):
     """Cutting the stream into small blocks changes nothing (exercise many cut points)."""
-    import bpe_store.tokenizer as mod
+    import bpe_store.tokenizer.tokenizer as mod
 
     monkeypatch.setattr(mod, "_STREAM_BLOCK", 7)
     text = (shared_file("cs336", "tinystories_sample.txt").read_text(encoding="utf-8")
@@ -149,7 +149,7 @@ def test_sparse_huge_id_needs_no_huge_table():
 
     code = (
         "import resource; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-        "from bpe_store.tokenizer import Tokenizer\n"
+        "from bpe_store.tokenizer.tokenizer import Tokenizer\n"
         "vocab = {i: bytes([i]) for i in range(256)}; vocab[4_000_000_000] = b'ab'\n"
         "tok = Tokenizer(vocab, [(b'a', b'b')], ['<|x|>'])\n"
         "assert tok._core is not None\n"

@@ -10,8 +10,8 @@ from conftest import EN, RU, ZH, fixture_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bpe_store.tokenizer import Tokenizer, _native
-from bpe_store.train import train
+from bpe_store.tokenizer.tokenizer import Tokenizer, _native
+from bpe_store.training.train import train
 
 EOT = "<|endoftext|>"
 GPT4_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
@@ -68,7 +68,7 @@ def test_decode_any_bytes(pair, data):
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(parts=st.lists(corpus_text, max_size=12), block=st.integers(1, 40))
 def test_stream_equals_whole(pair, parts, block):
-    import bpe_store.tokenizer as mod
+    import bpe_store.tokenizer.tokenizer as mod
 
     py, nat = pair
     old = mod._STREAM_BLOCK

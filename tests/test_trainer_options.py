@@ -20,10 +20,10 @@ from test_merge_engine import KINDS, SPECIALS, as_bytes, byte_vocab, rows_of, wo
 from test_reference_diff import texts
 
 from bpe_store import InputError, ResumeMismatch, train, train_bpe
-from bpe_store.merge import native_available, new_engine
-from bpe_store.pretokenize import count_words
-from bpe_store.reference import reference_train_bpe, train_from_counts
-from bpe_store.store import Store
+from bpe_store.counting.pretokenize import count_words
+from bpe_store.store.store import Store
+from bpe_store.training.merge import native_available, new_engine
+from bpe_store.training.reference import reference_train_bpe, train_from_counts
 
 EOT = "<|endoftext|>"
 min_freqs = st.sampled_from([1, 2, 3, 5, 2**40])

@@ -16,9 +16,10 @@ import pytest
 from cli_helpers import SPECIAL
 from conftest import FIXTURES, SMALL_TEXT
 
-from bpe_store import inspection, migrate, store
-from bpe_store.store import Store
-from bpe_store.train import train
+from bpe_store.inspection import inspection
+from bpe_store.store import migrate, store
+from bpe_store.store.store import Store
+from bpe_store.training.train import train
 
 VOCAB = 400
 TOP_WORDS = "SELECT word, count, n_bytes, n_tokens, word_hex FROM top_words"

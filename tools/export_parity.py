@@ -13,17 +13,17 @@ from pathlib import Path
 import regex
 import tokenizers
 
-from bpe_store.export import export_store
-from bpe_store.tokenizer import Tokenizer
-from bpe_store.train import train
+from bpe_store.tokenizer.export import export_store
+from bpe_store.tokenizer.tokenizer import Tokenizer
+from bpe_store.training.train import train
 
 sys.path.insert(0, "tests")  # the texts of the tests: one list, not two
 from conftest import EN, RU, ZH, fixture_text  # noqa: E402
 from test_patterns import tiktoken_pieces  # noqa: E402
 from test_portable_pattern import TARGETED, onig_pieces  # noqa: E402
 
-from bpe_store.portable_pattern import _ALL_CHARS, portable_pattern  # noqa: E402
-from bpe_store.pretokenize import PATTERNS  # noqa: E402
+from bpe_store.counting.pretokenize import PATTERNS  # noqa: E402
+from bpe_store.tokenizer.portable_pattern import _ALL_CHARS, portable_pattern  # noqa: E402
 
 EOT = "<|endoftext|>"
 d = Path(tempfile.mkdtemp())

@@ -1,4 +1,4 @@
-"""Regenerate ``bpe_store/schemas.py``: every revision's schema as the migrations produce it.
+"""Regenerate ``bpe_store/store/schemas.py``: every revision's schema as the migrations produce it.
 
 Run after adding or changing a migration (``tests/test_store_create.py`` fails until you do)::
 
@@ -17,13 +17,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bpe_store import migrate  # noqa: E402
+from bpe_store.store import migrate  # noqa: E402
 
 HEADER = '''"""The schema of every store revision, as SQLite holds it (``sqlite_master``): GENERATED.
 
 Do not edit: ``python tools/gen_schemas.py`` writes this file by running the Alembic migrations
 in ``migrations/`` (the schema's only source) up to each revision; ``tests/test_store_create.py``
-checks that it still equals what they produce. ``bpe_store.store`` creates a new store from
+checks that it still equals what they produce. ``bpe_store.store.store`` creates a new store from
 ``SCHEMAS[HEAD]`` without importing Alembic, and refuses to open a store whose schema is not
 exactly its revision's (an extra trigger, view or index would run code the store's author chose).
 """
@@ -47,7 +47,7 @@ def main() -> None:
             out += f"        ({t!r}, {name!r}, {tbl!r},\n         {sql!r}),\n"
         out += "    ),\n"
     out += "}\n"
-    path = ROOT / "bpe_store" / "schemas.py"
+    path = ROOT / "bpe_store" / "store" / "schemas.py"
     path.write_text(out)
     print(f"wrote {path} ({len(revisions)} revisions, head {revisions[-1]})")
 

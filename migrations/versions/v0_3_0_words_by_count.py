@@ -25,7 +25,7 @@ down_revision = "v0_3_0_progress_view"
 branch_labels = None
 depends_on = None
 
-# copied from bpe_store.store (migrations are history: copied, not imported)
+# copied from bpe_store.store.store (migrations are history: copied, not imported)
 WORDS_BY_COUNT = "CREATE INDEX words_by_count ON words(count DESC)"
 WORDS_BY_COUNT_MIN = 1_000_000
 

@@ -1,0 +1,1 @@
+"""Counting: the map step, from inputs to word counts (no store, no UI)."""

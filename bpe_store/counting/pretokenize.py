@@ -1,0 +1,199 @@
+"""Pre-tokenization: split text at special tokens, then into pre-tokens by a pattern.
+
+This is the Python (``regex``) path and the specification the native scanner must match.
+Special tokens split the text first; no pre-token ever crosses one and they are never counted.
+A pattern is a regex or one of the names in ``PATTERNS`` (``resolve_pattern``). Every named
+pattern has a native scanner (``NATIVE_SCANNERS``; native/scanner_impl.h), tested to split exactly
+as ``regex`` does; a user's own regex goes through ``regex``.
+
+>>> list(pretokenize("Hi there<|endoftext|>it's", ["<|endoftext|>"]))
+['Hi', ' there', 'it', "'s"]
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+
+TYPE_CHECKING = False  # not typing's (its import costs more than this module)
+if TYPE_CHECKING:
+    import regex
+
+#: The GPT-2 pre-tokenization pattern, exactly as CS336 and tiktoken's r50k use it.
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+#: GPT-4's pattern: tiktoken's ``cl100k_base`` (tiktoken_ext/openai_public.py), verbatim.
+CL100K_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+                  r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
+#: GPT-4o's pattern: tiktoken's ``o200k_base`` (tiktoken_ext/openai_public.py), verbatim.
+O200K_PATTERN = "|".join([
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""",
+    r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+    r"""\s*[\r\n]+""",
+    r"""\s+(?!\S)""",
+    r"""\s+""",
+])
+#: Llama 3's pattern: the Split pre-tokenizer of meta-llama/Meta-Llama-3-8B's tokenizer.json (and
+#: ``pat_str`` of the tokenizer.py in Meta's llama3 repository), verbatim. cl100k's alternatives
+#: without the possessive marks and without ``\s++$``.
+LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+                  r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+#: Qwen2's pattern: ``PRETOKENIZE_REGEX`` of transformers' models/qwen2/tokenization_qwen2.py (also
+#: the Split pre-tokenizer of Qwen/Qwen2-7B's tokenizer.json), verbatim: Llama 3's, one digit a
+#: pre-token.
+QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+                 r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+#: ``{name: regex}``: the names ``--pattern`` / ``pattern=`` accept instead of a regex. The
+#: tiktoken encoding names are aliases. A name always wins over reading it as a regex (a regex
+#: that is literally ``gpt2`` can be written ``(?:gpt2)``).
+PATTERNS: dict[str, str] = {
+    "gpt2": GPT2_PATTERN, "r50k_base": GPT2_PATTERN,
+    "gpt4": CL100K_PATTERN, "cl100k": CL100K_PATTERN, "cl100k_base": CL100K_PATTERN,
+    "o200k": O200K_PATTERN, "o200k_base": O200K_PATTERN,
+    "llama3": LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN,
+}
+#: The name shown for each known regex (status, messages).
+_NAME_OF = {GPT2_PATTERN: "gpt2", CL100K_PATTERN: "gpt4 (cl100k)", O200K_PATTERN: "o200k",
+            LLAMA3_PATTERN: "llama3", QWEN2_PATTERN: "qwen2"}
+#: ``{regex: scanner name}``: the patterns the native core scans itself (``bpe_store._core``'s
+#: ``pattern`` arguments), each proved equal to ``regex`` by tests/test_scanner.py. The one place
+#: that decides whether a pattern runs natively: counting, the planner's and the streams' cuts,
+#: and the encoder all ask ``native_scanner``.
+NATIVE_SCANNERS: dict[str, str] = {GPT2_PATTERN: "gpt2", CL100K_PATTERN: "cl100k", O200K_PATTERN: "o200k",
+                                   LLAMA3_PATTERN: "llama3", QWEN2_PATTERN: "qwen2"}
+
+
+def resolve_pattern(pattern: str | None) -> str:
+    """The regex of ``pattern``: a name in ``PATTERNS`` gives its regex, anything else is taken as
+    a regex itself (compiled later by whoever checks it); None means GPT-2's.
+
+    >>> resolve_pattern("gpt4") == CL100K_PATTERN and resolve_pattern(None) == GPT2_PATTERN
+    True
+    """
+    if pattern is None:
+        return GPT2_PATTERN
+    return PATTERNS.get(pattern, pattern)
+
+
+def native_scanner(pattern: str) -> str:
+    """The native scanner of a regex (``NATIVE_SCANNERS``), or "" for one without (a user's own).
+
+    >>> native_scanner(O200K_PATTERN), native_scanner(r"\\w+")
+    ('o200k', '')
+    """
+    return NATIVE_SCANNERS.get(pattern, "")
+
+
+def describe_pattern(pattern: str) -> str:
+    """A short name for a known regex (``o200k``), else the regex in quotes as the user typed it
+    (backslashes not doubled; line breaks escaped, so a message stays one line)."""
+    name = _NAME_OF.get(pattern)
+    if name is not None:
+        return name
+    return "'" + "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in pattern) + "'"
+
+
+def special_splitter(special_tokens: Sequence[str]) -> regex.Pattern | None:
+    """A pattern matching any special token, longest first (so a token that is a prefix of
+    another never wins over it). None when there are no special tokens."""
+    if not special_tokens:
+        return None
+    import regex  # Why imported here: a run on the native scanner never loads `regex` (cold start)
+
+    ordered = sorted(set(special_tokens), key=lambda s: (-len(s), s))
+    return regex.compile("|".join(regex.escape(s) for s in ordered))
+
+
+def split_at_specials(text: str, special_tokens: Sequence[str]) -> list[str]:
+    """The pieces of ``text`` between special tokens (the specials themselves dropped)."""
+    splitter = special_splitter(special_tokens)
+    return [text] if splitter is None else splitter.split(text)
+
+
+def pretokenize(
+    text: str, special_tokens: Sequence[str] = (), pattern: str = GPT2_PATTERN
+) -> Iterator[str]:
+    """Yield the pre-tokens of ``text``: the pattern's matches inside each special-free piece."""
+    import regex
+
+    compiled = regex.compile(pattern)
+    for piece in split_at_specials(text, special_tokens):
+        for m in compiled.finditer(piece):
+            yield m.group()
+
+
+def count_words(
+    text: str, special_tokens: Sequence[str] = (), pattern: str = GPT2_PATTERN,
+    max_pretoken_bytes: int | None = None,
+) -> Counter[bytes]:
+    """Word counts of ``text``: ``{pre-token as UTF-8 bytes: occurrences}``; a pre-token longer than
+    ``max_pretoken_bytes`` counts as its pieces (``split_long_pretoken``).
+
+    Empty matches (a pattern such as ``\\w*`` matches the empty string between words) are not
+    pre-tokens: they hold no bytes to merge, so they are not counted.
+    """
+    import regex
+
+    compiled = regex.compile(pattern)
+    counts: Counter[str] = Counter()
+    for piece in split_at_specials(text, special_tokens):
+        # findall + Counter.update run in C; this is the fast pure-Python path. concurrent=True:
+        # `regex` releases the GIL while matching, so counting threads run in parallel.
+        counts.update(compiled.findall(piece, concurrent=True))
+    counts.pop("", None)
+    return split_long_words(Counter({w.encode("utf-8"): c for w, c in counts.items()}), max_pretoken_bytes)
+
+
+def split_long_words(words: Counter[bytes], max_pretoken_bytes: int | None) -> Counter[bytes]:
+    """``words`` with each pre-token longer than ``max_pretoken_bytes`` counted as its pieces
+    (``split_long_pretoken``), in place; None or 0 means no limit."""
+    if max_pretoken_bytes:
+        for w in [w for w in words if len(w) > max_pretoken_bytes]:
+            c = words.pop(w)
+            for piece in split_long_pretoken(w, max_pretoken_bytes):
+                words[piece] += c
+    return words
+
+
+def native_splitter(special_tokens: Sequence[str | bytes], pattern: str):
+    """The one native splitter (``bpe_store._core.Splitter``, rules in native/splitter.h) for text
+    split at ``special_tokens`` (str, or bytes such as the document separator 0xFF) and
+    pre-tokenized by ``pattern``: where such text may be cut without changing a count or an id.
+    The patterns with a native scanner have local rules (points decided by the neighbouring
+    characters; GPT-2's finds points in CJK text too) and a scan from a known start finds points
+    inside a pre-token longer than the maximum length; a user's own regex is cut only at
+    special tokens, the one cut that is safe for any pattern. None without the native core."""
+    try:
+        from .._core import Splitter
+    except ImportError:  # pragma: no cover - a source tree without the built extension
+        return None
+    specials = [s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in special_tokens]
+    return Splitter(specials, native_scanner(pattern))
+
+
+def split_long_pretoken(word: bytes, max_bytes: int | None) -> list[bytes]:
+    """The pieces a pre-token is counted as: itself, or, when it is longer than ``max_bytes``
+    bytes, pieces of at most ``max_bytes``, each cut at the last UTF-8 character start that fits.
+
+    Cut greedily from the pre-token's own start, so the pieces depend only on the pre-token (not
+    on where it is in the input or how the input was chunked). ``max_bytes`` is at least 4 (one
+    character always fits); None or 0 means no limit.
+
+    >>> split_long_pretoken(b"abcdefg", 3)
+    [b'abc', b'def', b'g']
+    >>> split_long_pretoken("aébc".encode(), 3)  # é is 2 bytes: "aé" fits, "aéb" does not
+    [b'a\\xc3\\xa9', b'bc']
+    """
+    if not max_bytes or len(word) <= max_bytes:
+        return [word]
+    pieces = []
+    start = 0
+    while len(word) - start > max_bytes:
+        cut = start + max_bytes
+        while cut > start + 1 and word[cut] & 0xC0 == 0x80:  # a continuation byte: back to the start
+            cut -= 1
+        pieces.append(word[start:cut])
+        start = cut
+    pieces.append(word[start:])
+    return pieces

@@ -1,0 +1,1 @@
+"""Reading a store for people: status, SQL, ``show`` / ``why``, the HTML report, and progress."""

@@ -1,0 +1,432 @@
+"""Read-only questions to a store: ``status``, ``show``, ``why`` and ``sql``.
+
+Every function here opens the store read-only (``Store.open(readonly=True)``: a write is refused
+by SQLite itself; a read-only file, directory or mount works too) and asks all its questions
+inside one read transaction, so the answers are one consistent snapshot even while a training
+run writes to the same file (WAL mode: a reader sees the last committed checkpoint, never half
+of one). Results are plain dicts and lists; the CLI formats them. Token bytes stay ``bytes``
+here; ``token_text`` turns them into text. Each takes ``timeout=`` (seconds: a query still
+running then is stopped with a StoreError), and Ctrl-C stops any query.
+
+``sql`` runs a person's statement under an authorizer that allows reading only (no write, no
+ATTACH or VACUUM INTO, no PRAGMA that sets anything, no extension loading), with a cap on the
+size of any value, so it can neither change nor create a file nor take unbounded memory.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import sqlite3
+import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ..counting.inputs import ITERABLE, STDIN
+from ..counting.pretokenize import GPT2_PATTERN, describe_pattern
+from ..errors import InputError
+from ..interrupts import sqlite_call
+from ..store import migrate
+from ..store.store import Store, wal_state
+from ..training.merge import word_splitter
+
+#: ``show`` tables: what each lists, in which order (ties broken as the trainer breaks them).
+SHOW_QUERIES = {
+    "merges": 'SELECT m.rank, l.bytes AS "left", r.bytes AS "right", CAST(l.bytes || r.bytes AS BLOB) AS token,'
+              ' m.count, m.token AS token_id FROM merges m JOIN vocab l ON l.id = m."left"'
+              ' JOIN vocab r ON r.id = m."right" ORDER BY m.rank LIMIT ? OFFSET ?',
+    # n_tokens is added by ``show``: a word's split under every merge the store holds
+    "words": "SELECT bytes AS word, count, length(bytes) AS n_bytes"
+             " FROM words ORDER BY count DESC, bytes LIMIT ? OFFSET ?",
+    "pairs": 'SELECT l.bytes AS "left", r.bytes AS "right", p.count FROM pair_counts p'
+             ' JOIN vocab l ON l.id = p."left" JOIN vocab r ON r.id = p."right"'
+             " ORDER BY p.count DESC, l.bytes DESC, r.bytes DESC LIMIT ? OFFSET ?",
+    "vocab": "SELECT id, bytes AS token, kind, length(bytes) AS n_bytes FROM vocab ORDER BY id LIMIT ? OFFSET ?",
+}
+#: Checkpoints an ETA's speed is measured over (the newest ones).
+ETA_CHECKPOINTS = 10
+
+Row = dict[str, Any]
+
+
+def token_text(b: bytes) -> str:
+    """Token bytes as text: UTF-8, with any invalid byte shown as ``\\xNN``."""
+    return b.decode("utf-8", "backslashreplace")
+
+
+def _text_factory(b: bytes) -> str:
+    # CAST(blob AS TEXT) in a user's query can give invalid UTF-8: keep each bad byte as a lone
+    # surrogate (bpe_store.inspection.display shows it as \xNN), do not fail
+    return b.decode("utf-8", "surrogateescape")
+
+
+@contextmanager
+def reading(path: str | os.PathLike, *, allow_old: bool = False, timeout: float | None = None) -> Iterator[Store]:
+    """A read-only store whose queries all see one snapshot; closed (and released) on exit.
+
+    ``timeout``: seconds after which a query is stopped (StoreError); Ctrl-C always stops one."""
+    store = Store.open(path, readonly=True, allow_old=allow_old)
+    try:
+        store.db.text_factory = _text_factory
+        store.db.execute("PRAGMA query_only = ON")
+        with store.time_limit(timeout), store.snapshot():
+            yield store
+    finally:
+        store.close()
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+def _age_s(at: str | None) -> float | None:
+    if not at:
+        return None
+    then = _dt.datetime.fromisoformat(at)
+    return max((_dt.datetime.now(_dt.timezone.utc) - then).total_seconds(), 0.0)
+
+
+def _input_state(path: str, size: int, mtime_ns: int) -> str:
+    """``ok``, ``missing``, ``unreadable``, ``changed`` (other size) or ``touched`` (same size, other mtime)."""
+    try:
+        st = os.stat(path)
+    except PermissionError:
+        return "unreadable"  # e.g. a user who may read the store but not the run's inputs
+    except OSError:
+        return "missing"
+    if not stat.S_ISREG(st.st_mode):
+        return "missing"
+    if st.st_size != size:
+        return "changed"
+    return "ok" if st.st_mtime_ns == mtime_ns else "touched"
+
+
+def _inputs(store: Store) -> list[Row]:
+    """The run's inputs: path, size, SHA-256, kind, and ``state`` (``_input_state``, or ``stream``
+    for standard input and an iterable, whose ``size``, ``sha256`` and ``documents`` say how much
+    of the stream has been counted: a resume skips that much of the stream given again)."""
+    out = []
+    for r in store.sql("SELECT * FROM sources ORDER BY id").mappings():
+        stream = r["path"] in (STDIN, ITERABLE)
+        # r.get: a store older than v0_3_0_input_kinds has neither kinds nor document counts
+        out.append({"path": r["path"], "size": r["size"], "sha256": r["sha256"],
+                    "format": r.get("format", "text"), "compression": r.get("compression", "none"),
+                    "text_field": r.get("text_field"), "documents": r.get("documents"),
+                    "state": "stream" if stream else _input_state(r["path"], r["size"], r["mtime_ns"])})
+    return out
+
+
+def _counting(store: Store) -> Row:
+    r = store.sql('SELECT count(*), coalesce(sum(counted), 0), coalesce(sum("end" - start), 0),'
+                  ' coalesce(sum(CASE WHEN counted = 1 THEN "end" - start ELSE 0 END), 0) FROM chunks').one()
+    return {"chunks_total": r[0], "chunks_done": r[1], "bytes_total": r[2], "bytes_done": r[3]}
+
+
+def _words(store: Store) -> int:
+    """The number of distinct words. Why ``max(id)``, not ``count(*)``: bpe_store gives words the
+    ids 1, 2, 3, ... and never deletes one (``Store.add_word_counts``), so the largest id is the
+    count, read at the end of the B-tree, while ``count(*)`` walked all ~7 M rows of an
+    OpenWebText store (seconds from a cold cache; bench/RESULTS-scale.md)."""
+    return store.sql("SELECT coalesce(max(id), 0) FROM words").scalar()
+
+
+def _speed(store: Store, phase: str, counting: Row) -> float | None:
+    """Units per second of training time: bytes while counting, merges while merging."""
+    if phase == "counting":
+        el = store.sql("SELECT max(elapsed_s) FROM checkpoints WHERE phase = 'counting'").scalar()
+        # None, not 0, before a unit is done (a stream's only unit is done when the stream ends):
+        # a speed of 0 would make the ETA a division by zero
+        return counting["bytes_done"] / el if el and counting["bytes_done"] else None
+    rows = store.sql("SELECT merges_done, elapsed_s FROM checkpoints WHERE phase IN ('merging', 'done')"
+                     " ORDER BY id DESC LIMIT ?", (ETA_CHECKPOINTS,)).fetchall()
+    if len(rows) < 2:
+        return None
+    (m1, e1), (m0, e0) = rows[0], rows[-1]
+    return (m1 - m0) / (e1 - e0) if e1 > e0 and m1 > m0 else None
+
+
+def _eta(phase: str, speed: float | None, counting: Row, merges_done: int, target: int) -> float | None:
+    if phase == "done":
+        return 0.0
+    if speed is None:
+        return None
+    if phase == "counting":
+        return (counting["bytes_total"] - counting["bytes_done"]) / speed  # merging not known yet
+    return max(target - merges_done, 0) / speed
+
+
+def _sessions(store: Store, limit: int = 10) -> list[Row]:
+    if not store.sql("SELECT 1 FROM sqlite_master WHERE name = 'sessions'").first():
+        return []
+    rows = store.sql("SELECT id, pid, host, argv, bpe_store_version, started_at, ended_at, outcome,"
+                     " merges_start, merges_end FROM sessions ORDER BY id DESC LIMIT ?", (limit,)).mappings()
+    out = []
+    for r in rows:
+        d = dict(r)
+        d["argv"] = json.loads(d["argv"]) if d["argv"] else None
+        out.append(d)
+    return out[::-1]
+
+
+def _holder(held: bool, sessions: list[Row]) -> Row | None:
+    """The session training in the store now: the newest one still open, if the store is held.
+
+    Also sets each session's ``state``: its outcome, ``running`` for the holder, or ``ended
+    abruptly`` for an open row nobody holds (killed, or stopped at once by a second Ctrl-C)."""
+    open_ = [s for s in sessions if s["ended_at"] is None]
+    holder = open_[-1] if held and open_ else None
+    for s in sessions:
+        s["state"] = s["outcome"] or ("running" if s is holder else "ended abruptly")
+    if held and holder is None:
+        return {"pid": None, "host": None, "started_at": None, "argv": None}
+    return holder
+
+
+def _db_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+def _wal_note(wal: Row) -> str | None:
+    if wal["wal_blocked"]:
+        return (f"{wal['wal_frames_pending']} WAL frames not yet copied into the store: a reader holds an "
+                "old snapshot (or a checkpoint is being copied right now), so the WAL cannot be emptied")
+    return None
+
+
+def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
+    """Everything ``bpe-store status`` shows, as one dict (the ``--json`` output)."""
+    p = Path(path)
+    held = Store.is_locked(p) if p.is_file() else False
+    with reading(p, allow_old=True, timeout=timeout) as store:
+        run = store.run_row()
+        rev = store.revision
+        specials = json.loads(run["special_tokens"])
+        target = run["vocab_size"] - 256 - len(specials)
+        merges_done = store.sql("SELECT count(*) FROM merges").scalar()
+        counting = _counting(store)
+        speed = _speed(store, run["phase"], counting)
+        last = store.sql("SELECT at, phase, merges_done, elapsed_s FROM checkpoints"
+                         " ORDER BY id DESC LIMIT 1").mappings().first()
+        sessions = _sessions(store)
+        info = {
+            "path": str(p), "schema": rev, "schema_is_current": rev == migrate.head_revision(),
+            "phase": run["phase"], "stop_reason": run["stop_reason"],
+            "vocab_size": run["vocab_size"], "special_tokens": specials, "pattern": run["pattern"],
+            "pattern_is_gpt2": run["pattern"] == GPT2_PATTERN,
+            "pattern_name": describe_pattern(run["pattern"]),
+            # run.get: a store older than v0_3_0_trainer_options has neither column (the defaults)
+            "min_frequency": run.get("min_frequency", 1), "max_token_length": run.get("max_token_length"),
+            "invalid_utf8": run["invalid_utf8"], "inputs": _inputs(store), "counting": counting,
+            "merges_done": merges_done, "merges_target": target,
+            "words": _words(store),
+            "elapsed_s": float(last["elapsed_s"]) if last else 0.0,
+            "speed": speed, "speed_unit": "bytes/s" if run["phase"] == "counting" else "merges/s",
+            "eta_s": _eta(run["phase"], speed, counting, merges_done, target),
+            "last_checkpoint": ({**dict(last), "age_s": _age_s(last["at"])} if last else None),
+            "created_at": run["created_at"], "updated_at": run["updated_at"],
+            "bpe_store_version": run["bpe_store_version"],
+        }
+    info["db_bytes"] = _db_bytes(p)
+    info.update(wal_state(p))
+    info["wal_note"] = _wal_note(info)
+    info["held"] = held
+    info["holder"] = _holder(held, sessions)
+    info["sessions"] = sessions
+    return info
+
+
+# -- show --------------------------------------------------------------------------------------
+
+
+def show(path: str | os.PathLike, what: str, limit: int = 20, offset: int = 0, *,
+         timeout: float | None = None) -> tuple[list[str], list[tuple]]:
+    """``(columns, rows)`` of one of ``SHOW_QUERIES``; token columns hold bytes."""
+    if what not in SHOW_QUERIES:
+        raise InputError(f"cannot show {what!r}: choose one of {', '.join(SHOW_QUERIES)}")
+    if limit < 0 or offset < 0:
+        raise InputError("--limit and --offset must not be negative")
+    with reading(path, timeout=timeout) as store:
+        res = store.sql(SHOW_QUERIES[what], (limit, offset))
+        columns, rows = list(res.keys()), [tuple(r) for r in res]
+        if what == "words":
+            split = splitter(store)
+            columns, rows = columns + ["n_tokens"], [r + (len(split(r[0])),) for r in rows]
+        return columns, rows
+
+
+def splitter(store: Store) -> Callable[[bytes], list[int]]:
+    """A word's token ids under every merge ``store`` holds (``merge.word_splitter``): exact at
+    any time, where ``words.tokens`` lags behind the merge log while merging and is not kept
+    once the run is done."""
+    n_special = store.sql("SELECT count(*) FROM vocab WHERE kind = 'special'").scalar()
+    return word_splitter([(a, b, t) for _r, a, b, t, _c in store.load_merges()], n_special)
+
+
+# -- why ---------------------------------------------------------------------------------------
+
+
+def _find_token(store: Store, token: str | int) -> int:
+    """The vocabulary id of ``token`` (text: the first id spelling its UTF-8 bytes)."""
+    if isinstance(token, int):
+        if not store.sql("SELECT 1 FROM vocab WHERE id = ?", (token,)).first():
+            n = store.sql("SELECT count(*) FROM vocab").scalar()
+            raise InputError(f"no token with id {token} (the vocabulary has ids 0..{n - 1})")
+        return token
+    found = store.sql("SELECT min(id) FROM vocab WHERE bytes = ?", (token.encode("utf-8"),)).scalar()
+    if found is None:
+        raise InputError(f"{token!r} is not a token of this vocabulary; "
+                         "try `bpe-store show DB vocab` or a shorter piece of it")
+    return found
+
+
+def _tree(store: Store, tid: int, first: int, vocab: dict[int, tuple[bytes, str]]) -> Row:
+    """How token ``tid`` was built: ``{"id", "bytes", "kind", "rank", "count", "parts"}``."""
+    b, kind = vocab[tid]
+    node: Row = {"id": tid, "bytes": b, "kind": kind, "rank": None, "count": None, "parts": []}
+    if kind == "merge":
+        row = store.sql('SELECT rank, "left", "right", count FROM merges WHERE rank = ?', (tid - first,)).one()
+        node["rank"], node["count"] = row[0], row[3]
+        node["parts"] = [_tree(store, row[1], first, vocab), _tree(store, row[2], first, vocab)]
+    return node
+
+
+def why(path: str | os.PathLike, token: str | int, limit: int = 10, *, timeout: float | None = None) -> Row:
+    """How ``token`` was built (its merge tree with counts at merge time) and the most frequent
+    words that contain its bytes, each with its current split."""
+    with reading(path, timeout=timeout) as store:
+        vocab = {i: (b, k) for i, b, k in store.load_vocab()}
+        n_special = sum(1 for b, k in vocab.values() if k == "special")
+        tid = _find_token(store, token)
+        tbytes = vocab[tid][0]
+        first = store.sql("SELECT min(id) FROM vocab WHERE bytes = ?", (tbytes,)).scalar()
+        tree = _tree(store, tid, n_special + 256, vocab)
+        rows = store.sql("SELECT bytes, count FROM words WHERE instr(bytes, ?) > 0"
+                         " ORDER BY count DESC, bytes LIMIT ?", (tbytes, limit)).fetchall()
+        total = store.sql("SELECT count(*), coalesce(sum(count), 0) FROM words WHERE instr(bytes, ?) > 0",
+                          (tbytes,)).one()
+        words = []
+        split_of = splitter(store)
+        for w, c in rows:
+            split = split_of(w)
+            words.append({"word": w, "count": c, "split": [vocab[t][0] for t in split], "uses": first in split})
+    return {"token": tree, "first_id": first, "words": words,
+            "words_containing": total[0], "occurrences": total[1]}
+
+
+# -- sql ---------------------------------------------------------------------------------------
+
+
+#: The largest value (text or blob, in bytes) a ``sql`` statement may make or return; a bigger
+#: one fails cleanly ("string or blob too big") instead of taking gigabytes
+#: (``SELECT randomblob(900000000)``).
+SQL_MAX_VALUE_BYTES = 128 << 20
+
+#: PRAGMAs ``sql`` allows: they only read. State pragmas may not be given a value (that sets it);
+#: the introspection ones take a table or index name.
+_READ_PRAGMAS = {"application_id", "user_version", "schema_version", "page_size", "page_count",
+                 "freelist_count", "journal_mode", "encoding", "auto_vacuum", "data_version",
+                 "compile_options", "database_list", "function_list", "pragma_list", "collation_list",
+                 "module_list", "table_list", "integrity_check", "quick_check", "foreign_key_check"}
+_NAME_PRAGMAS = {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list"}
+_DENIED_FUNCTIONS = {"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit"}
+
+
+class _ReadOnlyAuthorizer:
+    """``sqlite3`` authorizer for ``sql``: reading is allowed, everything else is denied, and the
+    first denial is remembered for the error message."""
+
+    def __init__(self) -> None:
+        self.denied: str | None = None
+
+    def __call__(self, action: int, arg1: str | None, arg2: str | None, _db: str | None, _src: str | None) -> int:
+        if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, getattr(sqlite3, "SQLITE_RECURSIVE", 33)):
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_FUNCTION:
+            if (arg2 or "").lower() not in _DENIED_FUNCTIONS:
+                return sqlite3.SQLITE_OK
+            return self._deny(f"the function {arg2}() is not allowed")
+        if action == sqlite3.SQLITE_PRAGMA:
+            name = (arg1 or "").lower()
+            if (name in _READ_PRAGMAS and arg2 is None) or name in _NAME_PRAGMAS:
+                return sqlite3.SQLITE_OK
+            return self._deny(f"PRAGMA {arg1}{'' if arg2 is None else ' = ' + str(arg2)} is not allowed")
+        if action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master":
+            # SQLite asks this while preparing a table-valued pragma (pragma_table_info(...));
+            # nothing writes the schema: writable_schema is a denied PRAGMA and the file is read-only
+            return sqlite3.SQLITE_OK
+        if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH):
+            return self._deny("ATTACH (and VACUUM INTO) would create or open another file")
+        if action in (sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT):
+            return self._deny("transactions are not needed: the statement reads one snapshot")
+        return self._deny("it would change the store")
+
+    def _deny(self, why: str) -> int:
+        if self.denied is None:
+            self.denied = why
+        return sqlite3.SQLITE_DENY
+
+
+def _sql_error(exc: sqlite3.Error, auth: _ReadOnlyAuthorizer, store: Store) -> BaseException:
+    msg = str(exc)
+    if isinstance(exc, sqlite3.Warning):  # more than one statement
+        return InputError(f"give one SQL statement at a time ({exc})")
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT:
+        return store._error(exc)  # Ctrl-C or the time limit
+    if auth.denied is not None or "not authorized" in msg:
+        return InputError(f"bpe-store sql is read-only: {auth.denied or msg}; the store was not changed")
+    if "readonly" in msg or "read-only" in msg or "query_only" in msg or "query only" in msg:
+        return InputError(f"bpe-store sql is read-only: the store was not changed ({msg})")
+    if "too big" in msg:
+        return InputError(f"SQL error: {msg} (bpe-store sql makes values of at most "
+                          f"{SQL_MAX_VALUE_BYTES >> 20} MiB)")
+    return InputError(f"SQL error: {msg}")
+
+
+@contextmanager
+def query(path: str | os.PathLike, statement: str, *,
+          timeout: float | None = None) -> Iterator[tuple[list[str], Iterator[tuple]]]:
+    """``with query(db, "SELECT ...") as (columns, rows):`` — one read-only statement, its rows
+    streamed from one snapshot while the block runs. Writes, ATTACH, VACUUM INTO, PRAGMAs that
+    set something and extension loading are refused (InputError); no value may exceed
+    ``SQL_MAX_VALUE_BYTES``; Ctrl-C stops a long query, and so does ``timeout`` (seconds)."""
+    with reading(path, timeout=timeout) as store:
+        auth = _ReadOnlyAuthorizer()
+        db = store.db
+        db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, SQL_MAX_VALUE_BYTES)
+        db.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+        db.set_authorizer(auth)
+        try:
+            try:
+                with sqlite_call():  # Ctrl-C in the authorizer must not become a refusal
+                    cur = db.execute(statement)
+            except sqlite3.Error as exc:
+                raise _sql_error(exc, auth, store) from None
+
+            def rows() -> Iterator[tuple]:
+                try:
+                    while True:
+                        with sqlite_call():
+                            batch = cur.fetchmany(1000)
+                        if not batch:
+                            return
+                        yield from batch
+                except sqlite3.Error as exc:
+                    raise _sql_error(exc, auth, store) from None
+
+            yield [d[0] for d in cur.description or ()], rows()
+        finally:
+            db.set_authorizer(None)
+
+
+def sql(path: str | os.PathLike, statement: str, limit: int | None = None, *,
+        timeout: float | None = None) -> tuple[list[str], list[tuple]]:
+    """``(columns, rows)`` of one read-only SQL statement (see ``query``). A write is refused."""
+    with query(path, statement, timeout=timeout) as (columns, rows):
+        out = []
+        for r in rows:
+            if limit is not None and len(out) >= limit:
+                break
+            out.append(tuple(r))
+        return columns, out

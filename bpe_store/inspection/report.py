@@ -1,0 +1,446 @@
+"""The run report: one self-contained HTML page of plots and facts about a store (``bpe-store report``).
+
+What it shows, and how each part is computed:
+
+* **Compression of held-out text at every vocabulary size** (bytes per token, 256 + specials up
+  to the store's size). One encoding gives every prefix of the merge log: the held-out text is
+  encoded once at the full vocabulary, and each final token's count is pushed down its merge
+  tree (token -> its left and right parts, in decreasing id order: O(vocab), not O(text)). A
+  merge of rank ``r`` was applied exactly as often as its token occurs in these trees, and the
+  token count at a prefix of ``k`` merges is the byte count minus the merges of rank below
+  ``k``. Why this is exact: within a pre-token BPE applies merges in increasing rank (a pair
+  made by merge ``r`` holds ``r``'s token, whose own merges all rank after ``r``), so the
+  encoding at a prefix is the full encoding's merges cut at that rank. ~50 re-encodings with
+  the native encoder would cost 50 encodings and give 50 points; this costs one and gives all.
+* **Merge count against rank**: the ``merges`` table (count when merged), log-log.
+* **Token length by script**: the learned tokens' lengths in bytes, stacked by script. Script is
+  approximated from the Unicode name of the token's first letter (``LATIN``, ``CYRILLIC``,
+  ``CJK`` -> Han, ...); tokens without letters are digits, whitespace, punctuation/symbols, or
+  partial UTF-8 (bytes that do not decode on their own).
+* **Frequent words still split into many tokens**: the ``words`` table's current splits.
+* **The run**: inputs, parameters, time per stage and checkpoint writes (``checkpoints``),
+  sessions (``sessions``), the store's file size.
+
+The held-out text defaults to a sample of the training inputs (``DEFAULT_SAMPLE_BYTES`` from
+``SAMPLE_PLACES`` evenly spaced places, whole lines): in-sample, so its compression is a little
+optimistic, which the page says; ``--held-out FILE`` gives a real held-out text.
+
+Plots are drawn by matplotlib (the optional extra ``bpe-store[report]``) as SVG inlined in the
+page, text kept as text: nothing is fetched when the page is viewed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import io
+import os
+import unicodedata
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from .._version import __version__
+from ..errors import InputError
+from . import display
+
+#: The command that installs what ``report`` needs.
+REPORT_INSTALL = "pip install 'bpe-store[report]'"
+#: Default held-out sample: this many bytes of the training inputs ...
+DEFAULT_SAMPLE_BYTES = 2 << 20
+#: ... taken from this many evenly spaced places (whole lines).
+SAMPLE_PLACES = 32
+#: Vocabulary sizes listed in the compression table (those below the store's size).
+TABLE_SIZES = (512, 1000, 2000, 4000, 8000, 16000, 32000, 50000, 64000, 100000, 128000, 200000)
+#: Frequent split words listed, and the fewest tokens that counts as "many".
+SPLIT_WORDS = 25
+#: ... looked for among this many most frequent words at most (each is split in Python).
+SPLIT_SCAN = 20_000
+MANY_TOKENS = 3
+
+_SCRIPT_NAMES = {"CJK": "Han", "HANGUL": "Hangul", "HIRAGANA": "Kana", "KATAKANA": "Kana"}
+
+
+def _matplotlib() -> Any:
+    """matplotlib's Figure class, or an InputError (exit 2) naming the install command."""
+    try:
+        import matplotlib
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise InputError(f"bpe-store report draws its plots with matplotlib, which is not installed: "
+                         f"{REPORT_INSTALL}") from None
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller, searchable, no glyph paths
+    matplotlib.rcParams["svg.hashsalt"] = "bpe-store"  # the same store gives the same SVG ids
+    return Figure
+
+
+# -- compression at every prefix ------------------------------------------------------------
+
+
+def tokens_per_prefix(counts: Any, lefts: list[int], rights: list[int], n_special: int) -> Any:
+    """Token counts of a text at every prefix of the merge log, from its full-vocabulary encoding.
+
+    ``counts[t]``: how often token id ``t`` occurs in the full encoding (length = vocab size);
+    ``lefts[r]``, ``rights[r]``: the parts of merge ``r`` (token id ``n_special + 256 + r``).
+    Returns ``tokens`` with ``tokens[k]`` = the text's token count using the first ``k`` merges
+    (``k`` = 0 .. len(lefts)); ``tokens[-1] == counts.sum()``.
+
+    >>> import numpy as np
+    >>> # merges: 0 = (a, b) -> 258, 1 = (258, 258) -> 259; the text "abab" encodes to [259]
+    >>> a, b = 2 + 97, 2 + 98
+    >>> c = np.zeros(260, dtype=np.int64); c[259] = 1
+    >>> tokens_per_prefix(c, [a, 258], [b, 258], 2).tolist()
+    [4, 2, 1]
+    """
+    import numpy as np
+
+    c = np.asarray(counts, dtype=np.int64).copy()
+    first = n_special + 256
+    applied = np.zeros(len(lefts), dtype=np.int64)
+    # Why decreasing ids: a token's parts have smaller ids, so each count is final when reached.
+    for r in range(len(lefts) - 1, -1, -1):
+        n = c[first + r]
+        if n:
+            applied[r] = n
+            c[lefts[r]] += n
+            c[rights[r]] += n
+    total_at_zero = int(c[:first].sum())  # specials + single bytes, before any merge
+    return np.concatenate(([total_at_zero], total_at_zero - np.cumsum(applied)))
+
+
+def default_sample(paths: list[str], sample_bytes: int = DEFAULT_SAMPLE_BYTES,
+                   places: int = SAMPLE_PLACES) -> str:
+    """``sample_bytes`` of the files, from ``places`` evenly spaced offsets, cut to whole lines."""
+    sizes = []
+    for p in paths:
+        try:
+            sizes.append(os.path.getsize(p))
+        except OSError:
+            raise InputError(f"{p}: the store's input is gone, so no default held-out sample; "
+                             "give one with --held-out FILE") from None
+    total = sum(sizes)
+    if total <= sample_bytes:
+        return "".join(Path(p).read_bytes().decode("utf-8", "replace") for p in paths)
+    piece = sample_bytes // places
+    parts = []
+    for i in range(places):
+        at = (total - piece) * i // max(places - 1, 1)
+        fi = 0
+        while at >= sizes[fi]:
+            at -= sizes[fi]
+            fi += 1
+        with open(paths[fi], "rb") as f:
+            f.seek(at)
+            data = f.read(piece)
+        if at > 0:  # drop a partial first line
+            nl = data.find(b"\n")
+            data = data[nl + 1:] if nl >= 0 else b""
+        nl = data.rfind(b"\n")
+        parts.append(data[: nl + 1] if nl >= 0 else data)
+    return "".join(p.decode("utf-8", "replace") for p in parts)
+
+
+# -- scripts --------------------------------------------------------------------------------
+
+
+def script_of(token: bytes) -> str:
+    """The script of a token, approximated from its first letter's Unicode name.
+
+    >>> [script_of(t) for t in (b" the", "ение".encode(), "中国".encode(), b" 42", b"\\n\\n", b"\\xe4\\xb8")]
+    ['Latin', 'Cyrillic', 'Han', 'digits', 'whitespace', 'partial UTF-8']
+    """
+    try:
+        text = token.decode("utf-8")
+    except UnicodeDecodeError:
+        return "partial UTF-8"
+    for ch in text:
+        if ch.isalpha():
+            word = unicodedata.name(ch, "OTHER").split(" ")[0].split("-")[0]
+            return _SCRIPT_NAMES.get(word, word.title())
+    if any(ch.isdigit() for ch in text):
+        return "digits"
+    if text.isspace():
+        return "whitespace"
+    return "punctuation/symbols"
+
+
+# -- data -----------------------------------------------------------------------------------
+
+
+def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
+           sample_bytes: int = DEFAULT_SAMPLE_BYTES, threads: int = 0) -> dict[str, Any]:
+    """Everything the page shows, as plain data (also the ``--json`` output)."""
+    import numpy as np
+
+    from ..tokenizer.tokenizer import Tokenizer
+    from .inspection import reading, splitter, status
+
+    st = status(db)
+    with reading(db) as store:
+        vocab = {i: (b, k) for i, b, k in store.load_vocab()}
+        merges = store.load_merges()  # (rank, left, right, token, count)
+        n_special = sum(1 for _, k in vocab.values() if k == "special")
+        split = splitter(store)
+        # the most frequent words (a word of fewer bytes cannot take MANY_TOKENS tokens), split
+        # under every merge (a finished store keeps no words' tokens), up to SPLIT_WORDS of them
+        split_rows: list[tuple[bytes, int, list[int]]] = []
+        for w, c in store.sql("SELECT bytes, count FROM words WHERE length(bytes) >= ?"
+                              " ORDER BY count DESC, bytes LIMIT ?", (MANY_TOKENS, SPLIT_SCAN)):
+            ids_ = split(w)
+            if len(ids_) >= MANY_TOKENS:
+                split_rows.append((w, c, ids_))
+                if len(split_rows) == SPLIT_WORDS:
+                    break
+        stages = store.sql("SELECT phase, count(*), max(elapsed_s), coalesce(sum(write_s), 0) FROM checkpoints"
+                           " GROUP BY phase").fetchall()
+    if held_out is not None:
+        p = Path(held_out)
+        if not p.is_file():
+            raise InputError(f"{p}: no such file (--held-out)")
+        text = p.read_bytes().decode("utf-8", "replace")
+        source = {"kind": "file", "path": str(p)}
+    else:
+        text = default_sample([i["path"] for i in st["inputs"]], sample_bytes)
+        source = {"kind": "sample of the training inputs", "places": SAMPLE_PLACES}
+    if not text:
+        raise InputError("the held-out text is empty")
+    n_bytes = len(text.encode("utf-8"))
+    tok = Tokenizer.from_store(db)
+    ids = tok.encode_to_array(text, threads)
+    counts = np.bincount(ids, minlength=len(vocab))
+    tokens = tokens_per_prefix(counts, [m[1] for m in merges], [m[2] for m in merges], n_special)
+    assert int(tokens[-1]) == len(ids)  # the push-down accounts for every token
+    first = n_special + 256
+
+    by_script: dict[str, Counter[int]] = {}
+    for tid in range(first, len(vocab)):
+        b = vocab[tid][0]
+        by_script.setdefault(script_of(b), Counter())[len(b)] += 1
+    # the final checkpoint has phase "done": it belongs to merging
+    stage: dict[str, dict[str, float]] = {}
+    for ph, n, el, w in stages:
+        s = stage.setdefault("counting" if ph == "counting" else "merging",
+                             {"checkpoints": 0, "elapsed_s": 0.0, "write_s": 0.0})
+        s["checkpoints"] += n
+        s["elapsed_s"] = max(s["elapsed_s"], float(el or 0))
+        s["write_s"] += float(w)
+    counting_s = stage.get("counting", {}).get("elapsed_s", 0.0)
+    total_s = max((s["elapsed_s"] for s in stage.values()), default=0.0)
+    if "merging" in stage:
+        stage["merging"]["elapsed_s"] = max(total_s - counting_s, 0.0)  # time in the phase, not the clock
+    return {
+        "db": str(db), "status": st, "n_special": n_special, "first_merge_id": first,
+        "held_out": {**source, "bytes": n_bytes, "tokens": int(len(ids))},
+        "vocab_sizes": list(range(first, first + len(merges) + 1)),
+        "tokens": tokens.tolist(),
+        "bytes_per_token": (n_bytes / np.maximum(tokens, 1)).tolist(),
+        "merge_counts": [m[4] for m in merges],
+        "lengths_by_script": {s: dict(sorted(c.items())) for s, c in by_script.items()},
+        "split_words": [{"word": w, "count": c, "split": [vocab[t][0] for t in ids_]} for w, c, ids_ in split_rows],
+        "stages": {"counting_s": counting_s, "merging_s": max(total_s - counting_s, 0.0), "total_s": total_s,
+                   "by_phase": stage},
+    }
+
+
+# -- plots ----------------------------------------------------------------------------------
+
+
+def _svg(fig: Any) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+    svg = buf.getvalue()
+    return svg[svg.index("<svg"):]  # drop the XML declaration and DOCTYPE: inline SVG in HTML
+
+
+def _plots(data: dict[str, Any]) -> dict[str, str]:
+    Figure = _matplotlib()
+    out = {}
+
+    fig = Figure(figsize=(8, 4.2))
+    ax = fig.subplots()
+    ax.plot(data["vocab_sizes"], data["bytes_per_token"], color="#1f6fb4", linewidth=1.6)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("vocabulary size")
+    ax.set_ylabel("bytes per token (higher compresses more)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title(f"{data['held_out']['bytes']:,} bytes of held-out text")
+    out["compression"] = _svg(fig)
+
+    fig = Figure(figsize=(8, 4.2))
+    ax = fig.subplots()
+    counts = data["merge_counts"]
+    ax.plot(range(1, len(counts) + 1), counts, color="#c0392b", linewidth=1.2)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("merge rank (1 = first)")
+    ax.set_ylabel("pair count when merged")
+    ax.grid(True, which="both", alpha=0.3)
+    out["merges"] = _svg(fig)
+
+    fig = Figure(figsize=(8, 4.2))
+    ax = fig.subplots()
+    by = data["lengths_by_script"]
+    scripts = sorted(by, key=lambda s: -sum(by[s].values()))
+    if len(scripts) > 8:  # the default color cycle has 10 colors: the rest as one "other"
+        other: Counter[int] = Counter()
+        for s in scripts[7:]:
+            other.update(by[s])
+        by = {**{s: by[s] for s in scripts[:7]}, "other": dict(other)}
+        scripts = scripts[:7] + ["other"]
+    cap = 16
+    bottom = [0] * cap
+    for s in scripts:
+        per = by[s]
+        ys = [per.get(n, 0) for n in range(1, cap)] + [sum(v for n, v in per.items() if n >= cap)]
+        ax.bar(range(1, cap + 1), ys, bottom=bottom, label=s)
+        bottom = [a + b for a, b in zip(bottom, ys)]
+    ax.set_xticks(range(1, cap + 1), [str(n) for n in range(1, cap)] + [f"{cap}+"])
+    ax.set_xlabel("token length in bytes")
+    ax.set_ylabel("learned tokens")
+    ax.legend(fontsize="small", ncols=2)
+    out["lengths"] = _svg(fig)
+    return out
+
+
+# -- the page -------------------------------------------------------------------------------
+
+_CSS = """
+body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 60em; padding: 0 1em; color: #222; }
+h1 { font-size: 1.6em; margin-bottom: .2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: .6em 0; } td, th { padding: .15em .7em; text-align: left; }
+th { border-bottom: 1px solid #bbb; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
+code, .tok { font-family: ui-monospace, monospace; }
+.tok { background: #eef; border-radius: 3px; padding: 0 .2em; margin-right: .15em; }
+figure { margin: .5em 0; } figure svg { max-width: 100%; height: auto; } .note { color: #555; }
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _table(head: list[str], rows: list[list[Any]], numeric: set[int] = frozenset()) -> str:  # type: ignore[assignment]
+    h = "".join(f"<th>{_e(c)}</th>" for c in head)
+    body = "".join("<tr>" + "".join(f'<td class="n">{_e(v)}</td>' if i in numeric else f"<td>{v}</td>"
+                                    for i, v in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _when(at: str | None) -> str:
+    """``2026-11-23T11:47:53.521+00:00`` -> ``2026-11-23 11:47:53``."""
+    return at[:19].replace("T", " ") if at else "-"
+
+
+def _dur(s: float) -> str:
+    from .progress import format_duration
+
+    return f"{format_duration(s)} ({s:.1f} s)"
+
+
+def render_html(data: dict[str, Any]) -> str:
+    """The page for ``gather``'s data."""
+    from .progress import format_bytes
+
+    plots = _plots(data)
+    st = data["status"]
+    name = Path(data["db"]).name
+    sizes, bpt = data["vocab_sizes"], data["bytes_per_token"]
+    marks = [v for v in TABLE_SIZES if sizes[0] < v < sizes[-1]] + [sizes[-1]]
+    comp_rows = [[f"{v:,}", f"{bpt[v - sizes[0]]:.3f}", f"{data['tokens'][v - sizes[0]]:,}"] for v in marks]
+    ho = data["held_out"]
+    if ho["kind"] == "file":
+        ho_text = f"the file <code>{_e(ho['path'])}</code>"
+    else:
+        ho_text = (f"a sample of the training inputs ({ho['places']} places, whole lines): in-sample, so a "
+                   "little optimistic; <code>--held-out FILE</code> gives a real held-out text")
+    split_rows = [["".join(f'<span class="tok">{_e(display.escape(t).replace(" ", "␣"))}</span>'
+                           for t in w["split"]),
+                   f"{w['count']:,}", len(w["split"]), _e(display.quote(w["word"]))]
+                  for w in data["split_words"]]
+    stages = data["stages"]
+    stage_rows = [[ph, _dur(v["elapsed_s"]), v["checkpoints"], f"{v['write_s']:.2f} s"]
+                  for ph, v in sorted(data["stages"]["by_phase"].items())]
+    inputs = [[f"<code>{_e(i['path'])}</code>", format_bytes(i["size"]), f"<code>{_e(i['sha256'][:16])}</code>",
+               _e(i["state"])] for i in st["inputs"]]
+    params = [["vocabulary size", f"{st['vocab_size']:,} (merges {st['merges_done']:,} / {st['merges_target']:,})"],
+              ["special tokens", _e(", ".join(st["special_tokens"]) or "none")],
+              ["pattern", "GPT-2's" if st["pattern_is_gpt2"] else f"<code>{_e(st['pattern'])}</code>"],
+              ["invalid UTF-8", _e(st["invalid_utf8"])],
+              ["phase", _e(st["phase"] + (f" ({st['stop_reason']})" if st["stop_reason"] else ""))],
+              ["distinct words", f"{st['words']:,}"],
+              ["store", f"{_e(st['path'])} ({format_bytes(st['db_bytes'])}, schema {_e(st['schema'])})"],
+              ["training time", f"{_dur(stages['total_s'])}: counting {_dur(stages['counting_s'])}, "
+                                f"pairs and merging {_dur(stages['merging_s'])}"]]
+    sessions = [[s["id"], _e(_when(s["started_at"])), _e(_when(s["ended_at"])), _e(s["state"]),
+                 f"{s['merges_start']} → {s['merges_end'] if s['merges_end'] is not None else '?'}",
+                 _e(f"pid {s['pid']} on {s['host']}" if s["pid"] else "before sessions were recorded")]
+                for s in st["sessions"]]
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    full = bpt[-1]
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>bpe-store report: {_e(name)}</title><style>{_CSS}</style></head>
+<body>
+<h1>bpe-store report: {_e(name)}</h1>
+<p class="summary">{st['merges_done']:,} merges, vocabulary {sizes[-1]:,}: {full:.3f} bytes per token on
+{ho['bytes']:,} bytes of held-out text ({ho['tokens']:,} tokens).</p>
+
+<section id="compression"><h2>Compression at every vocabulary size</h2>
+<figure>{plots['compression']}</figure>
+<p class="note">Held-out text: {ho_text}. Every vocabulary size from {sizes[0]:,} (the 256 bytes and
+{data['n_special']} special tokens) to {sizes[-1]:,} is a prefix of this store's merge log; one encoding at
+the full size gives them all (each token's count pushed down its merge tree).</p>
+{_table(["vocabulary size", "bytes per token", "tokens"], comp_rows, {0, 1, 2})}
+</section>
+
+<section id="merge-counts"><h2>Merge count against rank</h2>
+<figure>{plots['merges']}</figure>
+<p class="note">How often each merged pair occurred when it was merged: the first merges cover most of the
+text, the last ones rare pairs.</p>
+</section>
+
+<section id="token-lengths"><h2>Token length by script</h2>
+<figure>{plots['lengths']}</figure>
+<p class="note">The {sizes[-1] - sizes[0]:,} learned tokens by length in bytes; script from the first letter's
+Unicode name (an approximation), tokens without letters as digits, whitespace, punctuation/symbols or
+partial UTF-8.</p>
+</section>
+
+<section id="split-words"><h2>Frequent words still split into many tokens</h2>
+<p class="note">The most frequent training words that take {MANY_TOKENS} or more tokens at the full vocabulary,
+as the store splits them (␣ is a space; other escapes as in <code>bpe-store show</code>).</p>
+{_table(["split", "count", "tokens", "word"], split_rows, {1, 2})}
+</section>
+
+<section id="facts"><h2>The run</h2>
+<h3>Parameters</h3>{_table(["", ""], params)}
+<h3>Inputs</h3>{_table(["path", "size", "sha256", "now"], inputs)}
+<h3>Time per stage and checkpoints</h3>
+{_table(["stage", "training time", "checkpoints", "writing them"], stage_rows, {2, 3})}
+<p class="note">Training time is summed over sessions (a resume adds to it); "pairs and merging" includes
+counting the pairs once.</p>
+<h3>Sessions</h3>{_table(["#", "started", "ended", "outcome", "merges", "process"], sessions)}
+</section>
+<footer class="note"><p>Made by bpe-store {_e(__version__)} on {now}. This page is self-contained: it loads
+nothing from the network.</p></footer>
+</body></html>
+"""
+
+
+def write_report(db: str | os.PathLike, out: str | os.PathLike, held_out: str | os.PathLike | None = None,
+                 sample_bytes: int = DEFAULT_SAMPLE_BYTES, threads: int = 0) -> dict[str, Any]:
+    """Gather, render and write the page to ``out`` (complete or absent); returns the data."""
+    from ..tokenizer.outfiles import new_files
+
+    out = Path(out)
+    if out.is_dir():
+        raise InputError(f"{out}: is a directory; -o names the HTML file to write")
+    if out.exists() and out.resolve() == Path(db).resolve():
+        raise InputError(f"{out}: is the store; -o names the HTML file to write")
+    _matplotlib()  # before any work: a missing extra is said at once
+    data = gather(db, held_out, sample_bytes, threads)
+    page = render_html(data)
+    with new_files([out]) as (f,):  # complete or absent; a previous report is replaced at the end
+        f.write(page.encode("utf-8"))
+    return data

@@ -1,0 +1,55 @@
+"""Training sessions: who trained in a store, when, and how each session ended.
+
+A session is one process that opened the store to train. ``begin`` writes its row when
+training starts; ``end`` closes it with an outcome (``done``, ``interrupted``, ``failed``).
+A row whose ``ended_at`` stays NULL belongs to the run holding the store now, or to one that
+was killed or stopped at once (``bpe-store status`` tells them apart with the store's lock).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+
+from ..errors import Interrupted
+from .store import Store, now
+
+
+def begin(store: Store) -> int | None:
+    """Record that this process starts training in ``store``; returns the session id."""
+    from .._version import __version__
+
+    merges = store.sql("SELECT count(*) FROM merges").scalar()
+    with store.transaction():
+        cur = store.sql(
+            "INSERT INTO sessions (pid, host, argv, bpe_store_version, started_at, merges_start)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (os.getpid(), socket.gethostname(), json.dumps(sys.argv), __version__, now(), merges))
+    return cur.lastrowid
+
+
+def outcome_of(exc: BaseException | None) -> str:
+    """The outcome recorded for a session that ended with ``exc`` (None: it returned)."""
+    if exc is None:
+        return "done"
+    if isinstance(exc, Interrupted):
+        return "interrupted"
+    return "failed"
+
+
+def end(store: Store, session_id: int | None, exc: BaseException | None = None) -> None:
+    """Close the session row; never raises (it must not hide why training stopped)."""
+    if session_id is None or isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        # stopping at once (a second Ctrl-C, an exit): write nothing more. The interrupt may have
+        # landed anywhere in a statement of this connection, and a write could wait busy_timeout
+        # on a lock for nothing. The row stays open, which status reports as "ended without a trace".
+        return
+    try:
+        with store.transaction():
+            store.sql("UPDATE sessions SET ended_at = ?, outcome = ?,"
+                      " merges_end = (SELECT count(*) FROM merges) WHERE id = ?",
+                      (now(), outcome_of(exc), session_id))
+    except Exception:  # noqa: BLE001 - best effort, the original outcome matters more
+        pass

@@ -1,0 +1,1 @@
+"""A trained store as a tokenizer, and the files made from it."""

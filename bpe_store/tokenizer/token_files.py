@@ -1,0 +1,261 @@
+"""Token-id files for training a model: what ``bpe-store encode`` writes.
+
+Two layouts, chosen by the output's suffix:
+
+* ``.npy``: NumPy's format, which records its dtype and length (``np.load``);
+* ``.bin``: nanoGPT's raw layout, ids back to back with no header. nanoGPT reads it as
+  ``np.memmap(path, dtype=np.uint16)``, so a ``.bin`` is uint16 unless its name says
+  ``uint32`` (``train.uint32.bin``, where ``--dtype uint32`` must be written): a vocabulary
+  past 65,536 ids is refused for a plain ``.bin`` rather than written in a layout nanoGPT
+  reads as garbage.
+
+``--val-fraction F`` splits the ids into a training and a validation file at document
+boundaries. Documents are the runs of ids that end with the ``--separator`` token (which is also
+written after every file, so a file always ends a document), or the files themselves when there
+is no separator. Counting documents from 0 over all inputs in order, document ``i`` goes to the
+validation file when ``floor((i + 1) * F) > floor(i * F)``: exactly ``floor(n * F)`` of ``n``
+documents, evenly spread (F = 0.1 takes documents 9, 19, 29, ...), the same on every run.
+
+Outputs are complete or absent (``outfiles.new_files``); a stop (``stop`` set, e.g. by Ctrl-C)
+raises ``EncodeStopped`` after removing the partial files.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+from ..errors import InputError
+from .outfiles import new_files
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .tokenizer import Tokenizer
+
+NANOGPT_SUFFIX = ".bin"
+SUFFIXES = (".npy", NANOGPT_SUFFIX)
+DTYPES = ("auto", "uint16", "uint32")
+UINT16_IDS = 1 << 16  # ids 0..65535
+
+
+class EncodeStopped(Exception):
+    """Encoding was asked to stop (a signal); the partial outputs are already removed."""
+
+
+@dataclass
+class EncodeResult:
+    """What ``encode_to_file`` wrote: ``files`` ``[(path, number of ids)]`` (training file
+    first), the ``dtype`` name, and the number of ``documents`` seen (counted when splitting)."""
+
+    files: list[tuple[Path, int]] = field(default_factory=list)
+    dtype: str = "uint16"
+    documents: int = 0
+
+    @property
+    def ids(self) -> int:
+        return sum(n for _, n in self.files)
+
+
+def choose_dtype(out: Path, max_id: int, dtype: str = "auto") -> str:
+    """The dtype to write ``out`` in, or InputError (exit 2) where a reader would misread it."""
+    if dtype not in DTYPES:
+        raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    fits16 = max_id < UINT16_IDS
+    if dtype == "uint16" and not fits16:
+        raise InputError(f"--dtype uint16: ids go up to {max_id}, past the 65,535 uint16 holds; "
+                         "use --dtype uint32")
+    if out.suffix == NANOGPT_SUFFIX:
+        if dtype == "auto" and "uint32" in out.name:
+            return "uint32"  # the name says it
+        if dtype == "uint32" and "uint32" not in out.name:
+            raise InputError(f"{out}: a uint32 .bin must say so in its name (e.g. "
+                             f"{out.with_name(out.stem + '.uint32.bin').name}): nanoGPT and other raw "
+                             "readers assume uint16")
+        if dtype == "auto" and not fits16:
+            raise InputError(f"{out}: ids go up to {max_id}, past the 65,535 of nanoGPT's uint16 .bin, which "
+                             f"would read them as garbage; write .npy (it records its dtype), or pass "
+                             f"--dtype uint32 with 'uint32' in the file name (e.g. {out.stem}.uint32.bin)")
+    if dtype == "auto":
+        return "uint16" if fits16 else "uint32"
+    return dtype
+
+
+def val_path(out: Path) -> Path:
+    """The validation file beside ``out``: its first ``train`` becomes ``val`` (``train.bin`` ->
+    ``val.bin``), or ``.val`` goes before the suffix (``ids.npy`` -> ``ids.val.npy``)."""
+    if "train" in out.name:
+        return out.with_name(out.name.replace("train", "val", 1))
+    return out.with_name(f"{out.stem}.val{out.suffix}")
+
+
+def check_output(out: Path, force: bool, keep: Sequence[Path]) -> None:
+    """Refuse an output name that would lose data or that readers would misread (exit 2);
+    ``keep`` (the store, the inputs) may never be replaced by the output."""
+    if out.is_dir():
+        raise InputError(f"{out}: is a directory; give a file name ending in .npy or .bin")
+    if out.suffix not in SUFFIXES:
+        raise InputError(f"{out}: the output must end in .npy (NumPy) or .bin (nanoGPT's raw layout)")
+    for k in keep:
+        if out.exists() and k.exists() and out.resolve() == k.resolve():
+            raise InputError(f"{out}: is {k}, which this command reads; write the ids elsewhere")
+    if (out.exists() or out.is_symlink()) and not force:
+        raise InputError(f"{out}: already exists; pass --force to replace it")
+    if not out.parent.is_dir():
+        raise InputError(f"{out}: the directory {out.parent} does not exist")
+
+
+def npy_header(dtype: str, n: int) -> bytes:
+    """A NumPy format 1.0 header for a 1-d array of ``n`` items (128 bytes for any n < 10**20)."""
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (n,)})
+    return buf.getvalue()
+
+
+class IdSink:
+    """One output file: ids appended in ``dtype``; ``finish`` writes the .npy header's length."""
+
+    def __init__(self, f: BinaryIO, dtype: str, npy: bool):
+        self.f, self.dtype, self.npy, self.n = f, dtype, npy, 0
+        self.header = npy_header(dtype, 0) if npy else b""
+        f.write(self.header)
+
+    def write(self, ids: np.ndarray) -> None:
+        if len(ids):
+            self.f.write(ids.astype(self.dtype, copy=False).tobytes())
+            self.n += len(ids)
+
+    def finish(self) -> None:
+        if self.npy:
+            final = npy_header(self.dtype, self.n)
+            if len(final) != len(self.header):  # pragma: no cover - 128 bytes for any realistic n
+                raise RuntimeError("NumPy header size changed")
+            self.f.seek(0)
+            self.f.write(final)
+
+
+def is_val_document(i: int, fraction: Fraction) -> bool:
+    """Whether document ``i`` (from 0) goes to the validation file (see the module docstring)."""
+    return (i + 1) * fraction.numerator // fraction.denominator > i * fraction.numerator // fraction.denominator
+
+
+class DocumentSplit:
+    """Routes a stream of id blocks to a training and a validation sink, whole documents at a
+    time: a document ends after each ``sep`` id, or at ``end_file`` when there is no ``sep``."""
+
+    def __init__(self, train: IdSink, val: IdSink, fraction: Fraction, sep: int | None):
+        self.train, self.val, self.fraction, self.sep = train, val, fraction, sep
+        self.doc = 0  # index of the current document
+        self.started = False  # whether the current document has any id yet
+
+    def _sink(self) -> IdSink:
+        return self.val if is_val_document(self.doc, self.fraction) else self.train
+
+    def write(self, ids: np.ndarray) -> None:
+        import numpy as np
+
+        if not len(ids):
+            return
+        if self.sep is None:
+            self._sink().write(ids)
+            self.started = True
+            return
+        start = 0
+        for end in np.flatnonzero(ids == self.sep) + 1:
+            self._sink().write(ids[start:end])
+            self.doc += 1
+            self.started = False
+            start = int(end)
+        if start < len(ids):
+            self._sink().write(ids[start:])
+            self.started = True
+
+    def end_file(self) -> None:
+        """A file ended: without a separator, that ends its document."""
+        if self.sep is None or self.started:
+            self.doc += 1
+            self.started = False
+
+    @property
+    def documents(self) -> int:
+        return self.doc
+
+
+def encode_to_file(db: str | Path | None, inputs: Sequence[str | Path], out: str | Path, *,
+                   tokenizer: Tokenizer | None = None,
+                   vocab_size: int | None = None, threads: int = 0, separator: str | None = None,
+                   force: bool = False, dtype: str = "auto", val_fraction: float | None = None,
+                   progress: Callable[[dict], None] | None = None,
+                   stop: threading.Event | None = None) -> EncodeResult:
+    """Encode ``inputs`` with the store's tokenizer into ``out`` (.npy or nanoGPT .bin), and
+    with ``val_fraction`` also into ``val_path(out)``, split at document boundaries. Instead of a
+    store ``db``, a ``tokenizer`` may be given (``Tokenizer.from_tiktoken``: OpenAI's ranks).
+
+    ``progress`` receives ``{"stage": "encoding", "done": bytes read, "total": bytes, "file":
+    path}`` events; ``stop`` (an Event) ends the work at the next block with ``EncodeStopped``.
+    Nothing is left under an output name unless the whole encoding succeeded.
+    """
+    from .tokenizer import Tokenizer, encode_files
+
+    out = Path(out)
+    paths = [Path(p) for p in inputs]
+    if (db is None) == (tokenizer is None):
+        raise InputError("give either a store or a tokenizer to encode with, not both" if tokenizer is not None
+                         else "give a store or a tokenizer to encode with")
+    if tokenizer is not None and vocab_size is not None:
+        raise InputError("--vocab-size takes a prefix of a store's merges; a tokenizer file has no prefix")
+    if not paths:
+        raise InputError("no input files given")
+    fraction = None
+    if val_fraction is not None:
+        if not 0 < val_fraction < 1:
+            raise InputError(f"--val-fraction must be between 0 and 1 (exclusive), not {val_fraction}")
+        fraction = Fraction(repr(float(val_fraction)))
+    outs = [out] if fraction is None else [out, val_path(out)]
+    for o in outs:
+        check_output(o, force, [*([] if db is None else [Path(db)]), *paths])
+    for p in paths:
+        if not p.is_file():
+            raise InputError(f"{p}: no such file" if not p.exists() else f"{p}: is not a file")
+    tok = tokenizer if tokenizer is not None else Tokenizer.from_store(db, vocab_size)
+    sep_id = None if separator is None else tok.special_id(separator)
+    dt = choose_dtype(out, max(tok.vocab), dtype)
+    npy = out.suffix == ".npy"
+    total = sum(p.stat().st_size for p in paths)
+    done = 0
+
+    def step(nread: int, path: Path) -> None:
+        nonlocal done
+        done += nread
+        if stop is not None and stop.is_set():
+            raise EncodeStopped()
+        if progress is not None:
+            progress({"stage": "encoding", "done": done, "total": total, "file": str(path)})
+
+    with new_files(outs) as handles:
+        sinks = [IdSink(f, dt, npy) for f in handles]
+        split = DocumentSplit(sinks[0], sinks[1], fraction, sep_id) if fraction is not None else None
+        write = split.write if split is not None else sinks[0].write
+        step(0, paths[0])
+        for p in paths:
+            encode_files(tok, [p], write, threads=threads, separator=separator,
+                         progress=lambda n, p=p: step(n, p))
+            if split is not None:
+                split.end_file()
+            step(0, p)
+        documents = split.documents if split is not None else 0
+        if split is not None and sinks[1].n == 0:
+            raise InputError(f"--val-fraction {val_fraction} takes no document: the input holds "
+                             f"{documents} document(s) and the validation file gets floor(n * F) of them; "
+                             "give a --separator that splits the text into documents, or more files")
+        for s in sinks:
+            s.finish()
+    return EncodeResult([(o, s.n) for o, s in zip(outs, sinks)], dt, documents)

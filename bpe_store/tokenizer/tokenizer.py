@@ -1,0 +1,546 @@
+"""The tokenizer: a trained store (or a CS336 ``vocab`` + ``merges``) as encode / decode.
+
+Encoding is byte-level BPE by merge rank, the CS336 definition:
+
+1. split the text at special tokens (the longest wins where one is a prefix of another); each
+   special becomes its own id and nothing crosses it;
+2. pre-tokenize each piece between specials with the pattern (GPT-2's by default);
+3. for each pre-token, start from its UTF-8 bytes and repeatedly merge the adjacent pair whose
+   merge came first in training (lowest rank), every occurrence left to right, until no pair of
+   the merge list is left.
+
+A vocabulary may hold the same bytes twice (two merges that spell the same bytes, or a special
+token that is also a learned token). Tokens are identified by bytes: a pair's rank is the rank
+of its first merge, and the id a merge produces is the first id holding its bytes — the rule the
+store itself uses. Exports refuse such vocabularies, since their loaders map bytes to one id.
+
+``Tokenizer.from_tiktoken`` encodes by tiktoken's rule instead, with OpenAI's ``.tiktoken``
+ranks (``cl100k_base``, ``o200k_base``): step 3 becomes "a pre-token that is a token is that
+token; else merge the leftmost adjacent pair whose concatenation has the lowest rank, one merge
+at a time, until no pair's concatenation has a rank". The merge table then holds every split
+``t = a + b`` of a token into two tokens (``tiktoken_files.tiktoken_merges``) ranked by the id of
+``t``, which is its tiktoken rank; so all splits of one token tie, and the leftmost wins.
+
+This module is the pure-Python specification. ``Tokenizer`` uses the native core
+(``bpe_store._core.Encoder``) for the BPE step and for batches when it is built, and the tests
+check that both give the same ids.
+
+>>> vocab = {b: bytes([b]) for b in range(256)} | {256: b"ab"}
+>>> tok = Tokenizer(vocab, [(b"a", b"b")])
+>>> tok.encode("abba")
+[256, 98, 97]
+>>> tok.decode([256, 98, 97])
+'abba'
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import regex
+
+from ..counting.pretokenize import GPT2_PATTERN, native_scanner, native_splitter, resolve_pattern
+from ..errors import InputError, StoreError
+from ..training.merge import merge_pair
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: ``{(left id, right id): (rank, merged id)}`` — the merge table, ids being first ids. The rank is
+#: the merge's position, or (tiktoken's rule) the merged id.
+MergeTable = dict[tuple[int, int], tuple[int, int]]
+
+#: Pre-tokens whose ids are kept in the cache (words repeat: a few thousand cover most text).
+_CACHE_LIMIT = 1 << 16
+#: ``encode_iterable`` encodes its buffer once it holds this many characters (memory stays flat).
+_STREAM_BLOCK = 1 << 20
+
+
+class TokenIdError(InputError):
+    """A token id given to ``decode`` is not in the vocabulary."""
+
+
+def _as_tiktoken_reads(text: str) -> str:
+    """``text`` with its surrogates read as tiktoken's ``encode`` reads them: a pair written as two
+    code points becomes its character, a lone one U+FFFD (a str holding either is not UTF-8)."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _tiktoken_surrogates(method):
+    """For ``from_tiktoken`` tokenizers: where a text holds surrogates (UnicodeEncodeError), encode
+    it again as tiktoken does (``_as_tiktoken_reads``), instead of raising as the others do. Only
+    on that error, so valid text pays nothing."""
+
+    @functools.wraps(method)
+    def wrapper(self, text, *args, **kwargs):
+        try:
+            return method(self, text, *args, **kwargs)
+        except UnicodeEncodeError:
+            if self._whole is None:
+                raise
+            fixed = (_as_tiktoken_reads(text) if isinstance(text, str) else
+                     [_as_tiktoken_reads(t) if isinstance(t, str) else t for t in text])
+            return method(self, fixed, *args, **kwargs)
+
+    return wrapper
+
+
+def _native():
+    """The native module, or None where it is not built (pure-Python fallback)."""
+    try:
+        from .. import _core
+    except ImportError:  # pragma: no cover - the package is always built with its core
+        return None
+    return _core if hasattr(_core, "Encoder") else None
+
+
+class Tokenizer:
+    """Byte-level BPE encoder/decoder: the CS336 ``Tokenizer`` API plus ``from_store``.
+
+    ``vocab``: ``{id: bytes}``; ``merges``: ``[(left bytes, right bytes)]`` in rank order;
+    ``special_tokens``: strings, each added to the vocabulary (at the next free id) if its bytes
+    are not there yet. ``pattern`` is the pre-tokenization regex, or a name in
+    ``pretokenize.PATTERNS`` ("gpt2", "gpt4", "o200k").
+    """
+
+    def __init__(
+        self,
+        vocab: dict[int, bytes],
+        merges: Sequence[tuple[bytes, bytes]],
+        special_tokens: Sequence[str] | None = None,
+        *,
+        pattern: str = GPT2_PATTERN,
+        native: bool = True,
+        _tiktoken_ranks: Mapping[bytes, int] | None = None,
+    ) -> None:
+        self.vocab: dict[int, bytes] = dict(vocab)
+        self.merges: list[tuple[bytes, bytes]] = [(bytes(a), bytes(b)) for a, b in merges]
+        self.pattern = resolve_pattern(pattern)
+        self._pat = regex.compile(self.pattern)
+        self.special_tokens: list[str] = list(dict.fromkeys(special_tokens or ()))
+
+        # first id of each byte string: {bytes: id}
+        self._id_of: dict[bytes, int] = {}
+        for i in sorted(self.vocab):
+            self._id_of.setdefault(self.vocab[i], i)
+        for s in self.special_tokens:
+            b = s.encode("utf-8")
+            if b not in self._id_of:
+                new = max(self.vocab, default=-1) + 1
+                self.vocab[new] = b
+                self._id_of[b] = new
+        self._special_id: dict[str, int] = {s: self._id_of[s.encode("utf-8")] for s in self.special_tokens}
+        # longest first, so that a special that is a prefix of another never wins over it
+        ordered = sorted(self.special_tokens, key=lambda s: (-len(s), s))
+        self._special_re = (regex.compile("(" + "|".join(regex.escape(s) for s in ordered) + ")")
+                            if ordered else None)
+        self._max_special = max((len(s) for s in ordered), default=0)
+        # where a stream or a file may be cut (None without the native core: at specials only)
+        self._splitter = native_splitter(self.special_tokens, self.pattern)
+
+        missing = [b for b in range(256) if bytes([b]) not in self._id_of]
+        if missing:
+            raise InputError(f"the vocabulary lacks {len(missing)} single byte(s) (first: {missing[0]:#04x}); "
+                             "a byte-level BPE needs all 256")
+        self._byte_id: list[int] = [self._id_of[bytes([b])] for b in range(256)]
+        # tiktoken's rule (from_tiktoken): {token bytes: id} of the ranks, for a piece that is a token
+        self._whole: Mapping[bytes, int] | None = _tiktoken_ranks
+        self._table: MergeTable = {}
+        for rank, (a, b) in enumerate(self.merges):
+            ia, ib, iab = self._id_of.get(a), self._id_of.get(b), self._id_of.get(a + b)
+            if ia is None or ib is None or iab is None:
+                which = a if ia is None else b if ib is None else a + b
+                raise InputError(f"merge {rank} ({a!r}, {b!r}) uses {which!r}, which is not in the vocabulary")
+            # a repeated pair keeps its first rank; tiktoken ranks a pair by the token it makes
+            self._table.setdefault((ia, ib), (rank if _tiktoken_ranks is None else iab, iab))
+        self._cache: dict[bytes, list[int]] = {}
+        core = _native() if native else None
+        self._core = None
+        if core is not None:
+            # rows (left, right, merged) in rank order; the native side ranks by position
+            rows = sorted((r, a, b, t) for (a, b), (r, t) in self._table.items())
+            self._core = core.Encoder(self._byte_id, [(a, b, t) for _, a, b, t in rows],
+                                      [(s.encode("utf-8"), i) for s, i in self._special_id.items()],
+                                      native_scanner(self.pattern))
+            if _tiktoken_ranks is not None:
+                self._core.use_tiktoken_rules(list(_tiktoken_ranks.items()))
+
+    # -- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def from_files(
+        cls,
+        vocab_filepath: str | os.PathLike,
+        merges_filepath: str | os.PathLike,
+        special_tokens: Sequence[str] | None = None,
+        **kwargs,
+    ) -> Tokenizer:
+        """Load GPT-2 style ``vocab.json`` + ``merges.txt`` (with or without a ``#version`` line)."""
+        from .gpt2_files import read_gpt2
+
+        vocab, merges = read_gpt2(vocab_filepath, merges_filepath)
+        return cls(vocab, merges, special_tokens, **kwargs)
+
+    @classmethod
+    def from_store(cls, db_path: str | os.PathLike, vocab_size: int | None = None, **kwargs) -> Tokenizer:
+        """The tokenizer a store holds; ``vocab_size`` takes a prefix of its merge log."""
+        vocab, merges, specials, pattern = load_store(db_path, vocab_size)
+        return cls(vocab, merges, specials, pattern=pattern, **kwargs)
+
+    @classmethod
+    def from_tiktoken(
+        cls,
+        path: str | os.PathLike,
+        pattern: str,
+        special_tokens: Mapping[str, int] | Sequence[str] | None = None,
+        *,
+        native: bool = True,
+    ) -> Tokenizer:
+        """A tokenizer that encodes and decodes exactly as tiktoken does with a ``.tiktoken`` ranks
+        file (plain or gzipped), e.g. OpenAI's ``cl100k_base`` with ``pattern="cl100k"``.
+
+        The ids are tiktoken's ranks. ``pattern`` is required (a ranks file does not say which
+        regex it was made with): a name in ``pretokenize.PATTERNS`` or a regex. ``special_tokens``:
+        ``{text: id}`` as tiktoken's ``special_tokens`` (OpenAI's ids: cl100k_base has
+        ``{"<|endoftext|>": 100257, ...}``), or a list of texts, given the next free ids in order.
+        ``encode`` equals tiktoken's ``encode(text, allowed_special="all")``.
+        Problems with the file or the special tokens are ``InputError`` s naming what is wrong.
+        """
+        from .tiktoken_files import read_tiktoken_ranks, tiktoken_merges, tiktoken_specials
+
+        ranks = read_tiktoken_ranks(path)
+        specials = tiktoken_specials(ranks, special_tokens)
+        vocab: dict[int, bytes] = {r: t for t, r in ranks.items()}
+        vocab.update({sid: s.encode("utf-8") for s, sid in specials.items() if sid is not None})
+        return cls(vocab, tiktoken_merges(ranks), list(specials), pattern=pattern, native=native,
+                   _tiktoken_ranks=ranks)
+
+    # -- encoding ------------------------------------------------------------------------------
+
+    def _bpe(self, piece: bytes) -> list[int]:
+        """BPE one pre-token: merge the lowest-rank pair (the leftmost of equal ranks), all
+        occurrences, until none is left. tiktoken's rule: a piece that is a token is that token,
+        and each step merges only the leftmost pair (a merge may make a pair that ranks lower)."""
+        if self._whole is not None:
+            whole = self._whole.get(piece)
+            if whole is not None:
+                return [whole]
+        ids = [self._byte_id[b] for b in piece]
+        table = self._table
+        while len(ids) > 1:
+            best = None
+            for i, pair in enumerate(zip(ids, ids[1:])):
+                hit = table.get(pair)
+                if hit is not None and (best is None or hit[0] < best[0]):
+                    best = (hit[0], hit[1], i)
+            if best is None:
+                break
+            _, new, i = best
+            if self._whole is not None:
+                ids[i:i + 2] = [new]
+            else:
+                ids = merge_pair(ids, ids[i], ids[i + 1], new)
+        return ids
+
+    def _encode_piece(self, piece: bytes) -> list[int]:
+        hit = self._cache.get(piece)
+        if hit is None:
+            hit = self._bpe(piece)
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()  # why: a bounded cache; frequent words come back at once
+            self._cache[piece] = hit
+        return hit
+
+    def _encode_ordinary(self, text: str) -> list[int]:
+        """Encode text that holds no special token (regex pre-tokenization)."""
+        pieces = self._pat.findall(text)
+        if self._core is not None:
+            return self._core.encode_pieces(pieces).tolist()
+        out: list[int] = []
+        for piece in pieces:
+            out.extend(self._encode_piece(piece.encode("utf-8")))
+        return out
+
+    @_tiktoken_surrogates
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``; special tokens become their ids."""
+        if self._core is not None and self._core.native_split:
+            return self._core.encode_list(text)
+        if self._special_re is None:
+            return self._encode_ordinary(text)
+        out: list[int] = []
+        for i, part in enumerate(self._special_re.split(text)):
+            if i % 2:
+                out.append(self._special_id[part])
+            elif part:
+                out.extend(self._encode_ordinary(part))
+        return out
+
+    @_tiktoken_surrogates
+    def encode_to_array(self, text: str | bytes, threads: int = 0):
+        """Ids of ``text`` (str, or UTF-8 bytes) as a uint32 NumPy array; native and parallel
+        over blocks for a named pattern (``threads`` 0 = all cores)."""
+        import numpy as np
+
+        if self._core is not None and self._core.native_split:
+            return self._core.encode(text, threads)
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        return np.asarray(self.encode(text), dtype=np.uint32)
+
+    @_tiktoken_surrogates
+    def encode_batch(self, texts: Sequence[str], threads: int = 0) -> list[list[int]]:
+        """Encode many documents, in parallel over documents with the native core
+        (``threads`` 0 = all cores)."""
+        if self._core is not None and self._core.native_split:
+            return self._core.encode_batch(list(texts), threads)
+        return [self.encode(t) for t in texts]
+
+    def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
+        """Stream the ids of the concatenation of ``iterable`` (e.g. a file's lines).
+
+        Memory stays flat: text is encoded in blocks cut only where the cut changes nothing
+        (``safe_cut``; natively for a named pattern), so the ids equal ``encode("".join(iterable))``.
+        """
+        if self._core is not None and self._core.native_split:
+            yield from self._encode_iterable_native(iterable)
+            return
+        buf: list[str] = []
+        size = 0
+        want = _STREAM_BLOCK
+        for s in iterable:
+            buf.append(s)
+            size += len(s)
+            if size >= want:
+                text = "".join(buf)
+                cut = self.safe_cut(text)
+                if cut > 0:
+                    yield from self.encode(text[:cut])
+                    text = text[cut:]
+                    want = _STREAM_BLOCK
+                else:
+                    # no cut point yet (e.g. one long whitespace run): wait for twice as much
+                    # text before looking again, so the joins stay linear overall
+                    want = 2 * len(text)
+                buf, size = [text], len(text)
+        text = "".join(buf)
+        if text:
+            yield from self.encode(text)
+
+    def _encode_iterable_native(self, iterable: Iterable[str]) -> Iterator[int]:
+        """``encode_iterable`` for a named pattern: UTF-8 blocks cut by the native splitter (which
+        finds cut points in CJK text too), each encoded on all cores."""
+        splitter = self._splitter
+        ctx = max(splitter.max_len, 4)
+        buf: list[bytes] = []
+        size = 0
+        want = _STREAM_BLOCK
+        for s in iterable:
+            b = s.encode("utf-8")
+            buf.append(b)
+            size += len(b)
+            if size >= want:
+                data = b"".join(buf)
+                cut = max(splitter.last_cut(data, 1, len(data) - ctx), 0)
+                if cut > 0:
+                    yield from self._core.encode(data[:cut], 0).tolist()
+                    data = data[cut:]
+                    want = _STREAM_BLOCK
+                else:
+                    want = 2 * len(data)  # one giant pre-token so far: linear joins, as above
+                buf, size = [data], len(data)
+        data = b"".join(buf)
+        if data:
+            yield from self._core.encode(data, 0).tolist()
+
+    def safe_cut(self, text: str) -> int:
+        """The last offset where ``text`` (which begins where encoding would begin) may be cut
+        with no effect on its ids; 0 if none.
+
+        The native splitter decides (``pretokenize.native_splitter``): at the start of a special
+        token, which is safe for any pattern and the only cut for a user's own regex, or by the
+        pattern's local rule (GPT-2, GPT-4, o200k). Without the native core, at special tokens only.
+        """
+        limit = len(text) - max(self._max_special, 1)
+        if limit <= 0:
+            return 0
+        if self._splitter is None:  # pragma: no cover - the package is always built with its core
+            found = self._special_re.finditer(text) if self._special_re is not None else ()
+            return max((m.start() for m in found if 0 < m.start() <= limit), default=0)
+        data = text.encode("utf-8", "surrogatepass")
+        q = self._splitter.last_cut(data, 1, len(data) - max(self._splitter.max_len, 4))
+        return len(data[:q].decode("utf-8", "surrogatepass")) if q > 0 else 0
+
+    # -- decoding ------------------------------------------------------------------------------
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        vocab = self.vocab
+        try:
+            return b"".join([vocab[i] for i in ids])
+        except (KeyError, TypeError):
+            bad = next(i for i in ids if not isinstance(i, int) or i not in vocab)
+            raise TokenIdError(f"token id {bad!r} is not in the vocabulary (ids are 0..{max(vocab)})") from None
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """The text of ``ids`` (a list, or a NumPy array); invalid UTF-8 becomes U+FFFD."""
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def special_id(self, token: str) -> int:
+        """The id of the special token ``token`` (a document separator: ``encode --separator``);
+        ``InputError`` naming the special tokens there are if it is not one of them."""
+        sid = self._special_id.get(token)
+        if sid is None:
+            raise InputError(f"separator {token!r} is not one of the store's special tokens "
+                             f"({', '.join(self.special_tokens) or 'none'})")
+        return sid
+
+    def __repr__(self) -> str:
+        return (f"Tokenizer(vocab_size={len(self.vocab)}, merges={len(self.merges)}, "
+                f"special_tokens={self.special_tokens!r})")
+
+
+def load_store(db_path: str | os.PathLike, vocab_size: int | None = None
+               ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str], str]:
+    """``(vocab, merges, special tokens, pattern)`` of a store, for ``vocab_size`` (a prefix).
+
+    Refuses a store that has not finished counting (it has no merges yet) and a vocab_size
+    larger than the store holds.
+    """
+    from ..store.result import read_result
+    from ..store.store import Store
+
+    p = Path(db_path)
+    if not p.exists():
+        raise StoreError(f"{p}: no such store")
+    with Store.open(p, readonly=True) as store:
+        run = store.run_row()
+        specials = json.loads(run["special_tokens"])
+        if run["phase"] == "counting":
+            raise StoreError(f"{p}: the store is still counting (no merges yet); finish training with "
+                             f"`bpe-store train ... --db {p}` first")
+        result = read_result(store)
+        have = len(result.vocab)
+        if vocab_size is not None:
+            least = 256 + len(specials)
+            if vocab_size < least:
+                raise InputError(f"vocab size {vocab_size} is too small: at least 256 bytes + "
+                                 f"{len(specials)} special tokens = {least}")
+            if vocab_size > have:
+                more = "" if run["phase"] == "done" else " so far (training was stopped; resume it to get more)"
+                raise InputError(f"vocab size {vocab_size} is larger than {p} holds: {have}{more}")
+            result = read_result(store, vocab_size)
+        return result.vocab, result.merges, specials, run["pattern"]
+
+
+#: ``encode_files`` reads this many bytes per step: memory stays at a few times this.
+_FILE_BLOCK = 16 << 20
+
+
+def encode_files(
+    tok: Tokenizer,
+    paths: Sequence[str | os.PathLike],
+    write: Callable[[np.ndarray], None],
+    *,
+    threads: int = 0,
+    separator: str | None = None,
+    progress: Callable[[int], None] | None = None,
+    block: int | None = None,
+) -> int:
+    """Encode whole files in order, handing each block's ids (uint32 array) to ``write``.
+
+    Files are read in blocks (``_FILE_BLOCK`` bytes) and cut only where the cut changes nothing
+    (``Tokenizer.safe_cut``), so the ids equal those of ``encode`` on each whole file; each
+    block is encoded in parallel natively. ``separator``, a special token, follows each file.
+    ``progress`` receives the bytes read. Returns the number of ids written.
+    """
+
+    import numpy as np
+
+    block = block or _FILE_BLOCK
+    sep = None
+    if separator is not None:
+        sep = np.array([tok.special_id(separator)], dtype=np.uint32)
+    native = tok._core is not None and tok._core.native_split
+    total = 0
+    for path in paths:
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"{p}: no such file" if not p.exists() else f"{p}: is not a file")
+        with open(p, "rb") as f:
+            blocks = _bytes_blocks(tok, f, block) if native else _text_blocks(tok, f, block)
+            try:
+                for chunk, nread, at in blocks:
+                    if chunk:
+                        try:
+                            ids = tok.encode_to_array(chunk, threads)
+                        except ValueError as exc:  # the native UTF-8 check: "invalid UTF-8 at byte N"
+                            m = regex.match(r"invalid UTF-8 at byte (\d+)", str(exc))
+                            if m is None:
+                                raise
+                            raise _BadUtf8(at + int(m.group(1))) from None
+                        write(ids)
+                        total += len(ids)
+                    if progress is not None and nread:
+                        progress(nread)
+            except _BadUtf8 as exc:
+                raise InputError(f"{p}: invalid UTF-8 at byte {exc.at}; the file must be UTF-8 text") from None
+        if sep is not None:
+            write(sep)
+            total += 1
+    return total
+
+
+class _BadUtf8(Exception):
+    def __init__(self, at: int):
+        self.at = at
+
+
+def _bytes_blocks(tok: Tokenizer, f, block: int) -> Iterator[tuple[bytes, int, int]]:
+    """``(UTF-8 bytes to encode, bytes read, file offset of the chunk)`` for the native path: the text never becomes a
+    str (a str of mixed text takes 2-4 bytes a character and needs a UTF-8 copy natively). Cut at the
+    native splitter's last safe cut, so a block stays about ``block`` bytes in CJK text as in English."""
+    splitter = tok._splitter
+    ctx = max(splitter.max_len, 4)
+    pending = b""
+    offset = 0  # file offset of pending[0]
+    while True:
+        data = f.read(block)
+        buf = pending + data if pending else data
+        cut = len(buf) if not data else max(splitter.last_cut(buf, 1, len(buf) - ctx), 0)
+        yield buf[:cut], len(data), offset
+        pending = buf[cut:]
+        offset += cut
+        if not data:
+            return
+
+
+def _text_blocks(tok: Tokenizer, f, block: int) -> Iterator[tuple[str, int, int]]:
+    """``(text to encode, bytes read, 0)`` for the regex path: decode, then cut at ``safe_cut``."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    pending = ""
+    offset = 0
+    while True:
+        data = f.read(block)
+        final = not data
+        try:
+            text = pending + decoder.decode(data, final)
+        except UnicodeDecodeError as exc:
+            raise _BadUtf8(offset + exc.start) from None
+        offset += len(data)
+        cut = len(text) if final else tok.safe_cut(text)
+        yield text[:cut], len(data), 0
+        pending = text[cut:]
+        if final:
+            return

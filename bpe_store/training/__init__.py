@@ -1,0 +1,1 @@
+"""Training: the recipe that turns a corpus into merges in a store."""

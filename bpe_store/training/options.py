@@ -1,0 +1,143 @@
+"""A training run's parameters and options, checked before anything is written.
+
+``check_params`` checks what defines a run (stored with it: a resume must give the same),
+``check_trainer_options`` the trainer's options stored with it, ``check_run_options`` and
+``check_engines`` what never changes a run's result. Each raises ``InputError`` naming the bad
+value (exit code 2 on the command line). ``train`` (step 1, check) calls them all.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from ..counting.pretokenize import PATTERNS
+from ..errors import InputError
+from ..store.store import MAX_SPECIAL_TOKENS, RunParams
+from .merge import ENGINES, native_available
+
+#: Token ids are uint32 (the merge engine and ``words.tokens`` hold them so) and 0xFFFFFFFF marks
+#: "no token" in the engine, so the largest vocabulary has ids 0 .. 2^32 - 2.
+MAX_VOCAB_SIZE = (1 << 32) - 1
+#: Counting threads: far more than any machine has cores; each may hold two chunks in memory.
+MAX_WORKERS = 1024
+#: A chunk is read into memory whole; 4 GiB is far above any useful size (the default is 8 MiB).
+MAX_CHUNK_SIZE = 1 << 32
+#: A pre-token longer than this (a line of letters without whitespace) counts as pieces of at
+#: most this many bytes (pretokenize.split_long_pretoken). Why 1 MiB: no word of any natural
+#: language comes near it, so on real text nothing changes (the CS336 reference semantics hold),
+#: while one pathological line can no longer make a word of hundreds of MB (its tokens blob hit
+#: SQLite's 1 GB limit, and the merge engine needs ~25 bytes of memory per byte of a word).
+DEFAULT_MAX_PRETOKEN_BYTES = 1 << 20
+#: One character (4 bytes) must fit a piece; above 64 MiB a word's token blob (4 bytes per
+#: byte) nears SQLite's 1 GB default limit on a value.
+MIN_MAX_PRETOKEN_BYTES, MAX_MAX_PRETOKEN_BYTES = 4, 1 << 26
+
+
+def _positive_int(name: str, value: object, most: int | None = None) -> int:
+    """``value`` if it is an int in ``1 .. most``; otherwise InputError naming ``name``."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InputError(f"{name} must be an integer, not {value!r}")
+    if value < 1 or (most is not None and value > most):
+        bound = f"between 1 and {most}" if most is not None else "at least 1"
+        raise InputError(f"{name} must be {bound}, not {value}")
+    return value
+
+
+def _seconds(name: str, value: object, zero_ok: bool = False) -> float:
+    """``value`` as float seconds if it is a finite number > 0 (>= 0 if ``zero_ok``); otherwise
+    InputError. Why finite: NaN compares false with everything, so a NaN or infinite interval
+    silently meant "never checkpoint"."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{name} must be a number of seconds, not {value!r}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        least = "0 or more" if zero_ok else "above 0"
+        raise InputError(f"{name} must be a finite number of seconds, {least}, not {value}")
+    return float(value)
+
+
+def check_run_options(workers: int | None, chunk_size: int, checkpoint_merges: int | None,
+                      checkpoint_seconds: float, count_flush_seconds: float) -> int:
+    """Validate the options that never change a run's result; return the worker count to use."""
+    if workers is not None:
+        _positive_int("workers", workers, MAX_WORKERS)
+    _positive_int("chunk size", chunk_size, MAX_CHUNK_SIZE)
+    if checkpoint_merges is not None:
+        _positive_int("checkpoint merges", checkpoint_merges)
+    _seconds("checkpoint seconds", checkpoint_seconds)
+    _seconds("count flush seconds", count_flush_seconds, zero_ok=True)
+    return min(workers or os.cpu_count() or 1, MAX_WORKERS)
+
+
+#: The patterns bpe_store ships (tests/test_patterns.py compiles each): not compiled again per run.
+_BUILT_IN_PATTERNS = frozenset(PATTERNS.values())
+
+
+def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, invalid_utf8: str,
+                 max_pretoken_bytes: int | None = None) -> RunParams:
+    """Validate the parameters that define a run; raise InputError naming the bad one.
+    ``max_pretoken_bytes`` None means "not given" (the store's value, or the default)."""
+    if isinstance(special_tokens, (str, bytes)) or not isinstance(special_tokens, Iterable):
+        raise InputError(f"special tokens must be a list of strings, not {special_tokens!r}")
+    specials = list(special_tokens)
+    for s in specials:
+        if not isinstance(s, str) or s == "":
+            raise InputError("special tokens must be non-empty strings")
+    if len(specials) > MAX_SPECIAL_TOKENS:  # a store with more is refused as damaged (store.check_run)
+        raise InputError(f"{len(specials)} special tokens: at most {MAX_SPECIAL_TOKENS}")
+    dup = [s for s, n in Counter(specials).items() if n > 1]
+    if dup:
+        raise InputError(f"special token {dup[0]!r} is given more than once")
+    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool):
+        raise InputError(f"vocab size must be an integer, not {vocab_size!r}")
+    least = 256 + len(specials)
+    if vocab_size < least:
+        raise InputError(f"vocab size {vocab_size} is too small: it must be at least 256 bytes + "
+                         f"{len(specials)} special tokens = {least}")
+    if vocab_size > MAX_VOCAB_SIZE:
+        raise InputError(f"vocab size {vocab_size} is too large: token ids are 32-bit, so at most "
+                         f"{MAX_VOCAB_SIZE}")
+    if not isinstance(pattern, str):
+        raise InputError(f"the pre-tokenization pattern must be a string, not {pattern!r}")
+    if pattern not in _BUILT_IN_PATTERNS:  # Why: compiling GPT-2's costs ~30 ms, importing `regex` ~20 ms more
+        import regex
+
+        try:
+            regex.compile(pattern)
+        except regex.error as exc:
+            raise InputError(f"the pre-tokenization pattern does not compile: {exc}") from None
+    if invalid_utf8 not in ("strict", "replace"):
+        raise InputError(f"invalid_utf8 must be 'strict' or 'replace', not {invalid_utf8!r}")
+    if max_pretoken_bytes is not None:
+        _positive_int("max pre-token bytes", max_pretoken_bytes, MAX_MAX_PRETOKEN_BYTES)
+        if max_pretoken_bytes < MIN_MAX_PRETOKEN_BYTES:
+            raise InputError(f"max pre-token bytes must be between {MIN_MAX_PRETOKEN_BYTES} and "
+                             f"{MAX_MAX_PRETOKEN_BYTES} (one character is up to 4 bytes), not {max_pretoken_bytes}")
+    return RunParams(pattern, tuple(specials), vocab_size, invalid_utf8, max_pretoken_bytes=max_pretoken_bytes)
+
+
+def check_trainer_options(min_frequency: int, max_token_length: int | None) -> dict:
+    """Validate ``min_frequency`` and ``max_token_length`` (see ``train``); raise InputError
+    naming the bad one. Returns them as ``RunParams`` fields."""
+    _positive_int("min_frequency", min_frequency, (1 << 63) - 1)  # word counts are 64-bit
+    if max_token_length is not None and _positive_int("max_token_length", max_token_length, 1 << 32) < 2:
+        raise InputError("max_token_length must be at least 2 (a merge joins two tokens of at least one "
+                         "byte each), or None for no limit, not 1")
+    return {"min_frequency": min_frequency, "max_token_length": max_token_length}
+
+def check_engines(engine: str, count_engine: str, ray_address: str | None) -> None:
+    """Validate where merging (``engine``) and counting (``count_engine``, ``ray_address``) run."""
+    if engine not in ENGINES:
+        raise InputError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if engine == "native" and not native_available():
+        raise InputError("the native merge engine is not built in this installation; use engine='python'")
+    if count_engine not in ("local", "ray"):
+        raise InputError(f"count_engine must be 'local' or 'ray', not {count_engine!r}")
+    if ray_address is not None and count_engine != "ray":
+        raise InputError("ray_address needs count_engine='ray'")
+    if count_engine == "ray":
+        from ..counting.ray_count import import_ray
+
+        import_ray()  # missing Ray: say how to install it before anything is written

@@ -39,13 +39,17 @@ def test_imports_keep_the_layers():
     assert "0 broken" in r.stdout
 
 
-@pytest.mark.parametrize("module,line,target", [
-    ("counting/count.py", "from ..store.store import Store", "store.store"),          # counting is a map step: no store
-    ("store/store.py", "from ..training.train import train", "training.train"),  # the store knows nothing above it
-    ("tokenizer/tokenizer.py", "from .export import FORMATS", "tokenizer.export"),  # exports sit above the tokenizer
-    ("training/train.py", "from .. import __version__", None),            # the package root
+@pytest.mark.parametrize("module,line,importer,target", [
+    # counting is a map step: no store
+    ("counting/count.py", "from ..store.store import Store", "counting", "store"),
+    # the store knows nothing above it
+    ("store/store.py", "from ..training.train import train", "store", "training"),
+    # inside the tokenizer's wing, the exports sit above the tokenizer
+    ("tokenizer/tokenizer.py", "from .export import FORMATS", "tokenizer.tokenizer", "tokenizer.export"),
+    # the package root
+    ("training/train.py", "from .. import __version__", "training.train", None),
 ])
-def test_the_contract_catches_an_import_across_layers(tmp_path, module, line, target):
+def test_the_contract_catches_an_import_across_layers(tmp_path, module, line, importer, target):
     # a copy under another name: the editable install's import hook would find the real bpe_store
     shutil.copytree(PACKAGE, tmp_path / "copied_pkg", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     config = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
@@ -54,9 +58,9 @@ def test_the_contract_catches_an_import_across_layers(tmp_path, module, line, ta
         f.write(f"\n{line}  # noqa\n")
     r = lint_imports(tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
-    importer, imported = f"copied_pkg.{module[:-3].replace('/', '.')}", "copied_pkg" + (f".{target}" if target else "")
+    importer, imported = f"copied_pkg.{importer}", "copied_pkg" + (f".{target}" if target else "")
     said = " ".join(r.stdout.split())
-    assert "1 broken" in said and f"{importer} is not allowed to import {imported}:" in said, r.stdout
+    assert f"{importer} is not allowed to import {imported}:" in said, r.stdout
 
 
 def test_ruff_finds_nothing():

@@ -247,35 +247,35 @@ inline FChar fchar(const uint8_t *s, size_t i, const uint8_t *end) {
 // kFLo: a-z, kFUp: A-Z, kFN: digits), or none (then one table load per byte).
 enum class AsciiSet : uint8_t { kNone, kLetters, kLower, kUpper, kDigits };
 
-inline size_t ascii_set_end(const uint8_t *s, size_t k, size_t n, AsciiSet set) {
-    switch (set) {
-        case AsciiSet::kLetters: return ascii_range_end(s, k, n, 0x20, 'a', 25);
-        case AsciiSet::kLower: return ascii_range_end(s, k, n, 0, 'a', 25);
-        case AsciiSet::kUpper: return ascii_range_end(s, k, n, 0, 'A', 25);
-        case AsciiSet::kDigits: return ascii_range_end(s, k, n, 0, '0', 9);
-        default: return k;
-    }
+template <AsciiSet kSet>
+inline size_t ascii_set_end(const uint8_t *s, size_t k, size_t n) {
+    if constexpr (kSet == AsciiSet::kLetters) return ascii_range_end(s, k, n, 0x20, 'a', 25);
+    if constexpr (kSet == AsciiSet::kLower) return ascii_range_end(s, k, n, 0, 'a', 25);
+    if constexpr (kSet == AsciiSet::kUpper) return ascii_range_end(s, k, n, 0, 'A', 25);
+    if constexpr (kSet == AsciiSet::kDigits) return ascii_range_end(s, k, n, 0, '0', 9);
+    return k;
 }
 
-// The end of the run from k of characters with some flag of `any` (kWant true) or with none of
-// them (kWant false). `ascii` must be the run's ASCII members exactly, or kNone.
-template <bool kWant>
-inline size_t flag_run_end(const uint8_t *s, size_t k, size_t n, uint8_t any, AsciiSet ascii) {
+// The end of the run from k of characters with some flag of `kAny` (kWant true) or with none of
+// them (kWant false). `kAscii` must be the run's ASCII members exactly, or kNone. Template
+// parameters, not arguments: each call site compiles to its own loop, with no switch per run.
+template <bool kWant, uint8_t kAny, AsciiSet kAscii>
+inline size_t flag_run_end(const uint8_t *s, size_t k, size_t n) {
     const uint8_t *const end = s + n;
     while (k < n) {
         const uint8_t b = s[k];
         if (b < 0x80) {
-            if (ascii != AsciiSet::kNone) {
-                k = ascii_set_end(s, k, n, ascii);
+            if constexpr (kAscii != AsciiSet::kNone) {
+                k = ascii_set_end<kAscii>(s, k, n);
                 if (k >= n || s[k] < 0x80) break;  // an ASCII character outside the set
                 continue;
             }
-            if (((tables::kFlagStage2[b] & any) != 0) != kWant) break;
+            if (((tables::kFlagStage2[b] & kAny) != 0) != kWant) break;
             ++k;
             continue;
         }
         const FChar d = fchar(s, k, end);
-        if (((d.f & any) != 0) != kWant) break;
+        if (((d.f & kAny) != 0) != kWant) break;
         k += d.len;
     }
     return k;
@@ -339,7 +339,7 @@ inline size_t punct_end(const uint8_t *s, size_t i, size_t n, FChar c, bool slas
         if (s[i] != ' ' || i + 1 >= n || (fchar(s, i + 1, s + n).f & kFPunct)) return 0;
         p = i + 1;
     }
-    size_t k = flag_run_end<false>(s, p, n, kFPunct, AsciiSet::kNone);
+    size_t k = flag_run_end<false, kFPunct, AsciiSet::kNone>(s, p, n);
     while (k < n && (s[k] == '\r' || s[k] == '\n' || (slash && s[k] == '/'))) ++k;
     return k;
 }
@@ -375,7 +375,7 @@ inline void scan_cl100k(const uint8_t *s, size_t n, Emit &&emit) {
         }
         size_t k;
         if (run != SIZE_MAX) {
-            k = flag_run_end<true>(s, run, n, kFL, AsciiSet::kLetters);
+            k = flag_run_end<true, kFL, AsciiSet::kLetters>(s, run, n);
         } else if (c.f & kFN) {  // \p{N}{1,3}+: groups of up to kDigits from the left
             k = i + c.len;
             for (unsigned d = 1; d < kDigits && k < n; ++d) {
@@ -403,7 +403,7 @@ inline size_t o200k_cased(const uint8_t *s, size_t j, size_t n) {
     size_t e = j, both_end = SIZE_MAX;
     while (e < n) {
         if (s[e] < 0x80) {  // ASCII: only A-Z is in U, and no ASCII character is in both sets
-            e = ascii_set_end(s, e, n, AsciiSet::kUpper);
+            e = ascii_set_end<AsciiSet::kUpper>(s, e, n);
             if (e >= n || s[e] < 0x80) break;
         }
         const FChar d = fchar(s, e, end);
@@ -411,7 +411,7 @@ inline size_t o200k_cased(const uint8_t *s, size_t j, size_t n) {
         e += d.len;
         if (d.f & kFLo) both_end = e;
     }
-    if (e < n && (fchar(s, e, end).f & kFLo)) return flag_run_end<true>(s, e, n, kFLo, AsciiSet::kLower);
+    if (e < n && (fchar(s, e, end).f & kFLo)) return flag_run_end<true, kFLo, AsciiSet::kLower>(s, e, n);
     return both_end;
 }
 
@@ -429,7 +429,7 @@ inline void scan_o200k(const uint8_t *s, size_t n, Emit &&emit) {
         size_t k = SIZE_MAX;
         if (c.f & kFL) {  // no prefix (a letter is not [^\r\n\p{L}\p{N}]): the first alternative, else the second
             k = o200k_cased(s, i, n);
-            if (k == SIZE_MAX) k = flag_run_end<true>(s, i, n, kFUp, AsciiSet::kUpper);  // U+, and L* takes nothing
+            if (k == SIZE_MAX) k = flag_run_end<true, kFUp, AsciiSet::kUpper>(s, i, n);  // U+, and L* takes nothing
         } else if (!(c.f & (kFN | kFCrLf))) {
             // With the prefix c, then, the first alternative without it (only a mark can start
             // it: a mark is in both sets, so it always matches), then the second with it (U+ after
@@ -438,7 +438,7 @@ inline void scan_o200k(const uint8_t *s, size_t n, Emit &&emit) {
             if (j < n) k = o200k_cased(s, j, n);
             if (k == SIZE_MAX && (c.f & kFLo)) k = o200k_cased(s, i, n);
             if (k == SIZE_MAX && j < n && (fchar(s, j, end).f & kFUp))
-                k = flag_run_end<true>(s, j, n, kFUp, AsciiSet::kUpper);
+                k = flag_run_end<true, kFUp, AsciiSet::kUpper>(s, j, n);
         }
         if (k != SIZE_MAX) {
             if (k < n && s[k] == '\'') {  // the optional contraction suffix

@@ -38,16 +38,16 @@ from bpe_store.counting.count import (  # noqa: E402
     new_word_counts,
     plan_chunks,
 )
-from bpe_store.counting.pretokenize import GPT2_PATTERN  # noqa: E402
+from bpe_store.counting.pretokenize import CL100K_PATTERN, GPT2_PATTERN  # noqa: E402
 
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpora" / "enwiki-100M.txt"
 SPECIALS = ["<|endoftext|>"]
 #: The GPT-2 pattern wrapped in a group: the same matches, but not equal to GPT2_PATTERN, so
 #: ``count_chunk`` takes the `regex` path (what any non-GPT-2 pattern gets).
 REGEX_PATTERN = f"(?:{GPT2_PATTERN})"
-#: GPT-4's (cl100k) pattern: a real non-GPT-2 pattern, also on the `regex` path.
-GPT4_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*"""
-                r"""|\s*[\r\n]|\s+(?!\S)|\s+""")
+#: GPT-4's (cl100k) regex in a group: a real tiktoken pattern, not a name, so on the `regex` path
+#: (the named "gpt4" has a native scanner).
+GPT4_PATTERN = f"(?:{CL100K_PATTERN})"
 OWT_BYTES = 11.9e9
 
 # (label, engine, pool kind, workers)

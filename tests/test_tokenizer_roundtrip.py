@@ -10,12 +10,11 @@ from conftest import EN, RU, ZH, fixture_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bpe_store.counting.pretokenize import CL100K_PATTERN
 from bpe_store.tokenizer.tokenizer import Tokenizer, _native
 from bpe_store.training.train import train
 
 EOT = "<|endoftext|>"
-GPT4_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-                r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 # text that looks like the corpora: letters of several scripts, digits, punctuation, whitespace
 # runs, and the special token
@@ -39,7 +38,7 @@ def _store(tmp_path_factory, name: str, pattern: str | None):
 @pytest.fixture(scope="module", params=["gpt2", "gpt4"])
 def pair(request, tmp_path_factory) -> tuple[Tokenizer, Tokenizer]:
     """(python, native) tokenizers of a store trained with GPT-2's or GPT-4's pattern."""
-    db = _store(tmp_path_factory, request.param, None if request.param == "gpt2" else GPT4_PATTERN)
+    db = _store(tmp_path_factory, request.param, None if request.param == "gpt2" else CL100K_PATTERN)
     py = Tokenizer.from_store(db, native=False)
     nat = Tokenizer.from_store(db)
     if _native() is None:

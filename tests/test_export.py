@@ -163,13 +163,12 @@ def test_other_pattern_exports(tmp_path, samples):
     """A store trained with GPT-4's pattern: HF gets Split + ByteLevel, tiktoken the pattern."""
     tokenizers = pytest.importorskip("tokenizers")
     pytest.importorskip("tiktoken")
-    from test_tokenizer_roundtrip import GPT4_PATTERN
 
     src = tmp_path / "train.txt"
     src.write_text(fixture_text(EN, 60_000) + EOT + fixture_text(ZH, 30_000),
                    encoding="utf-8")
     db = tmp_path / "gpt4.db"
-    train([src], db, 700, [EOT], workers=1, pattern=GPT4_PATTERN)
+    train([src], db, 700, [EOT], workers=1, pattern="gpt4")
     ours = Tokenizer.from_store(db)
     export_store(db, "hf", tmp_path / "hf")
     doc = json.loads((tmp_path / "hf" / "tokenizer.json").read_text(encoding="utf-8"))

@@ -23,9 +23,9 @@ with ``BPE_STORE_NATIVE_DB=0`` (tests compare the stores both write, row for row
 errors become the same StoreError as the driver's (``store_db.to_sqlite_error``, ``_sqlite_error``).
 
 Why the ``sqlite3`` driver for every statement, and SQLAlchemy only for migrations (the one
-place that says it). Issue 10 asked for SQLAlchemy where it helps (engine, schema check,
-queries) and the raw driver only for bulk ``executemany``; issue 13 asked for a cold start
-(``import bpe_store`` <= 0.1 s, a whole CS336 ``train_bpe`` process <= 0.3 s). The two pull
+place that says it). The design card asks for SQLAlchemy where it helps (engine, schema check,
+queries) and the raw driver only for bulk ``executemany``; the project also holds a cold start
+to ``import bpe_store`` <= 0.1 s and a whole CS336 ``train_bpe`` process <= 0.3 s. The two pull
 apart, and the cold start won: importing SQLAlchemy and making an engine costs ~0.2 s of CPU
 (SQLAlchemy 2.1), more than a whole cold ``train_bpe`` takes without it (0.12-0.13 s CPU, from
 0.40-0.48 s with SQLAlchemy, Alembic and migrations: bench/RESULTS.md "Cold start"). What it would

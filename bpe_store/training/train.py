@@ -666,7 +666,7 @@ def _count_map(job: _Job, sources: Sequence[Source], todo: Sequence) -> tuple[It
         # Both map steps release the GIL while they scan: the native counter, and `regex` with
         # concurrent=True (pretokenize.count_words). So threads give the parallelism of processes
         # without pickling counts back or spawning interpreters, which hung when run from
-        # `python -` (spawned workers re-ran __main__, crashed, were respawned; issue 9) and cost
+        # `python -` (spawned workers re-ran __main__, crashed, were respawned) and cost
         # ~1 s of imports each (bench/RESULTS-count.md). Ctrl-C reaches only this thread, which
         # decides how to stop.
         return count_chunks_threaded(tasks, min(workers, len(tasks)), task, into=buffer), buffer, dict

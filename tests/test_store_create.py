@@ -1,5 +1,6 @@
 """Creating a store: complete or absent whatever happens, at the migrations' head schema without
-running them, and cheap enough for a cold CS336 ``train_bpe`` (issues 9 and 13)."""
+running them, and cheap enough for a cold CS336 ``train_bpe``; and never deleted by ``train``
+without ``--restart`` when it holds anything."""
 
 from __future__ import annotations
 
@@ -160,6 +161,31 @@ def test_a_store_whose_creation_never_finished_is_recovered(tmp_path, corpus, ex
         r = subprocess.run(train_cmd(corpus, db, *extra), capture_output=True, text=True, env=env(), timeout=120)
         assert r.returncode == 0, r.stderr
         assert merges(db) == expected
+
+
+@pytest.mark.parametrize("damage", ["DELETE FROM run", "DELETE FROM alembic_version", "DROP TABLE alembic_version"])
+def test_a_store_with_data_but_no_run_or_version_is_never_deleted(tmp_path, corpus, expected, damage):
+    """A trained store whose run row or schema version is gone is not an unfinished creation:
+    `train`, even on other inputs, refuses it (exit 4) and leaves the file as it was; --restart
+    deletes it and trains."""
+    db = tmp_path / "run.db"
+    train([corpus], db, VOCAB, [SPECIAL])
+    con = sqlite3.connect(db)
+    con.execute(damage)
+    con.commit()
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    before = db.read_bytes()
+    other = tmp_path / "other.txt"
+    other.write_text("something else entirely " * 50, encoding="utf-8")
+    for inputs in (corpus, other):
+        r = subprocess.run(train_cmd(inputs, db), capture_output=True, text=True, env=env(), timeout=120)
+        assert r.returncode == 4, r.stderr
+        assert "nothing was deleted" in r.stderr and "--restart" in r.stderr, r.stderr
+        assert db.read_bytes() == before
+    r = subprocess.run(train_cmd(corpus, db, "--restart"), capture_output=True, text=True, env=env(), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert merges(db) == expected
 
 
 @pytest.mark.slow

@@ -520,7 +520,8 @@ class Store:
             if allow_unfinished:
                 return None
             raise StoreError(f"{p}: the store is not initialised yet (its creation by an older bpe_store "
-                             "was interrupted): run the same train command to start it again")
+                             "was interrupted, or its schema version was removed): `train` starts it again "
+                             "if it holds nothing, else --restart does")
         if rev not in migrate.known_revisions():
             raise StoreError(
                 f"{p}: made by a newer bpe_store (schema revision {rev}); upgrade bpe_store to open it")
@@ -748,6 +749,10 @@ class Store:
     def run_row(self) -> dict:
         row = self.sql("SELECT * FROM run WHERE id = 1").mappings().first()
         if row is None:
+            held = self.tables_with_rows()
+            if held:
+                raise StoreError(f"{self.path}: the store has no run but holds data ({', '.join(held[:4])}): "
+                                 "damaged or edited; `train --restart` deletes it and starts over")
             raise StoreError(f"{self.path}: the store has no run (it was never started)")
         if not self._run_checked:
             check_run(self.path, row)
@@ -756,6 +761,14 @@ class Store:
 
     def has_run(self) -> bool:
         return self.sql("SELECT 1 FROM run").first() is not None
+
+    def tables_with_rows(self) -> list[str]:
+        """The names of the tables that hold a row (the schema version's aside): what deleting this
+        store would lose. Reads any store of ours, however unfinished or damaged its schema."""
+        names = [r[0] for r in self.db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+        return [n for n in names if n != "alembic_version"
+                and self.db.execute(f'SELECT 1 FROM "{n.replace(chr(34), chr(34) * 2)}" LIMIT 1').fetchone()]
 
     def params(self) -> RunParams:
         r = self.run_row()

@@ -442,8 +442,10 @@ def _open_for_training(db: Path, paths: Sequence[FileInput | Stream], invalid_ut
                        durable: bool = True) -> Store | None:
     """The existing store at ``db`` to resume, locked; None when a new one is to be created.
 
-    A store of ours with no run yet (its creation by an older bpe_store was killed) is deleted
-    and created again, as is any store with ``restart`` (once the inputs are checked)."""
+    A store of ours with no run and no rows (an older bpe_store's creation killed midway: this one
+    creates stores atomically, with their run) is deleted and created again, as is any store with
+    ``restart`` (once the inputs are checked). A store with rows but no run or no schema version
+    (damaged or edited) is refused: nothing is deleted without ``restart``."""
     if not db.exists() or db.is_dir() or db.stat().st_size == 0:
         if db.is_dir():
             Store.open(db)  # raises the "is a directory" error
@@ -452,6 +454,11 @@ def _open_for_training(db: Path, paths: Sequence[FileInput | Stream], invalid_ut
     try:
         if not restart and store.revision is not None and store.has_run():
             return store
+        if not restart and (held := store.tables_with_rows()):
+            why = "no schema version" if store.revision is None else "no run"
+            raise StoreError(f"{db}: the store has {why} but holds data ({', '.join(held[:4])}): damaged or "
+                             "edited, so it is not resumed and nothing was deleted; --restart deletes it "
+                             "and starts over")
         if restart:
             for p in paths:
                 if not isinstance(p, Stream):

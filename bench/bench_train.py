@@ -87,11 +87,9 @@ def _vocab_digest(tokens) -> str:
     return h.hexdigest()
 
 
-def run_gigabpe(path: Path, vocab: int, threads: int, pattern: str) -> dict:
+def run_gigabpe(path: Path, vocab: int, threads: int, pattern: str) -> dict:  # main() runs it for gpt2 only
     import gigabpe
 
-    if pattern != "gpt2":
-        raise SystemExit("gigabpe knows GPT-2's pre-tokenizer only")
     # bytelevel: the GPT-2 byte-level pre-tokenizer (its default splits at whitespace, unlike the others)
     _, merges = gigabpe.train_bpe([str(path)], vocab, special_tokens=[EOT], threads=threads, pretokenizer="bytelevel")
     return {"merges": len(merges)}

@@ -15,7 +15,6 @@ heavy (no numpy, regex, SQLAlchemy or Alembic), so a script that trains pays onl
 
 from __future__ import annotations
 
-import sys
 from importlib import import_module
 
 from ._version import __version__
@@ -45,18 +44,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .training.train import train, train_bpe, train_from_iterator
 
 
-class _Package(type(sys)):  # types.ModuleType, without importing types
-    """The package module: importing the submodule ``bpe_store.train`` binds the package's ``train``
-    to that module (Python's import system does so), which would hide the function ``train``
-    from ``from bpe_store import train``; public names are never rebound to a submodule."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in _EXPORTS and name == _EXPORTS[name] and isinstance(value, type(sys)):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> object:

@@ -4,8 +4,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <string_view>
-#include <vector>
 
 namespace bpe {
 

@@ -710,6 +710,7 @@ def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, s
             yield mark, counts, sum(counts.values())
         return
     specials = _block_specials(special_tokens, documents)
+    scanner = native_scanner(pattern)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-count") as pool:
         pending: deque[tuple[Future, object]] = deque()
         try:
@@ -721,8 +722,8 @@ def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, s
                         yield m, counts, counts.total
                     yield None, None, 0
                     continue
-                pending.append((pool.submit(_native_count_chunk, block, specials, max_pretoken_bytes or 0,
-                                            native_scanner(pattern)), mark))
+                pending.append((pool.submit(_native_count_chunk, block, specials, max_pretoken_bytes or 0, scanner),
+                                mark))
                 del block
                 while pending and (len(pending) > 2 * workers or pending[0][0].done()):
                     fut, m = pending.popleft()

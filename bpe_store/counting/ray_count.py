@@ -24,8 +24,8 @@ distinct word, a single buffer for the object store instead of a pickled dict pe
   0.1-0.2 s of one core per 100 MB of English text (bench/RESULTS-ray.md), so one driver keeps
   up with tens of workers. Beyond that, the design is a tree of combiner tasks (each adds k
   packed results into one, ``WordCounter.add_packed`` + ``pack``, and returns the ids of the units
-  it holds, which the driver marks when it flushes the combined counts); see README "Counting on
-  a Ray cluster" for where the limit is and why it is not built yet.
+  it holds, which the driver marks when it flushes the combined counts); see docs/ray.md for where
+  the limit is and why it is not built yet.
 
 Ray is an optional dependency (``pip install 'bpe-store[ray]'``); this module imports it only
 when a Ray run starts.

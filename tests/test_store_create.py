@@ -145,6 +145,57 @@ def test_a_kill_while_creating_leaves_no_store_and_the_same_command_trains(tmp_p
     assert not [n for n in os.listdir(tmp_path) if ".creating-" in n]  # the killed build's file is gone
 
 
+def _plain_readonly_sqlite_reads(db: Path) -> int:
+    """What plain read-only SQLite (no bpe_store) counts in ``run``; fails on a hot -journal."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT count(*) FROM run").fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_a_store_appears_under_its_name_already_in_wal_mode(tmp_path, monkeypatch):
+    """Nothing switches the journal mode on the final name (a rollback-journal write a kill could
+    leave hot): the file is published in WAL mode, with no -wal, -shm or -journal beside it."""
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # as if killed right after the store got its name
+
+    monkeypatch.setattr(Store, "open", classmethod(killed))
+    db = tmp_path / "run.db"
+    with pytest.raises(KeyboardInterrupt):
+        Store.create(db, lambda s: s.init_run(train_params(), [], [], 1 << 20, "test"))
+    assert sorted(os.listdir(tmp_path)) == ["run.db"]
+    header = db.read_bytes()[:20]
+    assert (header[18], header[19]) == (2, 2), "the file format bytes say WAL"
+    assert _plain_readonly_sqlite_reads(db) == 1
+
+
+def train_params():
+    from bpe_store.store.store import RunParams
+
+    return RunParams("x", (SPECIAL,), VOCAB)
+
+
+def test_a_kill_just_after_creation_leaves_a_store_plain_sqlite_reads(tmp_path, corpus, expected):
+    db = tmp_path / "run.db"
+    proc = subprocess.Popen(train_cmd(corpus, db), stderr=subprocess.PIPE, text=True,
+                            env={**env(), "BPE_STORE_TEST_PAUSE": "published"})
+    try:
+        line = proc.stderr.readline()
+        assert "paused at published" in line, line
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+        proc.stderr.close()
+    assert not Path(f"{db}-journal").exists()
+    assert _plain_readonly_sqlite_reads(db) == 1  # no hot journal: read-only readers work at once
+    r = subprocess.run(cli_cmd("status", db), capture_output=True, text=True, env=env(), timeout=60)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(train_cmd(corpus, db), capture_output=True, text=True, env=env(), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert merges(db) == expected
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["no schema", "no run"])
 def test_a_store_whose_creation_never_finished_is_recovered(tmp_path, corpus, expected, how):

@@ -445,6 +445,7 @@ class Store:
             try:
                 cls._build(tmp, init, durable)
                 _publish(tmp, p, durable)
+                _test_pause("published")  # tests: kill once the store has its name, before it is opened
             except sqlite3.Error as exc:
                 raise _sqlite_error(p, exc) from exc
             except OSError as exc:
@@ -480,8 +481,18 @@ class Store:
             if init is not None:
                 init(store)
             _test_pause("create")  # tests: kill a creation half-way
+            # Why here, on the temporary name: switching to WAL rewrites the file header in a
+            # rollback-journal transaction; done on the final name, a kill during it left a hot
+            # -journal, and plain read-only SQLite then failed ("attempt to write a readonly
+            # database") until a writer rolled it back. Closing the only connection below copies
+            # the WAL back and deletes it and the -shm, so the file appears complete and in WAL mode.
+            if db.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
+                raise StoreError(f"{tmp}: SQLite could not switch the new store to WAL mode")
         finally:
             store.close()
+        for suffix in ("-wal", "-shm"):
+            if os.path.exists(f"{tmp}{suffix}"):  # not a clean close: never publish a store beside its WAL
+                raise StoreError(f"{tmp}: SQLite left {tmp.name}{suffix} after building the store")
         if not durable:
             return
         fd = os.open(tmp, os.O_RDONLY)

@@ -69,6 +69,8 @@ from urllib.parse import quote
 from ..counting.sources import Source
 from ..errors import StoreError
 from ..interrupts import CtrlC, sqlite_call
+from ..temporaries import pause_for_tests as _test_pause
+from ..temporaries import remove_stale, temp_name
 from . import migrate, store_db
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -189,17 +191,6 @@ def unpack_tokens(blob: bytes) -> list[int]:
     a = array.array("I")
     a.frombytes(blob)
     return a.tolist()
-
-
-def _test_pause(point: str) -> None:
-    """Tests only: when ``BPE_STORE_TEST_PAUSE`` names ``point`` (``create``; ``flush:N``, inside
-    the N-th counting flush's transaction; ``checkpoint:N``, inside the N-th merge checkpoint's, all
-    its rows written), say so on stderr and sleep, for a kill -9 just there."""
-    if os.environ.get("BPE_STORE_TEST_PAUSE") == point:
-        import sys
-
-        print(f"bpe_store: paused at {point}", file=sys.stderr, flush=True)
-        time.sleep(120)
 
 
 def is_db_error(exc: BaseException) -> bool:
@@ -439,8 +430,9 @@ class Store:
             raise StoreError(f"{p}: the directory {p.parent} does not exist")
         if not os.access(p.parent, os.W_OK):
             raise StoreError(f"{p}: cannot write in {p.parent} (read-only location)")
-        _remove_stale_builds(p)
-        tmp = p.parent / f".{p.name}.creating-{os.getpid()}-{os.urandom(4).hex()}"
+        # a killed creation's files (the store and SQLite's beside it), if their writer is gone
+        remove_stale(p.parent, f".{p.name}.creating-", tails=("", "-wal", "-shm", "-journal"))
+        tmp = p.parent / temp_name(f".{p.name}.creating-")
         try:
             try:
                 cls._build(tmp, init, durable)
@@ -1354,30 +1346,6 @@ def _remove_files(db: Path) -> None:
         try:
             os.unlink(f"{db}{suffix}")
         except FileNotFoundError:
-            pass
-
-
-def _remove_stale_builds(p: Path) -> None:
-    """Temporary files of earlier creations of ``p`` whose process is gone (killed mid-build)."""
-    prefix = f".{p.name}.creating-"
-    try:
-        names = [n for n in os.listdir(p.parent) if n.startswith(prefix)]
-    except OSError:
-        return
-    for name in names:
-        pid = name[len(prefix):].split("-", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # still running: another process creating the same store
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        try:
-            os.unlink(p.parent / name)
-        except OSError:
             pass
 
 

@@ -2,7 +2,7 @@
 either complete or absent.
 
 * ``new_files([a, b])``: each file is written through a temporary file created exclusively
-  beside it (``tempfile.mkstemp``: ``O_CREAT|O_EXCL``, so a planted symlink is never followed),
+  beside it (``temporaries.new_file``: ``O_CREAT|O_EXCL``, so a planted symlink is never followed),
   flushed to disk, then renamed over its final name; on any failure (an exception, Ctrl-C) the
   temporary files are removed and the final names are untouched.
 * ``export_dir(out, force=..., keep=[store])``: a directory of files written in a temporary
@@ -12,8 +12,9 @@ either complete or absent.
   store is refused. A symlink to a directory is followed: its target receives the files.
 
 A full disk (ENOSPC, EDQUOT) is ``DiskFull``, exit 4 like the store's own disk problems.
-A kill -9 can leave only a hidden ``.NAME.*.part`` temporary, never a truncated file under
-the final name.
+A kill -9 can leave only a hidden ``.NAME.PID-START-RANDOM.part`` temporary, never a truncated
+file under the final name; the next write of the same name removes it once its writer is gone
+(``temporaries.remove_stale``), never a live writer's.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import InputError, StoreError
+from ..temporaries import new_dir, new_file, pause_for_tests, remove_stale
 
 #: errno values meaning "no room left" (the file system or the user's quota).
 _FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -47,7 +48,7 @@ def disk_full(out: Path, exc: OSError) -> DiskFull:
 
 
 def _mode(base: int) -> int:
-    """``base`` less the process umask: the mode ``open()`` would have given (mkstemp uses 0600)."""
+    """``base`` less the process umask: the mode ``open()`` would have given (``new_file`` makes it 0600)."""
     mask = os.umask(0)
     os.umask(mask)
     return base & ~mask
@@ -79,17 +80,19 @@ def _cannot_create(where: Path, exc: OSError) -> Exception:
 def new_files(paths: Sequence[Path]) -> Iterator[list[BinaryIO]]:
     """Open one binary file per path for writing; on success all are renamed into place.
 
-    Each is a fresh ``.NAME.XXXX.part`` made exclusively in the target's directory, removed on
-    any failure, so a final name never holds a half-written file and a symlink planted at a
-    predictable name is never followed.
+    Each is a fresh ``.NAME.PID-START-RANDOM.part`` made exclusively in the target's directory
+    (and flocked while written), removed on any failure, so a final name never holds a
+    half-written file and a symlink planted at a predictable name is never followed. Those a
+    killed writer of the same name left are removed first.
     """
     temps: list[Path] = []
     try:
         with ExitStack() as stack:
             files: list[BinaryIO] = []
             for p in paths:
+                remove_stale(p.parent, f".{p.name}.", ".part")
                 try:
-                    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".part")
+                    fd, tmp = new_file(p.parent, f".{p.name}.", ".part")
                 except OSError as exc:
                     raise _cannot_create(p, exc) from None
                 temps.append(Path(tmp))
@@ -149,12 +152,16 @@ def export_dir(out: Path, *, force: bool = False, keep: Sequence[Path] = ()) -> 
     # why inside `out` when it exists: a sibling may sit on another file system than the
     # directory a symlinked `out` points to, and a rename cannot cross file systems
     where = out if existing else out.parent
+    remove_stale(out.parent, f".{out.name}.", ".part")  # those killed exports left, in either place
+    if existing:
+        remove_stale(out, f".{out.name}.", ".part")
     try:
-        staging = Path(tempfile.mkdtemp(dir=where, prefix=f".{out.name}.", suffix=".part"))
+        lock_fd, staging = new_dir(where, f".{out.name}.", ".part")  # flocked while we write
     except OSError as exc:
         raise _cannot_create(out, exc) from None
     try:
         yield staging
+        pause_for_tests("export:staged")  # tests: kill with the files staged, before the move
         names = sorted(p.name for p in staging.iterdir())
         for name in names:
             with open(staging / name, "rb+") as f:
@@ -177,3 +184,5 @@ def export_dir(out: Path, *, force: bool = False, keep: Sequence[Path] = ()) -> 
         if is_disk_full(exc):
             raise disk_full(out, exc) from None
         raise
+    finally:
+        os.close(lock_fd)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import InputError
+from ..temporaries import pause_for_tests
 from .outfiles import new_files
 
 if TYPE_CHECKING:
@@ -235,6 +236,8 @@ def encode_to_file(db: str | Path | None, inputs: Sequence[str | Path], out: str
     def step(nread: int, path: Path) -> None:
         nonlocal done
         done += nread
+        if nread:
+            pause_for_tests("encode:written")  # tests: kill with the outputs begun
         if stop is not None and stop.is_set():
             raise EncodeStopped()
         if progress is not None:

@@ -74,6 +74,7 @@ from ..errors import InputError, Interrupted, ResumeMismatch, StoreError
 from ..store import sessions
 from ..store.result import TrainResult, read_result, result_check
 from ..store.store import RunParams, Store, StreamMark, _remove_files, _sqlite_error, is_db_error
+from ..temporaries import new_dir, remove_stale
 from .merge import Engine, new_engine, release_free_memory, uses_native
 from .options import (
     DEFAULT_MAX_PRETOKEN_BYTES,
@@ -1003,13 +1004,16 @@ def train_bpe(
     if db is not None:
         r = train([input_path], db, vocab_size, special_tokens, **kwargs)
         return r.vocab, r.merges
-    tmp = tempfile.mkdtemp(prefix="bpe_store-")
+    where = Path(tempfile.gettempdir())
+    remove_stale(where, "bpe_store-train-")  # those of killed train_bpe calls
+    lock_fd, tmp = new_dir(where, "bpe_store-train-")
     try:
         kwargs.setdefault("durable", False)  # deleted below: nothing to keep through a power loss
-        r = train([input_path], Path(tmp) / "train.db", vocab_size, special_tokens, **kwargs)
+        r = train([input_path], tmp / "train.db", vocab_size, special_tokens, **kwargs)
         return r.vocab, r.merges
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        os.close(lock_fd)
 
 
 def train_from_iterator(

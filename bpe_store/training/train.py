@@ -110,6 +110,11 @@ MERGE_LOG_SECONDS = 1.0
 #: took 2.2 s. A word's tokens are its split under the merges (``merge.word_splitter``). A run
 #: continued to a larger vocabulary reads the words as bytes and replays every merge.
 KEEP_WORD_TOKENS = 100_000
+#: A finished run keeps the counts of its live pairs at least as frequent as the 100,000th most
+#: frequent one (ties never depend on ids): ``top_pairs`` then says what the next merges would be,
+#: its first row the merge that continuing by one token makes. A run continued to a larger
+#: vocabulary recounts every pair from its words and replaces them.
+KEEP_PAIR_COUNTS = 100_000
 #: Merges per engine call inside a batch (see ``_merge_batch``).
 _SUB_STEP = 64
 
@@ -558,9 +563,10 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
     # the merges logged after the last full checkpoint: the words' tokens and pair counts are older
     # None: a finished run's store, whose words are read as their bytes (see KEEP_WORD_TOKENS)
     state = store.state_merges()
-    if state is None and store.sql("SELECT EXISTS (SELECT 1 FROM pair_counts)").scalar():
-        raise StoreError(f"{store.path}: the store is inconsistent (pair counts in a finished run's store); "
-                         "start over with --restart")
+    if (state is None and store.pairs_merges() is None
+            and store.sql("SELECT EXISTS (SELECT 1 FROM pair_counts)").scalar()):
+        raise StoreError(f"{store.path}: the store is inconsistent (pair counts in a finished run's store "
+                         "that kept none); start over with --restart")
     if state is not None and not 0 <= state <= len(merges):
         raise StoreError(f"{store.path}: the store is inconsistent (its words reflect {state} merges of "
                          f"{len(merges)}); start over with --restart")
@@ -578,7 +584,7 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
         raise StoreError(f"{store.path}: the store is inconsistent (word {word} does not "
                          "spell its bytes); start over with --restart")
     del rows
-    if state is None and not merger.rewrite_pairs:  # a finished run kept no pair counts (no merge to replay)
+    if state is None and not merger.rewrite_pairs:  # a finished run kept at most its top pairs (no merge to replay)
         merger.forget_stored_pairs()
     # Why a digest: SQLite fingerprints pair_counts in one scan, instead of ~1M rows into Python.
     # After a replay the store's pair counts are the words' before it, which the engine no longer
@@ -968,10 +974,12 @@ def _checkpoint(job: _Job, merger: Engine, merges: list) -> str | None:
     if final:
         # Why no pair rows and few word rows: a finished run keeps its result (merges, vocab)
         # and its inputs (words, counts), not the merging's working state, whose writing was 5 s
-        # of a 12 GB run's ~80 s (7.0 M words' tokens, 3.8 M pair counts); see KEEP_WORD_TOKENS.
+        # of a 12 GB run's ~80 s (7.0 M words' tokens, 3.8 M pair counts); see KEEP_WORD_TOKENS
+        # and KEEP_PAIR_COUNTS for the few it keeps.
         merger.finish()  # free what only merging needs before SQLite's cache and the result's rows
-        clear_pairs, deletes, inserts, updates = False, (), (), ()
+        clear_pairs, deletes, updates = False, (), ()
         word_rows = merger.top_word_rows(KEEP_WORD_TOKENS)
+        inserts = merger.top_pair_rows(KEEP_PAIR_COUNTS)
     else:
         clear_pairs = merger.rewrite_pairs  # read before the take, which resets it
         word_rows, deletes, inserts, updates = merger.take_checkpoint_rows()

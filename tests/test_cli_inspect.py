@@ -330,6 +330,31 @@ def test_why_by_id_and_bytes(store_path):
     assert byte["kind"] == "byte" and byte["parts"] == []
 
 
+@pytest.mark.parametrize("args, answer", [
+    ([SPECIAL], "a special token: never inside a word"),
+    (["255", "--id"], "no word the store counted holds these bytes"),  # 0xFE: never in UTF-8
+    ([" the"], "listed words use"),
+    ([" the", "-n", "0"], "none listed: --limit 0"),
+])
+def test_why_always_ends_in_an_answer(store_path, args, answer):
+    r = run("why", store_path, *args)
+    assert r.exit_code == 0, r.output
+    last = r.stdout.splitlines()[-1]
+    assert answer in last and not last.endswith(":")
+    info = json.loads(run("why", store_path, *args, "--json").stdout)
+    assert answer in info["answer"]
+
+
+def test_why_says_when_no_listed_word_uses_the_token(store_path):
+    """A token every frequent word holding it merged further (' t' is inside ' the' and ' to')."""
+    for tid in range(257, VOCAB):
+        info = json.loads(run("why", store_path, str(tid), "--id", "-n", "3", "--json").stdout)
+        if info["words"] and not any(w["uses"] for w in info["words"]):
+            assert info["answer"].startswith("none of the 3 listed words uses it")
+            return
+    pytest.fail("no such token in the store")
+
+
 @pytest.mark.parametrize("args, message", [
     (["qqqzzz"], "is not a token of this vocabulary"),
     (["99999", "--id"], "no token with id 99999"),

@@ -810,7 +810,7 @@ def show(
 
 def _tree_lines(node: dict, prefix: str = "", last: bool = True, top: bool = True) -> Iterator[str]:
     if node["kind"] == "merge":
-        what = f"id {node['id']}, merge #{node['rank']}, count {node['count']}"
+        what = f"id {node['id']}, merge rank {node['rank']}, count {node['count']}"
     else:
         what = f"id {node['id']}, {node['kind']}"
     branch = "" if top else ("└── " if last else "├── ")
@@ -853,12 +853,14 @@ def why(
         return
     lines = list(_tree_lines(info["token"]))
     lines.append("")
-    lines.append(f"in {info['words_containing']} distinct words ({info['occurrences']} occurrences); "
-                 f"the most frequent (current split, * = uses this token):")
+    if info["words"]:
+        lines.append(f"in {info['words_containing']} distinct words ({info['occurrences']} occurrences); "
+                     f"the most frequent (current split, * = uses this token):")
     for w in info["words"]:
         split = " ".join(show_token(b) for b in w["split"])
         mark = "*" if w["uses"] else " "
         lines.append(f" {mark} {w['count']:>10}  {show_token(w['word'])}  = {split}")
+    lines.append(info["answer"])
     typer.echo("\n".join(lines))
 
 

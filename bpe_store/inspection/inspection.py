@@ -358,8 +358,36 @@ def why(path: str | os.PathLike, token: str | int, limit: int = 10, *, timeout: 
         for w, c in rows:
             split = split_of(w)
             words.append({"word": w, "count": c, "split": [vocab[t][0] for t in split], "uses": first in split})
-    return {"token": tree, "first_id": first, "words": words,
+    info = {"token": tree, "first_id": first, "words": words,
             "words_containing": total[0], "occurrences": total[1]}
+    info["answer"] = why_answer(info, tid)
+    return info
+
+
+def why_answer(info: Row, tid: int) -> str:
+    """The last line of ``why``: what the words say about the token, whatever they are (none, none
+    listed, none using it). ``tid``: the id asked about (``info["first_id"]`` is the first id of
+    its bytes, the one words use)."""
+    node = info["token"]
+    if node["kind"] == "special":
+        return "a special token: never inside a word (it splits the text and is never counted)"
+    if tid != info["first_id"]:
+        dup = f"id {tid} spells the same bytes as id {info['first_id']}, which words use instead; "
+    else:
+        dup = ""
+    if not info["words_containing"]:
+        return dup + "no word the store counted holds these bytes, so no training text used this token"
+    words = info["words"]
+    if not words:
+        return dup + f"{info['words_containing']:,} words hold these bytes (none listed: --limit 0)"
+    using = sum(1 for w in words if w["uses"])
+    if using == len(words):
+        return dup + f"all {len(words)} listed words use it"
+    if using:
+        return dup + (f"{using} of the {len(words)} listed words {'uses' if using == 1 else 'use'} it; in the "
+                      "others (no *) its bytes are inside a longer token or across two")
+    return dup + (f"none of the {len(words)} listed words uses it: their splits put its bytes inside longer "
+                  "tokens or across two")
 
 
 # -- sql ---------------------------------------------------------------------------------------

@@ -115,6 +115,9 @@ KEEP_WORD_TOKENS = 100_000
 #: its first row the merge that continuing by one token makes. A run continued to a larger
 #: vocabulary recounts every pair from its words and replaces them.
 KEEP_PAIR_COUNTS = 100_000
+#: While counting, a progress event at least this often (seconds), even when a unit takes longer
+#: (``_heartbeat``).
+HEARTBEAT_S = 1.0
 #: Merges per engine call inside a batch (see ``_merge_batch``).
 _SUB_STEP = 64
 
@@ -152,11 +155,22 @@ class _Job:
     #: the last counting flush's native counter when that flush makes the store's words exactly its
     #: rows (ids 1, 2, ... in its order): ``_pairs`` builds the engine from it while it is written
     fresh_words: WordCounter | None = None
+    #: one event at a time reaches ``progress`` (``_heartbeat`` calls it from its own thread)
+    _emit_lock: threading.Lock = dataclasses.field(init=False, default_factory=threading.Lock)
+    #: ``(time.monotonic(), event)`` of the last event reported
+    _last_event: tuple[float, dict] = dataclasses.field(init=False, default=(0.0, {}))
+    #: what the progress callable raised on the heartbeat's thread, raised again on the main one
+    _emit_error: BaseException | None = dataclasses.field(init=False, default=None)
 
     def emit(self, **event) -> None:
         """Report a progress event, if anyone listens."""
         if self.progress is not None:
-            self.progress(event)
+            with self._emit_lock:
+                err, self._emit_error = self._emit_error, None
+                if err is not None:
+                    raise err
+                self.progress(event)
+                self._last_event = (time.monotonic(), event)
 
     def elapsed(self) -> float:
         """The run's training time so far: earlier sessions' and this one's."""
@@ -629,8 +643,9 @@ def _count(job: _Job) -> None:
     streams = [c for c in chunks if not c.counted and c.kind == "stream"]
     job.emit(stage="counting", done=done, total=total)
     if todo:
-        results, buffer, status = _count_map(job, sources, todo)
-        _count_reduce(job, results, buffer, status, {c.id: c.end - c.start for c in todo}, done, total)
+        with _heartbeat(job):
+            results, buffer, status = _count_map(job, sources, todo)
+            _count_reduce(job, results, buffer, status, {c.id: c.end - c.start for c in todo}, done, total)
         release_chunk_memory()  # the chunk buffers kept for reuse: merging does not need them
     for chunk in streams:
         if job.stream is None:  # pragma: no cover - _same_inputs refuses a store whose stream is not given
@@ -640,6 +655,41 @@ def _count(job: _Job) -> None:
     if not job.fresh_words:  # else the flush being written holds words
         job.writes.wait()
         _check_something_counted(job.store, job.params)
+
+
+@contextlib.contextmanager
+def _heartbeat(job: _Job, every_s: float = HEARTBEAT_S) -> Iterator[None]:
+    """While the block runs, the last counting event again whenever none came for ``every_s``.
+
+    Why: counting reports a unit once it is counted, and a unit takes as long as its size (a 1 GiB
+    ``--chunk-size`` is seconds per unit, with no event in between); the repeated event says the
+    run is alive and keeps its elapsed time and ETA moving. From a thread of its own, under the
+    job's emit lock, so the progress callable still sees one event at a time."""
+    if job.progress is None:
+        yield
+        return
+    quit_ = threading.Event()
+
+    def beat() -> None:
+        while not quit_.wait(every_s / 4):
+            with job._emit_lock:
+                at, event = job._last_event
+                if quit_.is_set() or event.get("stage") != "counting" or time.monotonic() - at < every_s:
+                    continue
+                try:
+                    job.progress(dict(event))
+                except BaseException as exc:  # raised by the next emit, on the main thread
+                    job._emit_error = exc
+                    return
+                job._last_event = (time.monotonic(), event)
+
+    thread = threading.Thread(target=beat, name="bpe_store-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        quit_.set()
+        thread.join()
 
 
 def _count_map(job: _Job, sources: Sequence[Source], todo: Sequence) -> tuple[Iterable, FlushBuffer,

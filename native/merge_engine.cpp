@@ -66,6 +66,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <new>
 #include <stdexcept>
 #include <thread>
@@ -976,6 +977,34 @@ class MergeEngine {
         return word_rows_of(offsets);
     }
 
+    // The pair rows [(left, right, count)] of the live pairs at least as frequent as the k-th most
+    // frequent one (all of them when there are at most k), sorted by (left, right): what a finished
+    // run keeps of its pair counts, to say which merges would come next. Why no tie-break: as for
+    // top_word_rows, the counts alone decide. Works after finish(), which keeps the slots.
+    RowStream top_pair_rows(size_t k) {
+        Busy busy(this);
+        std::vector<i64> counts;
+        for (const Slot &s : slots_)
+            if (s.count > 0) counts.push_back(s.count);
+        i64 floor = 1;  // keep counts at or above it
+        if (k == 0) floor = std::numeric_limits<i64>::max();
+        else if (counts.size() > k) {
+            std::nth_element(counts.begin(), counts.begin() + (k - 1), counts.end(), std::greater<i64>());
+            floor = counts[k - 1];
+        }
+        std::vector<std::pair<u64, u32>> keyed;
+        for (u32 s = 0; s < slots_.size(); ++s)
+            if (slots_[s].count >= floor) keyed.emplace_back(pair_key(slots_[s].left, slots_[s].right), s);
+        std::sort(keyed.begin(), keyed.end());
+        RowStream rows(RowStream::kInserts);
+        for (const auto &e : keyed) {
+            rows.a.push_back(slots_[e.second].left);
+            rows.b.push_back(slots_[e.second].right);
+            rows.c.push_back(slots_[e.second].count);
+        }
+        return rows;
+    }
+
     // ({word index: [token ids]}, {(left, right): count, 0 when gone}), as the Python engine gives.
     nb::tuple take_changes() {
         Busy busy(this);
@@ -1665,6 +1694,9 @@ void register_merge_engine(nb::module_ &m) {
         .def("top_word_rows", &MergeEngine::top_word_rows, nb::arg("k"),
              "Word rows [(blob, id)] of the words more frequent than the (k+1)-th most frequent (all "
              "when at most k), in id order.")
+        .def("top_pair_rows", &MergeEngine::top_pair_rows, nb::arg("k"),
+             "Pair rows [(l, r, count)] of the live pairs at least as frequent as the k-th most frequent "
+             "(all when at most k), in (l, r) order.")
         .def("compact_lists", &MergeEngine::compact_lists_now,
              "Pack the pair -> words lists (done on its own when the pool is mostly free blocks).")
         .def("finish", &MergeEngine::finish,

@@ -65,7 +65,7 @@ def kill_when_paused(cmd: list[str], point: str, env: dict[str, str] | None = No
 def store_contents(db: Path) -> tuple:
     """Everything a run's result is, word ids aside (they follow the order units were counted in):
     words with their counts and tokens, pair counts, merges, vocabulary, and which merges the
-    words' tokens and pair counts reflect (``run.state_merges``)."""
+    words' tokens and pair counts reflect (``run.state_merges``, ``run.pairs_merges``)."""
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         return tuple(con.execute(q).fetchall() for q in (
@@ -73,7 +73,7 @@ def store_contents(db: Path) -> tuple:
             'SELECT "left", "right", count FROM pair_counts ORDER BY 1, 2',
             "SELECT * FROM merges ORDER BY rank",
             "SELECT * FROM vocab ORDER BY id",
-            "SELECT state_merges FROM run"))
+            "SELECT state_merges, pairs_merges FROM run"))
     finally:
         con.close()
 

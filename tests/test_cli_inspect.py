@@ -287,7 +287,8 @@ def test_show_merges_words_pairs_vocab(store_path, stopped_path):
     assert len(words) == 20 and [w["count"] for w in words] == sorted((w["count"] for w in words), reverse=True)
     # n_tokens: each word's split under the store's merges, which a finished run does not store
     assert all(1 <= w["n_tokens"] <= w["n_bytes"] for w in words) and any(w["n_tokens"] < w["n_bytes"] for w in words)
-    assert json.loads(run("show", store_path, "pairs", "-f", "json").stdout) == []  # a finished run keeps none
+    # a finished run keeps its most frequent pairs: the next merges
+    assert len(json.loads(run("show", store_path, "pairs", "-n", "3", "-f", "json").stdout)) == 3
     pairs = json.loads(run("show", stopped_path, "pairs", "-n", "4", "-f", "json").stdout)
     assert len(pairs) == 4 and pairs[0]["count"] >= pairs[-1]["count"]
     vocab = json.loads(run("show", store_path, "vocab", "--offset", "1", "-n", "2", "-f", "json").stdout)
@@ -327,6 +328,31 @@ def test_why_by_id_and_bytes(store_path):
     assert by_id["token"] == by_text["token"]
     byte = json.loads(run("why", store_path, "e", "--json").stdout)["token"]
     assert byte["kind"] == "byte" and byte["parts"] == []
+
+
+@pytest.mark.parametrize("args, answer", [
+    ([SPECIAL], "a special token: never inside a word"),
+    (["255", "--id"], "no word the store counted holds these bytes"),  # 0xFE: never in UTF-8
+    ([" the"], "listed words use"),
+    ([" the", "-n", "0"], "none listed: --limit 0"),
+])
+def test_why_always_ends_in_an_answer(store_path, args, answer):
+    r = run("why", store_path, *args)
+    assert r.exit_code == 0, r.output
+    last = r.stdout.splitlines()[-1]
+    assert answer in last and not last.endswith(":")
+    info = json.loads(run("why", store_path, *args, "--json").stdout)
+    assert answer in info["answer"]
+
+
+def test_why_says_when_no_listed_word_uses_the_token(store_path):
+    """A token every frequent word holding it merged further (' t' is inside ' the' and ' to')."""
+    for tid in range(257, VOCAB):
+        info = json.loads(run("why", store_path, str(tid), "--id", "-n", "3", "--json").stdout)
+        if info["words"] and not any(w["uses"] for w in info["words"]):
+            assert info["answer"].startswith("none of the 3 listed words uses it")
+            return
+    pytest.fail("no such token in the store")
 
 
 @pytest.mark.parametrize("args, message", [

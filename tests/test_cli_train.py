@@ -108,7 +108,9 @@ def test_json_progress_lines_when_stderr_is_not_a_terminal(tmp_path):
     assert isinstance(left, str) and isinstance(right, str) and count > 0
     assert all(e["unit"] == "merges" for e in merging)
     checkpoints = [e for e in events if e["stage"] == "checkpoint" and e["phase"] == "merging"]
-    assert [e["done"] for e in checkpoints] == [50, 100, 143]
+    # JSON lines are rate-limited: a checkpoint a newer one replaced within JSON_INTERVAL_S is not said
+    done = [e["done"] for e in checkpoints]
+    assert done[-1] == 143 and done == sorted(done) and set(done) <= {50, 100, 143}
     assert events[-1] == {**events[-1], "merges": 143, "vocab_size": 400, "stop_reason": "vocab_size"}
 
 

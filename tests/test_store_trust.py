@@ -148,8 +148,9 @@ def test_damaged_counts_are_a_store_error_and_change_nothing(tmp_path, pristine,
 # -- a refused resume writes nothing ---------------------------------------------------------------
 
 def test_a_resume_refused_for_inconsistency_writes_nothing(tmp_path, pristine, corpus):
-    # a finished run keeps no pair counts: one there is not the trainer's
-    db = tampered(tmp_path, pristine, "UPDATE run SET phase = 'merging', vocab_size = 320, stop_reason = NULL",
+    # a finished run that kept no pair counts (pairs_merges NULL): one there is not the trainer's
+    db = tampered(tmp_path, pristine, "UPDATE run SET phase = 'merging', vocab_size = 320, stop_reason = NULL,"
+                  " pairs_merges = NULL",
                   'INSERT INTO pair_counts ("left", "right", count) VALUES (1, 2, 3)')
     before = store_dump(db)
     with pytest.raises(StoreError, match="inconsistent"):

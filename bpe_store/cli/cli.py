@@ -641,6 +641,13 @@ def _status_lines(st: dict) -> Iterator[str]:
     yield (f"counting     {c['chunks_done']} / {c['chunks_total']} chunks, "
            f"{format_bytes(c['bytes_done'])} / {format_bytes(c['bytes_total'])}; {st['words']} distinct words")
     yield f"merges       {done} / {target}{pct}  (vocab size {st['vocab_size']})"
+    pairs = st.get("pairs") or {}
+    if pairs.get("note"):
+        yield f"next merge   ? ({pairs['note']})"
+    elif pairs.get("next"):
+        nxt = pairs["next"]
+        yield (f"next merge   {show_token(nxt['left'].encode())} + {show_token(nxt['right'].encode())}"
+               f"  (count {nxt['count']}; bpe-store show {st['path']} pairs)")
     unit = st["speed_unit"]
     speed = "?" if st["speed"] is None else (f"{format_bytes(st['speed'])}/s" if unit == "bytes/s"
                                               else f"{st['speed']:.0f} merges/s")
@@ -745,8 +752,13 @@ def sql(
     _set_verbose(ctx, verbose)
     if limit is not None and limit < 0:
         raise InputError("--limit must not be negative")
-    with run_query(db, query) as (columns, rows):
+    with run_query(db, query, note=_note) as (columns, rows):
         _write_stdout(columns, itertools.islice(rows, limit), fmt)
+
+
+def _note(line: str) -> None:
+    """One line for people about what a command read, on stderr (stdout holds only the rows)."""
+    typer.echo(f"note: {line}", err=True)
 
 
 def _write_stdout(columns: Sequence[str], rows: Iterable[Sequence[Any]], fmt: Format) -> None:
@@ -784,16 +796,21 @@ def show(
     \b
     Example: bpe-store show run.db merges --limit 10
     """
+    from ..inspection.inspection import pairs_note
     from ..inspection.inspection import show as read_show
 
     _set_verbose(ctx, verbose)
     columns, rows = read_show(db, what.value, limit, offset)
+    if what == ShowWhat.pairs:
+        said = pairs_note(db)
+        if said:
+            _note(said)
     typer.echo(render(columns, rows, fmt))
 
 
 def _tree_lines(node: dict, prefix: str = "", last: bool = True, top: bool = True) -> Iterator[str]:
     if node["kind"] == "merge":
-        what = f"id {node['id']}, merge #{node['rank']}, count {node['count']}"
+        what = f"id {node['id']}, merge rank {node['rank']}, count {node['count']}"
     else:
         what = f"id {node['id']}, {node['kind']}"
     branch = "" if top else ("└── " if last else "├── ")
@@ -836,12 +853,14 @@ def why(
         return
     lines = list(_tree_lines(info["token"]))
     lines.append("")
-    lines.append(f"in {info['words_containing']} distinct words ({info['occurrences']} occurrences); "
-                 f"the most frequent (current split, * = uses this token):")
+    if info["words"]:
+        lines.append(f"in {info['words_containing']} distinct words ({info['occurrences']} occurrences); "
+                     f"the most frequent (current split, * = uses this token):")
     for w in info["words"]:
         split = " ".join(show_token(b) for b in w["split"])
         mark = "*" if w["uses"] else " "
         lines.append(f" {mark} {w['count']:>10}  {show_token(w['word'])}  = {split}")
+    lines.append(info["answer"])
     typer.echo("\n".join(lines))
 
 

@@ -210,6 +210,10 @@ def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
         last = store.sql("SELECT at, phase, merges_done, elapsed_s FROM checkpoints"
                          " ORDER BY id DESC LIMIT 1").mappings().first()
         sessions = _sessions(store)
+        pairs = pairs_state(store)
+        if pairs["next"] is not None:  # text, for --json
+            pairs["next"] = {**pairs["next"], "left": token_text(pairs["next"]["left"]),
+                             "right": token_text(pairs["next"]["right"])}
         info = {
             "path": str(p), "schema": rev, "schema_is_current": rev == migrate.head_revision(),
             "phase": run["phase"], "stop_reason": run["stop_reason"],
@@ -219,7 +223,7 @@ def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
             # run.get: a store older than v0_3_0_trainer_options has neither column (the defaults)
             "min_frequency": run.get("min_frequency", 1), "max_token_length": run.get("max_token_length"),
             "invalid_utf8": run["invalid_utf8"], "inputs": _inputs(store), "counting": counting,
-            "merges_done": merges_done, "merges_target": target,
+            "merges_done": merges_done, "merges_target": target, "pairs": pairs,
             "words": _words(store),
             "elapsed_s": float(last["elapsed_s"]) if last else 0.0,
             "speed": speed, "speed_unit": "bytes/s" if run["phase"] == "counting" else "merges/s",
@@ -235,6 +239,49 @@ def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
     info["holder"] = _holder(held, sessions)
     info["sessions"] = sessions
     return info
+
+
+# -- pair counts -------------------------------------------------------------------------------
+
+
+def pairs_state(store: Store) -> Row:
+    """What the store's ``pair_counts`` hold: ``{"held", "pairs_merges", "merges_done", "top_only",
+    "next", "note"}``. ``held``: whether it holds pair counts at all; ``pairs_merges``: the merges
+    they follow (``Store.pairs_merges``); ``top_only``: a finished run keeps only its most
+    frequent pairs; ``next``: the first row of ``top_pairs`` (``{"left", "right", "count"}``, the
+    next merge when the counts follow every merge), or None; ``note``: one line for people when
+    the counts are absent or lag behind the merge log, else None."""
+    run = store.run_row()
+    done = store.sql("SELECT count(*) FROM merges").scalar()
+    follows = run.get("pairs_merges")  # absent before v0_3_0_next_pairs (status reads old stores)
+    if "pairs_merges" not in run and run["phase"] == "merging":
+        follows = run.get("state_merges", done)
+    top = store.sql('SELECT l.bytes, r.bytes, p.count FROM pair_counts p JOIN vocab l ON l.id = p."left"'
+                    ' JOIN vocab r ON r.id = p."right" ORDER BY p.count DESC, l.bytes DESC, r.bytes DESC'
+                    ' LIMIT 1').first()
+    state: Row = {"held": follows is not None, "pairs_merges": follows, "merges_done": done,
+                  "top_only": run["phase"] == "done" and follows is not None,
+                  "next": None if top is None else {"left": top[0], "right": top[1], "count": top[2]},
+                  "note": None}
+    if follows is None:
+        if run["phase"] == "counting":
+            state["note"] = ("no pair counts yet: the store is still counting (pairs are counted when "
+                             "counting is over)")
+        else:
+            state["note"] = ("this store holds no pair counts: an older bpe_store finished it and kept "
+                             "none (continuing it to a larger --vocab-size keeps them)")
+    elif top is None and run["phase"] == "done":
+        state["note"] = "no pair is left to merge: continuing this store would learn nothing more"
+    elif follows < done:
+        state["note"] = (f"pair counts after the first {follows} of {done} merges (they are written at "
+                         "full checkpoints, the merge log more often)")
+    return state
+
+
+def pairs_note(path: str | os.PathLike, *, timeout: float | None = None) -> str | None:
+    """``pairs_state``'s note for the store at ``path`` (None: its pair counts follow every merge)."""
+    with reading(path, timeout=timeout) as store:
+        return pairs_state(store)["note"]
 
 
 # -- show --------------------------------------------------------------------------------------
@@ -311,8 +358,36 @@ def why(path: str | os.PathLike, token: str | int, limit: int = 10, *, timeout: 
         for w, c in rows:
             split = split_of(w)
             words.append({"word": w, "count": c, "split": [vocab[t][0] for t in split], "uses": first in split})
-    return {"token": tree, "first_id": first, "words": words,
+    info = {"token": tree, "first_id": first, "words": words,
             "words_containing": total[0], "occurrences": total[1]}
+    info["answer"] = why_answer(info, tid)
+    return info
+
+
+def why_answer(info: Row, tid: int) -> str:
+    """The last line of ``why``: what the words say about the token, whatever they are (none, none
+    listed, none using it). ``tid``: the id asked about (``info["first_id"]`` is the first id of
+    its bytes, the one words use)."""
+    node = info["token"]
+    if node["kind"] == "special":
+        return "a special token: never inside a word (it splits the text and is never counted)"
+    if tid != info["first_id"]:
+        dup = f"id {tid} spells the same bytes as id {info['first_id']}, which words use instead; "
+    else:
+        dup = ""
+    if not info["words_containing"]:
+        return dup + "no word the store counted holds these bytes, so no training text used this token"
+    words = info["words"]
+    if not words:
+        return dup + f"{info['words_containing']:,} words hold these bytes (none listed: --limit 0)"
+    using = sum(1 for w in words if w["uses"])
+    if using == len(words):
+        return dup + f"all {len(words)} listed words use it"
+    if using:
+        return dup + (f"{using} of the {len(words)} listed words {'uses' if using == 1 else 'use'} it; in the "
+                      "others (no *) its bytes are inside a longer token or across two")
+    return dup + (f"none of the {len(words)} listed words uses it: their splits put its bytes inside longer "
+                  "tokens or across two")
 
 
 # -- sql ---------------------------------------------------------------------------------------
@@ -339,9 +414,14 @@ class _ReadOnlyAuthorizer:
 
     def __init__(self) -> None:
         self.denied: str | None = None
+        #: the tables the statement reads (a view's tables included)
+        self.tables: set[str] = set()
 
     def __call__(self, action: int, arg1: str | None, arg2: str | None, _db: str | None, _src: str | None) -> int:
-        if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, getattr(sqlite3, "SQLITE_RECURSIVE", 33)):
+        if action == sqlite3.SQLITE_READ:
+            self.tables.add(arg1 or "")
+            return sqlite3.SQLITE_OK
+        if action in (sqlite3.SQLITE_SELECT, getattr(sqlite3, "SQLITE_RECURSIVE", 33)):
             return sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_FUNCTION:
             if (arg2 or "").lower() not in _DENIED_FUNCTIONS:
@@ -385,12 +465,14 @@ def _sql_error(exc: sqlite3.Error, auth: _ReadOnlyAuthorizer, store: Store) -> B
 
 
 @contextmanager
-def query(path: str | os.PathLike, statement: str, *,
-          timeout: float | None = None) -> Iterator[tuple[list[str], Iterator[tuple]]]:
+def query(path: str | os.PathLike, statement: str, *, timeout: float | None = None,
+          note: Callable[[str], None] | None = None) -> Iterator[tuple[list[str], Iterator[tuple]]]:
     """``with query(db, "SELECT ...") as (columns, rows):`` — one read-only statement, its rows
     streamed from one snapshot while the block runs. Writes, ATTACH, VACUUM INTO, PRAGMAs that
     set something and extension loading are refused (InputError); no value may exceed
-    ``SQL_MAX_VALUE_BYTES``; Ctrl-C stops a long query, and so does ``timeout`` (seconds)."""
+    ``SQL_MAX_VALUE_BYTES``; Ctrl-C stops a long query, and so does ``timeout`` (seconds).
+    ``note`` is called with one line (``pairs_state``) before the rows when the statement reads
+    ``pair_counts`` (``top_pairs`` does) and the store holds none, or they lag behind the merges."""
     with reading(path, timeout=timeout) as store:
         auth = _ReadOnlyAuthorizer()
         db = store.db
@@ -403,6 +485,10 @@ def query(path: str | os.PathLike, statement: str, *,
                     cur = db.execute(statement)
             except sqlite3.Error as exc:
                 raise _sql_error(exc, auth, store) from None
+            if note is not None and "pair_counts" in auth.tables:
+                said = pairs_state(store)["note"]
+                if said:
+                    note(said)
 
             def rows() -> Iterator[tuple]:
                 try:

@@ -114,14 +114,58 @@ class Silent(Reporter):
     """``--quiet``: shows nothing."""
 
 
-class JsonLines(Reporter):
-    """One JSON object per line (``{"stage":..,"done":..,"total":..,"eta_s":..}``) on a stream."""
+#: JSON progress writes at most one line per this many seconds, milestones aside (``JsonLines``).
+JSON_INTERVAL_S = 0.5
+#: Stages a JSON line is always written for: each happens once or twice a run.
+MILESTONES = frozenset({"plan", "pairs", "loading", "done", "interrupted"})
 
-    def __init__(self, stream: IO[str] | None = None, clock: Callable[[], float] = time.monotonic):
+
+class JsonLines(Reporter):
+    """One JSON object per line (``{"stage":..,"done":..,"total":..,"eta_s":..}``) on a stream.
+
+    At most one line per ``JSON_INTERVAL_S`` (about 2 a second), plus every milestone: a
+    ``MILESTONES`` stage, the first event of a phase (counting, merging, encoding, ...), a final
+    write and a stage reaching its total. Why: merging reports every 64 merges, which is dozens of
+    events a second on a small run, and a log wants the state twice a second, not every step. An
+    event in between is dropped (the next one carries its state forward), except a checkpoint:
+    it is written at the next line's turn instead of that line, so no committed checkpoint goes
+    unsaid unless a newer one replaces it.
+    """
+
+    def __init__(self, stream: IO[str] | None = None, clock: Callable[[], float] = time.monotonic,
+                 interval_s: float = JSON_INTERVAL_S):
         super().__init__(clock)
         self.stream = stream if stream is not None else sys.stderr
+        self.interval_s = interval_s
+        self._last_line = -float("inf")  # clock time of the last line written
+        self._phase: str | None = None  # the phase of the last event seen
+        self._checkpoint: Event | None = None  # a checkpoint not written yet
+
+    def _milestone(self, event: Event) -> bool:
+        stage = event.get("stage")
+        phase = event.get("phase", stage)
+        done, total = event.get("done"), event.get("total")
+        return (stage in MILESTONES or phase != self._phase or bool(event.get("final"))
+                or (done is not None and total is not None and done >= total))
 
     def show(self, event: Event) -> None:
+        now = event.get("elapsed_s") or 0.0  # the clock read by ``enrich``
+        milestone = self._milestone(event)
+        self._phase = event.get("phase", event.get("stage"))
+        if milestone:
+            if self._checkpoint is not None and event.get("stage") != "checkpoint":
+                self._write(self._checkpoint, now)
+            self._write(event, now)
+        elif now - self._last_line >= self.interval_s:
+            self._write(self._checkpoint if self._checkpoint is not None and event.get("stage") != "checkpoint"
+                        else event, now)
+        elif event.get("stage") == "checkpoint":
+            self._checkpoint = event
+
+    def _write(self, event: Event, now: float) -> None:
+        if event.get("stage") == "checkpoint":
+            self._checkpoint = None
+        self._last_line = now
         self.stream.write(json.dumps(event, ensure_ascii=False) + "\n")
         self.stream.flush()
 

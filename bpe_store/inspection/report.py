@@ -269,10 +269,10 @@ def _plots(data: dict[str, Any]) -> dict[str, str]:
     fig = Figure(figsize=(8, 4.2))
     ax = fig.subplots()
     counts = data["merge_counts"]
-    ax.plot(range(1, len(counts) + 1), counts, color="#c0392b", linewidth=1.2)
-    ax.set_xscale("log")
+    ax.plot(range(len(counts)), counts, color="#c0392b", linewidth=1.2)
+    ax.set_xscale("symlog", linthresh=1)  # log from rank 1 on; rank 0 (the first merge) has its place
     ax.set_yscale("log")
-    ax.set_xlabel("merge rank (1 = first)")
+    ax.set_xlabel("merge rank (0 = first)")
     ax.set_ylabel("pair count when merged")
     ax.grid(True, which="both", alpha=0.3)
     out["merges"] = _svg(fig)

@@ -1016,7 +1016,8 @@ class Store:
             self.sql("DELETE FROM pair_counts")
             self.executemany('INSERT INTO pair_counts ("left", "right", count) VALUES (?, ?, ?)',
                              [(a, b, c) for (a, b), c in pairs.items()])
-            self.sql("UPDATE run SET phase = 'merging', state_merges = 0, updated_at = ? WHERE id = 1", (now(),))
+            self.sql("UPDATE run SET phase = 'merging', state_merges = 0, pairs_merges = 0, updated_at = ?"
+                     " WHERE id = 1", (now(),))
             if self.sql("SELECT coalesce(max(id), 0) FROM words").scalar() >= WORDS_BY_COUNT_MIN:
                 self.sql(WORDS_BY_COUNT.replace("INDEX", "INDEX IF NOT EXISTS", 1))
             self.add_checkpoint_row("merging", 0, elapsed_s, None)
@@ -1035,6 +1036,12 @@ class Store:
         are not kept (a finished run: ``pair_counts`` empty, tokens only for the most frequent
         words, see ``write_merge_rows``)."""
         return self.sql("SELECT state_merges FROM run WHERE id = 1").scalar()
+
+    def pairs_merges(self) -> int | None:
+        """How many merges the rows of ``pair_counts`` follow: every live pair while merging (then
+        ``state_merges``), the most frequent ones once done (``train.KEEP_PAIR_COUNTS``); None when
+        the store holds none (counting is not over, or an older bpe_store finished it)."""
+        return self.sql("SELECT pairs_merges FROM run WHERE id = 1").scalar()
 
     def load_vocab(self) -> list[tuple[int, bytes, str]]:
         return self.sql("SELECT id, bytes, kind FROM vocab ORDER BY id").fetchall()
@@ -1079,8 +1086,10 @@ class Store:
         Otherwise ``state_merges`` becomes ``merges_done``; ``clear_pairs`` (the engine's
         ``rewrite_pairs``) empties ``pair_counts`` first, its rows then being every live pair.
         ``drop_state`` (the last write of a finished run): the merging's working state is not
-        kept: ``pair_counts`` emptied, ``words.tokens`` NULL but those of ``word_rows`` (the most
-        frequent words', ``train.KEEP_WORD_TOKENS``), ``state_merges`` NULL.
+        kept: ``pair_counts`` emptied but for ``pair_inserts`` (the most frequent pairs',
+        ``train.KEEP_PAIR_COUNTS``), ``words.tokens`` NULL but those of ``word_rows`` (the most
+        frequent words', ``train.KEEP_WORD_TOKENS``), ``state_merges`` NULL. Every write but a
+        ``log_only`` one sets ``pairs_merges`` to ``merges_done``.
 
         Rows come in the order of each statement's parameters (``bpe_store.training.merge.CheckpointRows``):
         ``word_rows`` ``(packed tokens, word id)``; ``pair_deletes`` ``(left, right)``;
@@ -1100,8 +1109,8 @@ class Store:
             pair_rows = len(pair_deletes) + len(pair_inserts) + len(pair_updates)
             if log_only and (len(word_rows) or pair_rows):
                 raise ValueError("a merge log checkpoint holds no word or pair rows")
-            if drop_state and (log_only or pair_rows):
-                raise ValueError("a finished run's last write holds no pair rows")
+            if drop_state and (log_only or len(pair_deletes) or len(pair_updates)):
+                raise ValueError("a finished run's last write holds no pair rows but its kept pairs")
             if clear_pairs or drop_state:
                 w.execute("DELETE FROM pair_counts")
             # Why look first: when no checkpoint wrote tokens (state 0: a run whose merging was
@@ -1120,8 +1129,9 @@ class Store:
                 w.execute("UPDATE run SET phase = ?, stop_reason = ?, updated_at = ? WHERE id = 1",
                           (phase, done_reason, now()))
             else:
-                w.execute("UPDATE run SET phase = ?, stop_reason = ?, state_merges = ?, updated_at = ? WHERE id = 1",
-                          (phase, done_reason, None if drop_state else merges_done, now()))
+                w.execute("UPDATE run SET phase = ?, stop_reason = ?, state_merges = ?, pairs_merges = ?,"
+                          " updated_at = ? WHERE id = 1",
+                          (phase, done_reason, None if drop_state else merges_done, merges_done, now()))
             self.add_checkpoint_row(phase, merges_done, elapsed_s, time.perf_counter() - t0, w)
             if log_only:
                 self._merge_logs += 1
@@ -1480,6 +1490,9 @@ def check_run(p: Path, row: dict[str, Any]) -> None:
     if row.get("max_token_length") is not None and not (
             _is_int(row["max_token_length"]) and 2 <= row["max_token_length"] <= 1 << 32):
         raise StoreError(f"{where} (max_token_length {row['max_token_length']!r})")
+    for col in ("state_merges", "pairs_merges"):  # NULL: not kept (absent in older revisions)
+        if row.get(col) is not None and not (_is_int(row[col]) and 0 <= row[col] < 1 << 32):
+            raise StoreError(f"{where} ({col} {row[col]!r})")
     limit = row.get("max_pretoken_bytes")  # NULL: no limit (stores from before v0_3_0)
     if limit is not None and (not _is_int(limit) or not 4 <= limit <= 1 << 26):
         raise StoreError(f"{where} (max_pretoken_bytes {limit!r} is not an integer in 4..{1 << 26})")

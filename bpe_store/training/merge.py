@@ -226,6 +226,7 @@ class Engine(Protocol):
     def take_changes(self) -> tuple[dict[int, list[int]], dict[Pair, int]]: ...
     def take_checkpoint_rows(self) -> CheckpointRows: ...
     def top_word_rows(self, k: int) -> Sequence[tuple[bytes, int]]: ...
+    def top_pair_rows(self, k: int) -> Sequence[tuple[int, int, int]]: ...
     def forget_stored_pairs(self) -> None: ...
     def pair_counts(self) -> dict[Pair, int]: ...
     def pair_digest(self) -> PairDigest: ...
@@ -477,6 +478,16 @@ class MergeEngine:
         return [(array.array("I", self.words[w]).tobytes(), ids[w])
                 for w in range(len(self.words)) if self.counts[w] > floor]
 
+    def top_pair_rows(self, k: int) -> list[tuple[int, int, int]]:
+        """``[(left, right, count)]`` of the live pairs at least as frequent as the ``k``-th most
+        frequent one (all of them when there are at most ``k``), in ``(left, right)`` order: what a
+        finished run keeps of its pair counts. The counts alone decide, as for ``top_word_rows``."""
+        if k <= 0:
+            return []
+        counts = sorted(self.pairs.values(), reverse=True)
+        floor = counts[k - 1] if len(counts) > k else 1
+        return [(a, b, c) for (a, b), c in sorted(self.pairs.items()) if c >= floor]
+
     def pair_counts(self) -> dict[Pair, int]:
         return dict(self.pairs)
 
@@ -558,6 +569,9 @@ class NativeMergeEngine:
 
     def top_word_rows(self, k: int) -> Sequence[tuple[bytes, int]]:
         return self._e.top_word_rows(k)
+
+    def top_pair_rows(self, k: int) -> Sequence[tuple[int, int, int]]:
+        return self._e.top_pair_rows(k)
 
     def forget_stored_pairs(self) -> None:
         self._e.forget_stored_pairs()

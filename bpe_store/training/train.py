@@ -111,6 +111,14 @@ MERGE_LOG_SECONDS = 1.0
 #: took 2.2 s. A word's tokens are its split under the merges (``merge.word_splitter``). A run
 #: continued to a larger vocabulary reads the words as bytes and replays every merge.
 KEEP_WORD_TOKENS = 100_000
+#: A finished run keeps the counts of its live pairs at least as frequent as the 100,000th most
+#: frequent one (ties never depend on ids): ``top_pairs`` then says what the next merges would be,
+#: its first row the merge that continuing by one token makes. A run continued to a larger
+#: vocabulary recounts every pair from its words and replaces them.
+KEEP_PAIR_COUNTS = 100_000
+#: While counting, a progress event at least this often (seconds), even when a unit takes longer
+#: (``_heartbeat``).
+HEARTBEAT_S = 1.0
 #: Merges per engine call inside a batch (see ``_merge_batch``).
 _SUB_STEP = 64
 
@@ -148,11 +156,22 @@ class _Job:
     #: the last counting flush's native counter when that flush makes the store's words exactly its
     #: rows (ids 1, 2, ... in its order): ``_pairs`` builds the engine from it while it is written
     fresh_words: WordCounter | None = None
+    #: one event at a time reaches ``progress`` (``_heartbeat`` calls it from its own thread)
+    _emit_lock: threading.Lock = dataclasses.field(init=False, default_factory=threading.Lock)
+    #: ``(time.monotonic(), event)`` of the last event reported
+    _last_event: tuple[float, dict] = dataclasses.field(init=False, default=(0.0, {}))
+    #: what the progress callable raised on the heartbeat's thread, raised again on the main one
+    _emit_error: BaseException | None = dataclasses.field(init=False, default=None)
 
     def emit(self, **event) -> None:
         """Report a progress event, if anyone listens."""
         if self.progress is not None:
-            self.progress(event)
+            with self._emit_lock:
+                err, self._emit_error = self._emit_error, None
+                if err is not None:
+                    raise err
+                self.progress(event)
+                self._last_event = (time.monotonic(), event)
 
     def elapsed(self) -> float:
         """The run's training time so far: earlier sessions' and this one's."""
@@ -559,9 +578,10 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
     # the merges logged after the last full checkpoint: the words' tokens and pair counts are older
     # None: a finished run's store, whose words are read as their bytes (see KEEP_WORD_TOKENS)
     state = store.state_merges()
-    if state is None and store.sql("SELECT EXISTS (SELECT 1 FROM pair_counts)").scalar():
-        raise StoreError(f"{store.path}: the store is inconsistent (pair counts in a finished run's store); "
-                         "start over with --restart")
+    if (state is None and store.pairs_merges() is None
+            and store.sql("SELECT EXISTS (SELECT 1 FROM pair_counts)").scalar()):
+        raise StoreError(f"{store.path}: the store is inconsistent (pair counts in a finished run's store "
+                         "that kept none); start over with --restart")
     if state is not None and not 0 <= state <= len(merges):
         raise StoreError(f"{store.path}: the store is inconsistent (its words reflect {state} merges of "
                          f"{len(merges)}); start over with --restart")
@@ -579,7 +599,7 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
         raise StoreError(f"{store.path}: the store is inconsistent (word {word} does not "
                          "spell its bytes); start over with --restart")
     del rows
-    if state is None and not merger.rewrite_pairs:  # a finished run kept no pair counts (no merge to replay)
+    if state is None and not merger.rewrite_pairs:  # a finished run kept at most its top pairs (no merge to replay)
         merger.forget_stored_pairs()
     # Why a digest: SQLite fingerprints pair_counts in one scan, instead of ~1M rows into Python.
     # After a replay the store's pair counts are the words' before it, which the engine no longer
@@ -624,8 +644,9 @@ def _count(job: _Job) -> None:
     streams = [c for c in chunks if not c.counted and c.kind == "stream"]
     job.emit(stage="counting", done=done, total=total)
     if todo:
-        results, buffer, status = _count_map(job, sources, todo)
-        _count_reduce(job, results, buffer, status, {c.id: c.end - c.start for c in todo}, done, total)
+        with _heartbeat(job):
+            results, buffer, status = _count_map(job, sources, todo)
+            _count_reduce(job, results, buffer, status, {c.id: c.end - c.start for c in todo}, done, total)
         release_chunk_memory()  # the chunk buffers kept for reuse: merging does not need them
     for chunk in streams:
         if job.stream is None:  # pragma: no cover - _same_inputs refuses a store whose stream is not given
@@ -635,6 +656,41 @@ def _count(job: _Job) -> None:
     if not job.fresh_words:  # else the flush being written holds words
         job.writes.wait()
         _check_something_counted(job.store, job.params)
+
+
+@contextlib.contextmanager
+def _heartbeat(job: _Job, every_s: float = HEARTBEAT_S) -> Iterator[None]:
+    """While the block runs, the last counting event again whenever none came for ``every_s``.
+
+    Why: counting reports a unit once it is counted, and a unit takes as long as its size (a 1 GiB
+    ``--chunk-size`` is seconds per unit, with no event in between); the repeated event says the
+    run is alive and keeps its elapsed time and ETA moving. From a thread of its own, under the
+    job's emit lock, so the progress callable still sees one event at a time."""
+    if job.progress is None:
+        yield
+        return
+    quit_ = threading.Event()
+
+    def beat() -> None:
+        while not quit_.wait(every_s / 4):
+            with job._emit_lock:
+                at, event = job._last_event
+                if quit_.is_set() or event.get("stage") != "counting" or time.monotonic() - at < every_s:
+                    continue
+                try:
+                    job.progress(dict(event))
+                except BaseException as exc:  # raised by the next emit, on the main thread
+                    job._emit_error = exc
+                    return
+                job._last_event = (time.monotonic(), event)
+
+    thread = threading.Thread(target=beat, name="bpe_store-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        quit_.set()
+        thread.join()
 
 
 def _count_map(job: _Job, sources: Sequence[Source], todo: Sequence) -> tuple[Iterable, FlushBuffer,
@@ -969,10 +1025,12 @@ def _checkpoint(job: _Job, merger: Engine, merges: list) -> str | None:
     if final:
         # Why no pair rows and few word rows: a finished run keeps its result (merges, vocab)
         # and its inputs (words, counts), not the merging's working state, whose writing was 5 s
-        # of a 12 GB run's ~80 s (7.0 M words' tokens, 3.8 M pair counts); see KEEP_WORD_TOKENS.
+        # of a 12 GB run's ~80 s (7.0 M words' tokens, 3.8 M pair counts); see KEEP_WORD_TOKENS
+        # and KEEP_PAIR_COUNTS for the few it keeps.
         merger.finish()  # free what only merging needs before SQLite's cache and the result's rows
-        clear_pairs, deletes, inserts, updates = False, (), (), ()
+        clear_pairs, deletes, updates = False, (), ()
         word_rows = merger.top_word_rows(KEEP_WORD_TOKENS)
+        inserts = merger.top_pair_rows(KEEP_PAIR_COUNTS)
     else:
         clear_pairs = merger.rewrite_pairs  # read before the take, which resets it
         word_rows, deletes, inserts, updates = merger.take_checkpoint_rows()

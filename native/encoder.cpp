@@ -642,6 +642,13 @@ nb::ndarray<nb::numpy, uint32_t, nb::ndim<1>> to_array(std::vector<uint32_t> &&i
     return nb::ndarray<nb::numpy, uint32_t, nb::ndim<1>>(v->data(), {v->size()}, owner);
 }
 
+// document lengths (ids per document) as a 1-d uint64 NumPy array that owns its buffer
+nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>> to_array64(std::vector<uint64_t> &&v0) {
+    auto *v = new std::vector<uint64_t>(std::move(v0));
+    nb::capsule owner(v, [](void *p) noexcept { delete static_cast<std::vector<uint64_t> *>(p); });
+    return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(v->data(), {v->size()}, owner);
+}
+
 std::string_view utf8_of(const nb::handle &h) {
     if (PyUnicode_Check(h.ptr())) {
         Py_ssize_t n;
@@ -811,5 +818,69 @@ void register_encoder(nb::module_ &m) {
                 return result;
             },
             nb::arg("texts"), nb::arg("threads") = 0,
-            "list[list[int]] of many documents, parallel over documents. Releases the GIL.");
+            "list[list[int]] of many documents, parallel over documents. Releases the GIL.")
+        .def(
+            "encode_documents",
+            [](const Encoder &e, nb::bytes blob, int threads) {
+                // Documents joined by the byte 0xFF (bpe_store.counting.inputs.DOC_SEP: never in valid
+                // UTF-8), each encoded on its own, so no pre-token crosses a document's end: what a
+                // jsonl or parquet block holds. Why here and not encode_batch: one array of ids and one
+                // of lengths, not a list of ints per document (a block holds thousands of them).
+                if (!e.native_split) throw std::logic_error("this encoder has no native pre-tokenizer");
+                const char *p = blob.c_str();
+                const size_t n = blob.size();
+                std::vector<std::string_view> docs;
+                for (size_t start = 0;;) {
+                    const void *hit = std::memchr(p + start, 0xFF, n - start);
+                    size_t end = hit ? size_t(static_cast<const char *>(hit) - p) : n;
+                    docs.emplace_back(p + start, end - start);
+                    if (!hit) break;
+                    start = end + 1;
+                }
+                std::vector<std::vector<uint32_t>> outs(docs.size());
+                std::vector<uint64_t> lengths(docs.size());
+                std::vector<uint32_t> ids;
+                size_t bad = n;  // offset in the blob of the first byte that is not UTF-8
+                {
+                    nb::gil_scoped_release release;
+                    for (const auto &d : docs) {
+                        size_t at = utf8_invalid_at(reinterpret_cast<const uint8_t *>(d.data()), d.size());
+                        if (at != d.size()) {
+                            bad = size_t(d.data() - p) + at;
+                            break;
+                        }
+                    }
+                    if (bad == n) {
+                        std::atomic<size_t> next{0};
+                        auto work = [&]() {
+                            PieceCache &cache = thread_cache(e.uid);
+                            std::vector<size_t> ends;
+                            for (size_t i; (i = next.fetch_add(1)) < docs.size();) {
+                                auto s = docs[i];
+                                const auto *u = reinterpret_cast<const uint8_t *>(s.data());
+                                for (const Block &b : e.plan(s, s.size() + 1)) {
+                                    if (b.special != kNone) outs[i].push_back(b.special);
+                                    else e.encode_plain(u + b.start, b.end - b.start, cache, ends, outs[i]);
+                                }
+                            }
+                        };
+                        Encoder::run_threads(
+                            std::min<size_t>(default_threads(threads), std::max<size_t>(docs.size(), 1)), work);
+                        size_t total = 0;
+                        for (const auto &o : outs) total += o.size();
+                        ids.reserve(total);
+                        for (size_t i = 0; i < outs.size(); ++i) {
+                            lengths[i] = outs[i].size();
+                            ids.insert(ids.end(), outs[i].begin(), outs[i].end());
+                            std::vector<uint32_t>().swap(outs[i]);
+                        }
+                    }
+                }
+                if (bad != n) throw nb::value_error(("invalid UTF-8 at byte " + std::to_string(bad)).c_str());
+                return nb::make_tuple(to_array(std::move(ids)), to_array64(std::move(lengths)));
+            },
+            nb::arg("blob"), nb::arg("threads") = 0,
+            "(ids, lengths): the documents of ``blob`` (UTF-8 joined by the byte 0xFF) encoded one by one, "
+            "as one uint32 array and each document's number of ids (uint64); parallel over documents. "
+            "Releases the GIL.");
 }

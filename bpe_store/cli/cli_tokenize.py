@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from ..errors import InputError
 from ..tokenizer.export import FORMATS
 from ..tokenizer.token_files import DTYPES, EncodeStopped, encode_to_file
 
@@ -72,13 +73,14 @@ def _encode_source(files: "list[Path]", tokenizer: "Optional[Path]", pattern: "O
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the ``bpe-store`` app."""
-    from .cli import ProgressMode, StopOnSignal, _reporter
+    from .cli import InputFormat, InvalidUtf8, ProgressMode, StopOnSignal, _reporter
 
     @app.command()
     def encode(
         files: list[Path] = typer.Argument(..., help="The store (SQLite file) holding the trained merges, then the "
-                                                     "text files (UTF-8) to encode, in order; with --tokenizer, "
-                                                     "only the text files."),
+                                                     "inputs to encode, in order, as train reads them (text, jsonl, "
+                                                     "parquet; .gz/.zst/.bz2/.xz; directories, quoted globs, - for "
+                                                     "stdin); with --tokenizer, only the inputs."),
         out: Path = typer.Option(..., "-o", "--out", help="Output: .npy (NumPy) or .bin (nanoGPT raw layout).",
                                  metavar="OUT"),
         vocab_size: Optional[int] = typer.Option(None, "--vocab-size",
@@ -106,30 +108,54 @@ def register(app: typer.Typer) -> None:
             None, "--val-fraction",
             help="Also write a validation file (train.bin -> val.bin, x.npy -> x.val.npy) with this fraction "
                  "of the documents: document i when floor((i+1)F) > floor(iF)."),
+        input_format: Optional[InputFormat] = typer.Option(
+            None, "--format",
+            help="How to read the inputs (default: by extension, as for train; stdin: text)."),
+        text_field: str = typer.Option("text", "--text-field", metavar="NAME",
+                                       help="The jsonl field / parquet column holding the text."),
+        glob: str = typer.Option("*", "--glob", metavar="PATTERN",
+                                 help="Files to take from directory inputs, e.g. '**/*.jsonl.gz'."),
+        invalid_utf8: InvalidUtf8 = typer.Option(InvalidUtf8.strict, "--invalid-utf8",
+                                                 help="strict: refuse invalid UTF-8; replace: decode it as U+FFFD."),
         force: bool = typer.Option(False, "--force", help="Replace the output if it exists."),
         progress: ProgressMode = typer.Option(ProgressMode.auto, "--progress",
                                               help="auto: a bar on a terminal, else JSON lines on stderr."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
     ) -> None:
-        """Encode whole files into one token-id array (uint16 when the vocab fits, else uint32).
+        """Encode inputs into one token-id array (uint16 when the vocab fits, else uint32).
 
+        Every input kind train reads, read the same way: a text file is one document, each jsonl
+        record or parquet row one (no pre-token crosses its end), each followed by --separator.
         Ctrl-C (or SIGTERM) stops at the next block and removes the partial output (exit 130/143).
         With --tokenizer, OpenAI's ranks (or any .tiktoken file) encode instead of a store.
 
         Example: bpe-store encode run.db train.txt -o train.bin --separator '<|endoftext|>' --val-fraction 0.01
 
+        Example: bpe-store encode run.db 'shards/*.jsonl.gz' -o train.bin --separator '<|endoftext|>'
+
         Example: bpe-store encode --tokenizer cl100k_base.tiktoken --pattern cl100k train.txt -o train.npy
         """
+        from ..counting.inputs import STDIN, Stream
         from ..tokenizer.token_files import val_path
+        from .cli import expand_inputs
 
-        db, inputs, tok = _encode_source(files, tokenizer, pattern, special, separator)
+        db, given, tok = _encode_source(files, tokenizer, pattern, special, separator)
+        fmt = input_format.value if input_format is not None else None
+        args = [str(p) for p in given]
+        if STDIN in args:
+            if len(args) > 1:
+                raise InputError("- (standard input) must be the only input")
+            inputs: list = [Stream.stdin(fmt, text_field)]
+        else:
+            inputs = expand_inputs(args, glob, Path(db if db is not None else tokenizer))
         reporter = _reporter(progress, quiet)
         stopper = StopOnSignal()
         try:
             with stopper:
                 result = encode_to_file(db, inputs, out, tokenizer=tok, vocab_size=vocab_size, threads=threads,
                                         separator=separator, force=force, dtype=DType(dtype).value,
-                                        val_fraction=val_fraction, progress=reporter, stop=stopper.event)
+                                        val_fraction=val_fraction, format=fmt, text_field=text_field,
+                                        invalid_utf8=invalid_utf8.value, progress=reporter, stop=stopper.event)
         except (EncodeStopped, KeyboardInterrupt):
             reporter.close()
             outs = [out] if val_fraction is None else [out, val_path(out)]

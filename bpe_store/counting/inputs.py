@@ -409,10 +409,37 @@ def unit_blocks(unit: Unit, special_tokens: Sequence[str], pattern: str, invalid
             _read_ahead(_reader(f, where, unit.compression)) as read:
         if unit.format == "text":
             yield from text_blocks(read, special_tokens, pattern, block_size, where, invalid_utf8,
-                                   decompressed=True, max_pretoken_bytes=max_pretoken_bytes)
+                                   decompressed=unit.compression != "none", max_pretoken_bytes=max_pretoken_bytes)
         else:
             for block, _, _ in jsonl_blocks(read, unit.text_field, block_size, where, invalid_utf8):
                 yield block
+
+
+def input_blocks(item: FileInput | Stream, special_tokens: Sequence[str], pattern: str, invalid_utf8: str,
+                 block_size: int) -> Iterator[bytes]:
+    """The whole text of one input, in order, as blocks of valid UTF-8, documents joined by
+    ``DOC_SEP`` when it holds several (``has_documents``): the readers counting uses
+    (``unit_blocks``, ``Stream.blocks``), over the whole input rather than one work unit. What
+    ``bpe-store encode`` reads, so that it reads every input kind exactly as training does."""
+    if isinstance(item, Stream):
+        for block, _ in item.blocks(item.source(), special_tokens, pattern, invalid_utf8, block_size):
+            yield block
+        return
+    path = str(item.path)
+    if item.format == "parquet":
+        _parquet_column_type(path, item.text_field)  # the column's type, checked as training does
+        groups = _parquet_file(path).metadata.num_row_groups
+        units = [Unit(path, "parquet", "none", item.text_field, "row_group", 0, 0, g) for g in range(groups)]
+    else:
+        units = [Unit(path, item.format, item.compression, item.text_field, "file", 0, os.path.getsize(path))]
+    for unit in units:
+        yield from unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size)
+
+
+def has_documents(item: FileInput | Stream) -> bool:
+    """Whether ``input_blocks(item)`` joins several documents by ``DOC_SEP`` (else the whole input is
+    one document: a text file, text on standard input)."""
+    return item.format != "text"
 
 
 # -- text ----------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from ..counting.inputs import DEFAULT_TEXT_FIELD, DOC_SEP, FileInput, Stream, file_input, has_documents, input_blocks
 from ..errors import InputError
 from ..temporaries import pause_for_tests
 from .outfiles import new_files
@@ -180,7 +181,8 @@ class DocumentSplit:
             self.started = True
 
     def end_file(self) -> None:
-        """A file ended: without a separator, that ends its document."""
+        """A document ended (a file, a jsonl record, a parquet row): without a separator, that
+        ends its document (with one, the separator written after it did)."""
         if self.sep is None or self.started:
             self.doc += 1
             self.started = False
@@ -190,31 +192,50 @@ class DocumentSplit:
         return self.doc
 
 
-def encode_to_file(db: str | Path | None, inputs: Sequence[str | Path], out: str | Path, *,
+#: Text read per block by ``encode_to_file`` (``inputs.input_blocks``): memory stays at a few times this.
+ENCODE_BLOCK = 16 << 20
+
+
+def encode_to_file(db: str | Path | None, inputs: Sequence[str | Path | FileInput | Stream], out: str | Path, *,
                    tokenizer: Tokenizer | None = None,
                    vocab_size: int | None = None, threads: int = 0, separator: str | None = None,
                    force: bool = False, dtype: str = "auto", val_fraction: float | None = None,
+                   format: str | None = None, text_field: str = DEFAULT_TEXT_FIELD, invalid_utf8: str = "strict",
                    progress: Callable[[dict], None] | None = None,
                    stop: threading.Event | None = None) -> EncodeResult:
     """Encode ``inputs`` with the store's tokenizer into ``out`` (.npy or nanoGPT .bin), and
     with ``val_fraction`` also into ``val_path(out)``, split at document boundaries. Instead of a
     store ``db``, a ``tokenizer`` may be given (``Tokenizer.from_tiktoken``: OpenAI's ranks).
 
-    ``progress`` receives ``{"stage": "encoding", "done": bytes read, "total": bytes, "file":
-    path}`` events; ``stop`` (an Event) ends the work at the next block with ``EncodeStopped``.
-    Nothing is left under an output name unless the whole encoding succeeded.
+    Inputs are read as ``train`` reads them (``bpe_store.counting.inputs``): text, jsonl and
+    parquet files, compressed, or a ``Stream`` (standard input); a path's kind comes from its
+    extension unless ``format`` is given, ``text_field`` names the jsonl field or parquet column.
+    A text file is one document; each jsonl record or parquet row is one, encoded on its own (no
+    pre-token crosses its end, as in training) and followed by ``separator`` when given.
+
+    ``progress`` receives ``{"stage": "encoding", "done": text bytes read, "total": bytes or None,
+    "file": path}`` events (``total`` is known when every input is an uncompressed text file);
+    ``stop`` (an Event) ends the work at the next block with ``EncodeStopped``. Nothing is left
+    under an output name unless the whole encoding succeeded.
     """
-    from .tokenizer import Tokenizer, encode_files
+    import numpy as np
+
+    from .tokenizer import Tokenizer
 
     out = Path(out)
-    paths = [Path(p) for p in inputs]
+    items = [p if isinstance(p, (FileInput, Stream)) else file_input(p, format, text_field) for p in inputs]
+    files = [i.path for i in items if isinstance(i, FileInput)]
     if (db is None) == (tokenizer is None):
         raise InputError("give either a store or a tokenizer to encode with, not both" if tokenizer is not None
                          else "give a store or a tokenizer to encode with")
     if tokenizer is not None and vocab_size is not None:
         raise InputError("--vocab-size takes a prefix of a store's merges; a tokenizer file has no prefix")
-    if not paths:
+    if not items:
         raise InputError("no input files given")
+    if any(isinstance(i, Stream) for i in items) and len(items) > 1:
+        raise InputError("- (standard input) must be the only input")
+    if invalid_utf8 not in ("strict", "replace"):
+        raise InputError(f"--invalid-utf8 must be strict or replace, not {invalid_utf8!r}")
     fraction = None
     if val_fraction is not None:
         if not 0 < val_fraction < 1:
@@ -222,18 +243,21 @@ def encode_to_file(db: str | Path | None, inputs: Sequence[str | Path], out: str
         fraction = Fraction(repr(float(val_fraction)))
     outs = [out] if fraction is None else [out, val_path(out)]
     for o in outs:
-        check_output(o, force, [*([] if db is None else [Path(db)]), *paths])
-    for p in paths:
+        check_output(o, force, [*([] if db is None else [Path(db)]), *files])
+    for p in files:
         if not p.is_file():
             raise InputError(f"{p}: no such file" if not p.exists() else f"{p}: is not a file")
     tok = tokenizer if tokenizer is not None else Tokenizer.from_store(db, vocab_size)
     sep_id = None if separator is None else tok.special_id(separator)
+    sep = None if sep_id is None else np.array([sep_id], dtype=np.uint32)
     dt = choose_dtype(out, max(tok.vocab), dtype)
     npy = out.suffix == ".npy"
-    total = sum(p.stat().st_size for p in paths)
+    plain = all(isinstance(i, FileInput) and i.format == "text" and i.compression == "none" for i in items)
+    total = sum(p.stat().st_size for p in files) if plain else None
+    native = tok._core is not None and tok._core.native_split
     done = 0
 
-    def step(nread: int, path: Path) -> None:
+    def step(nread: int, where: object) -> None:
         nonlocal done
         done += nread
         if nread:
@@ -241,24 +265,51 @@ def encode_to_file(db: str | Path | None, inputs: Sequence[str | Path], out: str
         if stop is not None and stop.is_set():
             raise EncodeStopped()
         if progress is not None:
-            progress({"stage": "encoding", "done": done, "total": total, "file": str(path)})
+            progress({"stage": "encoding", "done": done, "total": total, "file": str(where)})
+
+    def documents(block: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, ids per document)`` of a block of documents joined by DOC_SEP, each encoded alone."""
+        if native:
+            return tok._core.encode_documents(block, threads)
+        parts = [tok.encode_to_array(d, threads) for d in block.split(DOC_SEP)]
+        return np.concatenate(parts), np.array([len(a) for a in parts], dtype=np.uint64)
 
     with new_files(outs) as handles:
         sinks = [IdSink(f, dt, npy) for f in handles]
         split = DocumentSplit(sinks[0], sinks[1], fraction, sep_id) if fraction is not None else None
         write = split.write if split is not None else sinks[0].write
-        step(0, paths[0])
-        for p in paths:
-            encode_files(tok, [p], write, threads=threads, separator=separator,
-                         progress=lambda n, p=p: step(n, p))
-            if split is not None:
-                split.end_file()
-            step(0, p)
-        documents = split.documents if split is not None else 0
+        step(0, items[0].path)
+        for item in items:
+            docs = has_documents(item)
+            # valid UTF-8 blocks: the readers check it (per --invalid-utf8), as for training
+            for block in input_blocks(item, tok.special_tokens, tok.pattern, invalid_utf8, ENCODE_BLOCK):
+                if not docs:
+                    write(tok.encode_to_array(block, threads))
+                    step(len(block), item.path)
+                    continue
+                ids, lengths = documents(block)
+                ends = np.cumsum(lengths)
+                if split is None:  # one write per block: a separator after each document
+                    write(ids if sep is None else np.insert(ids, ends.astype(np.intp), sep_id))
+                else:  # the split routes whole documents
+                    for a, b in zip(np.concatenate(([0], ends[:-1])), ends):
+                        write(ids[int(a):int(b)])
+                        if sep is not None:
+                            write(sep)
+                        split.end_file()
+                step(len(block), item.path)
+            if not docs:  # a text input is one document
+                if sep is not None:
+                    write(sep)
+                if split is not None:
+                    split.end_file()
+            step(0, item.path)
+        documents_seen = split.documents if split is not None else 0
         if split is not None and sinks[1].n == 0:
             raise InputError(f"--val-fraction {val_fraction} takes no document: the input holds "
-                             f"{documents} document(s) and the validation file gets floor(n * F) of them; "
+                             f"{documents_seen} document(s) and the validation file gets floor(n * F) of them; "
                              "give a --separator that splits the text into documents, or more files")
         for s in sinks:
             s.finish()
-    return EncodeResult([(o, s.n) for o, s in zip(outs, sinks)], dt, documents)
+    return EncodeResult([(o, s.n) for o, s in zip(outs, sinks)], dt, documents_seen)
+

@@ -434,6 +434,46 @@ class WordCounter {
         return to_bytes(out);
     }
 
+    // The counts as `parts` packed buffers (``pack``'s format), word w in part
+    // fnv1a64(w) % parts: the same word lands in the same part in every process and on every
+    // machine. Why: the node counters of a Ray count (bpe_store.counting.ray_count) hand their
+    // counts over in parts, part j of every node is summed by one task, and the driver then
+    // receives each distinct word once per flush, however many nodes counted it.
+    nb::list pack_parts(size_t parts) const {
+        if (parts == 0) throw nb::value_error("pack_parts: parts must be at least 1");
+        std::vector<std::string> out(parts);
+        {
+            nb::gil_scoped_release release;
+            std::lock_guard<std::mutex> lock(mutex_);
+            const auto &entries = table_.entries();
+            std::vector<uint32_t> part(entries.size());
+            std::vector<size_t> n(parts, 0), bytes(parts, 14);
+            for (size_t k = 0; k < entries.size(); ++k) {
+                const auto &e = entries[k];
+                uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, 64-bit: stable across processes
+                for (size_t i = 0; i < e.len; ++i) h = (h ^ e.ptr[i]) * 0x100000001b3ULL;
+                part[k] = uint32_t(h % parts);
+                ++n[part[k]];
+                bytes[part[k]] += e.len + 20;
+            }
+            for (size_t j = 0; j < parts; ++j) {
+                out[j].reserve(bytes[j]);
+                out[j].append(kPackMagic, 4);
+                put_varint(out[j], n[j]);
+            }
+            for (size_t k = 0; k < entries.size(); ++k) {
+                const auto &e = entries[k];
+                std::string &o = out[part[k]];
+                put_varint(o, e.len);
+                o.append(reinterpret_cast<const char *>(e.ptr), e.len);
+                put_varint(o, e.count);
+            }
+        }
+        nb::list result;
+        for (const auto &o : out) result.append(to_bytes(o));
+        return result;
+    }
+
     // [(word, count)] in first-seen order, for one executemany.
     nb::list items() const {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -764,6 +804,8 @@ void register_scanner(nb::module_ &m) {
         .def("add_packed", &WordCounter::add_packed, nb::arg("packed"),
              "Add packed counts (``ChunkCounts.pack``, ``pack_counts``, ``pack``); ValueError if malformed.")
         .def("pack", &WordCounter::pack, "All counts as one compact bytes object, first-seen order.")
+        .def("pack_parts", &WordCounter::pack_parts, nb::arg("parts"),
+             "The counts as ``parts`` packed buffers, each word in part fnv1a64(word) % parts.")
         .def("__len__", &WordCounter::size);
     nb::class_<WordIds>(m, "WordIds",
                         "The store's words while counting: word -> dense id and total count (see Store.add_word_counts).")

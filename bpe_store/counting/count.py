@@ -381,6 +381,15 @@ def count_unit_packed(task: tuple) -> tuple[int, bytes, int]:
     for ``WordCounter.add_packed``, never as a dict per word. Needs the native core; any pattern
     (a user's own regex counts through ``regex``).
     """
+    cid, counts, n = count_unit_counts(task)
+    return cid, counts if isinstance(counts, bytes) else counts.pack(), n
+
+
+def count_unit_counts(task: tuple) -> tuple[int, ChunkCounts | WordCounter | bytes, int]:
+    """``count_unit_packed`` without the packing where there is nothing to pack: the native counts
+    (``ChunkCounts``, or a ``WordCounter`` for a unit read in blocks), packed bytes only for the
+    ``regex`` path's dict; any of them goes into a ``WordCounter`` by ``add_counts``. For a process
+    that sums many units itself (a Ray node counter, bpe_store.counting.ray_node)."""
     if not isinstance(task[1], str):  # a unit of any input kind, read block by block (bpe_store.counting.inputs)
         if not native_counts(task[3]):
             cid, words, n = count_unit_task(task)
@@ -388,10 +397,9 @@ def count_unit_packed(task: tuple) -> tuple[int, bytes, int]:
         cid, unit, special_tokens, pattern, invalid_utf8, block_size, *rest = task
         total, n = _count_unit_native(unit, special_tokens, pattern, invalid_utf8, block_size,
                                       rest[0] if rest else None)
-        return cid, total.pack(), n
+        return cid, total, n
     if native_counts(task[5]):
-        cid, counts, n = count_chunk_native_task(task)
-        return cid, counts.pack(), n
+        return count_chunk_native_task(task)
     cid, words, n = count_chunk_task(task)
     return cid, _native_pack_counts(words), n
 

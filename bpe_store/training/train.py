@@ -717,11 +717,10 @@ def _count_map(job: _Job, sources: Sequence[Source], todo: Sequence) -> tuple[It
     if job.count_engine == "ray":
         from ..counting.ray_count import RayCounter
 
-        # every unit is a Ray task (count.count_unit_packed reads it where it runs); packed
-        # results are summed by a WordCounter, whatever the pattern or input kind; its events
-        # add the units in flight and the workers
+        # a counting tree (ray_count): node counters count and sum the units, the buffer's take
+        # brings their sums in; its events add the units in flight, the workers and the nodes
         results = RayCounter(tasks, job.ray_address, workers)
-        return results, FlushBuffer(True), results.status
+        return results, results.buffer, results.status
     buffer = FlushBuffer(native)
     if native and not plain:
         return count_units_threaded(units, workers, params.special_tokens, params.pattern, params.invalid_utf8,
@@ -750,7 +749,7 @@ def _count_reduce(job: _Job, results: Iterable, buffer: FlushBuffer, status: Cal
         for cid, counts, n in results:
             if counts is not None:
                 buffer.add(cid, counts, n)
-            done += size_of[cid]
+            done += size_of[cid] if n >= 0 else -size_of[cid]  # -1: a Ray unit lost, counted again
             job.emit(stage="counting", done=done, total=total, **status())
             writer.poll()
             stopping = job.stopping()

@@ -492,6 +492,37 @@ def _count_into(task: Callable[[tuple], tuple], into: FlushBuffer, t: tuple) -> 
     return cid, None, n
 
 
+class PackedCounts:
+    """A flush's word counts as packed buffers (``WordCounter.pack`` / ``pack_parts``): what a Ray
+    driver receives from the counting tree, written as they are (``Store.add_word_counts``:
+    ``WordIds.add_packed``), never summed into a ``WordCounter`` first. A word may be in several
+    buffers (its counts add up)."""
+
+    def __init__(self, parts: list[bytes] | None = None):
+        self.parts: list[bytes] = parts if parts is not None else []
+
+    def __len__(self) -> int:
+        """Words in all buffers (a word in two counts twice), from each buffer's header."""
+        total = 0
+        for p in self.parts:
+            v, shift, i = 0, 0, 4
+            while True:  # varint(n) after the 4-byte magic (scanner.cpp, pack_entries)
+                b = p[i]
+                v |= (b & 0x7F) << shift
+                i, shift = i + 1, shift + 7
+                if not b & 0x80:
+                    break
+            total += v
+        return total
+
+    def counter(self) -> WordCounter:
+        """The same counts summed into one ``WordCounter``."""
+        total = WordCounter()
+        for p in self.parts:
+            total.add_packed(p)
+        return total
+
+
 class FlushBuffer:
     """The reduce step's buffer: the word counts of the units counted since the last flush, and
     those units' marks ``(unit id, pre-tokens)``, always together.

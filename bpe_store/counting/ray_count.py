@@ -9,7 +9,7 @@ local planner made (``store.chunks()``: byte ranges of the inputs) on a Ray clus
               sum_packed task j (one per part: part j of every node, summed)     [several nodes]
                  │ P packed buffers with disjoint words
                  ▼
-              driver: one WordCounter per flush ──▶ Store.add_word_counts (one transaction)
+              driver: the parts, as they are ──▶ Store.add_word_counts (one transaction)
 
 * **The driver's work** is per distinct word of a flush window, not per unit: on one node, the
   node counter's sum arrives as one buffer; on several, each word arrives in exactly one part.
@@ -48,7 +48,7 @@ from collections.abc import Sequence
 
 from ..errors import BpeStoreError, InputError
 from . import ray_reaper
-from .count import WordCounter
+from .count import PackedCounts, WordCounter
 from .ray_node import NodeCounter, sum_packed
 
 #: How to get Ray, in the one-line error when it is missing.
@@ -159,7 +159,7 @@ class RayCounter:
         self._reported: set[int] = set()  # units whose acknowledgement was reported (and not lost)
         self._nodes: dict[str, _Node] = {}
         self._refs: dict = {}  # ObjectRef of a count call -> its _Node
-        self._pending = WordCounter()  # counts taken from the nodes, not yet handed to a flush
+        self._pending = PackedCounts()  # counts taken from the nodes, not yet handed to a flush
         self._pending_marks: list[tuple[int, int]] = []
         self._status: dict[str, int] = {}
         self._status_at = 0.0
@@ -322,19 +322,20 @@ class RayCounter:
                 node.acked.difference_update(ids)
                 self._requeue(ids)
             return
-        for p in packed:
-            self._pending.add_packed(p)  # disjoint words: one add per distinct word
+        # Why kept packed: the store adds them straight into its word map (WordIds.add_packed);
+        # the parts of one take hold disjoint words, so each distinct word is hashed once
+        self._pending.parts.extend(packed)
         for node, marks, _ in got:
             ids = {cid for cid, _ in marks}
             node.owned -= ids
             node.acked -= ids
             self._pending_marks.extend(marks)
 
-    def take(self) -> tuple[WordCounter, list[tuple[int, int]]]:
+    def take(self) -> tuple[PackedCounts, list[tuple[int, int]]]:
         """Everything counted so far and not yet handed over: ``(counts, [(unit id, pre-tokens)])``."""
         self._take()
         out = self._pending, self._pending_marks
-        self._pending, self._pending_marks = WordCounter(), []
+        self._pending, self._pending_marks = PackedCounts(), []
         return out
 
     def has_counts(self) -> bool:
@@ -366,7 +367,7 @@ class _TreeBuffer:
     def __init__(self, counter: RayCounter):
         self._counter = counter
 
-    def take(self) -> tuple[WordCounter, list[tuple[int, int]]]:
+    def take(self) -> tuple[PackedCounts, list[tuple[int, int]]]:
         return self._counter.take()
 
     def __bool__(self) -> bool:

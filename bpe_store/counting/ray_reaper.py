@@ -38,7 +38,8 @@ Proc = tuple[int, int]
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
-    """``(parent pid, start time)`` of ``pid`` from /proc, or None when it is gone."""
+    """``(parent pid, start time)`` of ``pid`` from /proc, or None when it is gone (or a zombie,
+    dead and waiting for its parent to collect it)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
@@ -46,6 +47,8 @@ def _stat(pid: int) -> tuple[int, int] | None:
         return None
     # the command name (field 2) is in parentheses and may hold spaces or parentheses itself
     fields = data[data.rfind(b")") + 2:].split()
+    if fields[0] == b"Z":
+        return None
     return int(fields[1]), int(fields[19])  # fields 4 (ppid) and 22 (starttime)
 
 

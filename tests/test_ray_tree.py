@@ -85,10 +85,10 @@ def test_a_node_removed_while_counting_changes_nothing(three_nodes, corpus, loca
     def progress(event: dict) -> None:
         events.append(event)
         # after the 3rd unit counted: its node counter holds counted units no flush has taken
-        if event["stage"] == "counting" and event.get("done") and not removed:
-            if sum(1 for e in events if e["stage"] == "counting" and e.get("done")) >= 3:
-                removed.append(workers[0])
-                cluster.remove_node(workers[0], allow_graceful=False)
+        if (event["stage"] == "counting" and event.get("done") and not removed
+                and sum(1 for e in events if e["stage"] == "counting" and e.get("done")) >= 3):
+            removed.append(workers[0])
+            cluster.remove_node(workers[0], allow_graceful=False)
 
     r = train([corpus], tmp_path / "ray.db", VOCAB, [SPECIAL], pattern=REGEX_PATTERN, chunk_size=CHUNK,
               count_engine="ray", progress=progress)
@@ -149,7 +149,7 @@ def test_parts_split_words_by_a_stable_hash():
     parts = total.pack_parts(3)
     assert len(parts) == 3
     seen: dict[bytes, int] = {}
-    for j, p in enumerate(parts):
+    for p in parts:
         one = WordCounter()
         one.add_packed(p)
         for word, count in one.items():

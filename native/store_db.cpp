@@ -371,6 +371,26 @@ struct PackedWordRows final : Rows {
     }
 };
 
+// A counting flush's count deltas (WordIds.add_native): n int64 ids ascending, then their n
+// int64 deltas; rows (p1 delta, p2 id) as _COUNT_DELTAS binds them, keyed by id.
+struct DeltaRows final : Rows {
+    const i64 *ids, *deltas;
+    size_t n;
+    DeltaRows(const uint8_t *data, size_t bytes)
+        : ids(reinterpret_cast<const i64 *>(data)), deltas(ids + bytes / 16), n(bytes / 16) {}
+    size_t size() const override { return n; }
+    void column(RowsCursorState &c, sqlite3_context *ctx, int k) const override {
+        if (k == 0) return api.result_int64(ctx, deltas[c.i]);
+        if (k == 1) return api.result_int64(ctx, ids[c.i]);
+        no_such_parameter(ctx);
+    }
+    bool key(size_t i, i64 &out) const override {
+        out = ids[i];
+        return true;
+    }
+    const i64 *keys() const override { return ids; }
+};
+
 // Python rows (tuples or lists), copied first with the GIL held, as bind_python binds them.
 struct PyRows final : Rows {
     struct Cell {
@@ -732,6 +752,21 @@ class StoreDb {
         return run_bulk(st, PackedWordRows(data, size, first_id));  // `packed` is immutable, held by the caller
     }
 
+    // A bulk statement over a counting flush's count deltas (WordIds.add_native's buffer: n int64
+    // ids ascending, then n int64 deltas): rows (p1 delta, p2 id), keyed by id for bpe_store_lookup.
+    size_t bulk_deltas(const std::string &sql, nb::bytes deltas) {
+        Busy busy(this);
+        sqlite3_stmt *st = prepare(sql);
+        Reset reset(st);
+        if (deltas.size() % 16 != 0) throw nb::value_error("count deltas: the buffer is not n ids and n deltas");
+        if (reinterpret_cast<uintptr_t>(deltas.data()) % alignof(i64) != 0) {  // CPython's bytes are aligned
+            std::vector<i64> aligned(deltas.size() / 8);
+            std::memcpy(aligned.data(), deltas.data(), deltas.size());
+            return run_bulk(st, DeltaRows(reinterpret_cast<const uint8_t *>(aligned.data()), deltas.size()));
+        }
+        return run_bulk(st, DeltaRows(static_cast<const uint8_t *>(deltas.data()), deltas.size()));
+    }
+
     // Every row of `sql` (id, bytes, count, tokens or NULL), into one buffer for the merge engine,
     // with the GIL released. A row of the wrong types is a ValueError naming it, as the engine
     // gives for Python rows (the store is damaged).
@@ -954,6 +989,8 @@ void register_store_db(nb::module_ &m) {
              nb::arg("first_id"),
              "Run sql once over the words of packed counts as bpe_store_rows (p1 id from first_id, p2 bytes, "
              "p3 count).")
+        .def("bulk_deltas", &StoreDb::bulk_deltas, nb::arg("sql"), nb::arg("deltas"),
+             "Run sql once over count deltas (WordIds.add_native) as bpe_store_rows (p1 delta, p2 id).")
         .def("read_word_rows", &StoreDb::read_word_rows, nb::arg("sql"),
              "Every row of sql (id, bytes, count, tokens or NULL) as one WordRows buffer, for MergeEngine.")
         .def("close", &StoreDb::close)

@@ -105,7 +105,7 @@ def test_worker_killed_mid_unit_still_identical(cluster, tmp_path):
             return
         while not done.is_set() and not killed:
             for name in os.listdir("/proc"):
-                if (name.isdigit() and _proc_title(int(name)).startswith(b"ray::count_unit_packed")
+                if (name.isdigit() and _proc_title(int(name)).startswith(b"ray::NodeCounter")
                         and _descends_from_me(int(name))):
                     os.kill(int(name), signal.SIGKILL)
                     killed.append(int(name))

@@ -588,6 +588,10 @@ def train(
     else:
         files = expand_inputs(inputs, glob, db)
     reporter = _reporter(progress, quiet)
+    if quiet and ray is not None:
+        from ..counting.ray_count import quiet as quiet_ray
+
+        quiet_ray()
     stopper = StopOnSignal(notify=reporter.note)
     try:
         with stopper:

@@ -381,6 +381,15 @@ def count_unit_packed(task: tuple) -> tuple[int, bytes, int]:
     for ``WordCounter.add_packed``, never as a dict per word. Needs the native core; any pattern
     (a user's own regex counts through ``regex``).
     """
+    cid, counts, n = count_unit_counts(task)
+    return cid, counts if isinstance(counts, bytes) else counts.pack(), n
+
+
+def count_unit_counts(task: tuple) -> tuple[int, ChunkCounts | WordCounter | bytes, int]:
+    """``count_unit_packed`` without the packing where there is nothing to pack: the native counts
+    (``ChunkCounts``, or a ``WordCounter`` for a unit read in blocks), packed bytes only for the
+    ``regex`` path's dict; any of them goes into a ``WordCounter`` by ``add_counts``. For a process
+    that sums many units itself (a Ray node counter, bpe_store.counting.ray_node)."""
     if not isinstance(task[1], str):  # a unit of any input kind, read block by block (bpe_store.counting.inputs)
         if not native_counts(task[3]):
             cid, words, n = count_unit_task(task)
@@ -388,10 +397,9 @@ def count_unit_packed(task: tuple) -> tuple[int, bytes, int]:
         cid, unit, special_tokens, pattern, invalid_utf8, block_size, *rest = task
         total, n = _count_unit_native(unit, special_tokens, pattern, invalid_utf8, block_size,
                                       rest[0] if rest else None)
-        return cid, total.pack(), n
+        return cid, total, n
     if native_counts(task[5]):
-        cid, counts, n = count_chunk_native_task(task)
-        return cid, counts.pack(), n
+        return count_chunk_native_task(task)
     cid, words, n = count_chunk_task(task)
     return cid, _native_pack_counts(words), n
 
@@ -482,6 +490,37 @@ def _count_into(task: Callable[[tuple], tuple], into: FlushBuffer, t: tuple) -> 
     cid, counts, n = task(t)
     into.add(cid, counts, n)
     return cid, None, n
+
+
+class PackedCounts:
+    """A flush's word counts as packed buffers (``WordCounter.pack`` / ``pack_parts``): what a Ray
+    driver receives from the counting tree, written as they are (``Store.add_word_counts``:
+    ``WordIds.add_packed``), never summed into a ``WordCounter`` first. A word may be in several
+    buffers (its counts add up)."""
+
+    def __init__(self, parts: list[bytes] | None = None):
+        self.parts: list[bytes] = parts if parts is not None else []
+
+    def __len__(self) -> int:
+        """Words in all buffers (a word in two counts twice), from each buffer's header."""
+        total = 0
+        for p in self.parts:
+            v, shift, i = 0, 0, 4
+            while True:  # varint(n) after the 4-byte magic (scanner.cpp, pack_entries)
+                b = p[i]
+                v |= (b & 0x7F) << shift
+                i, shift = i + 1, shift + 7
+                if not b & 0x80:
+                    break
+            total += v
+        return total
+
+    def counter(self) -> WordCounter:
+        """The same counts summed into one ``WordCounter``."""
+        total = WordCounter()
+        for p in self.parts:
+            total.add_packed(p)
+        return total
 
 
 class FlushBuffer:

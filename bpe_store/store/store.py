@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from ..counting.count import PackedCounts
 from ..counting.sources import Source
 from ..errors import StoreError
 from ..interrupts import CtrlC, sqlite_call
@@ -842,6 +843,10 @@ class Store:
         the merge engine (``take_fresh_word_rows``; a list of enwiki-100M's 445 K rows was ~90 MB,
         its peak) while no later flush changes the table; a later flush reads the map from the store.
         """
+        if isinstance(counts, PackedCounts):
+            if self._native() is not None:
+                return self._add_packed_counts(counts, chunk_done, elapsed_s, stream_at)
+            counts = counts.counter()  # no native connection: the WordCounter path
         native = hasattr(counts, "row_stream")
         if not native and not isinstance(counts, dict):
             counts = dict(counts)  # pairs (a word may repeat: summed, as the store would)
@@ -850,11 +855,34 @@ class Store:
             self._write_word_counts(rows, [], chunk_done, elapsed_s, stream_at)
             self._fresh_rows = counts if native else rows  # only once committed: then it is what the store holds
             return
-        self._fresh_rows = None  # this flush changes counts: the kept rows would be stale
-        words = self._words if self._words is not None else self._load_words()
+        fresh, self._fresh_rows = self._fresh_rows, None  # this flush changes counts: the kept rows go stale
+        words = self._words if self._words is not None else self._load_words(fresh)
         try:
-            new, old = words.add(counts)
+            if native and hasattr(words, "add_native") and self._native() is not None:
+                # no Python object per word: new words and deltas go to SQLite from native buffers
+                packed, first_id, deltas = words.add_native(counts)
+                new, old = _PackedWords(packed, first_id), _PackedDeltas(deltas)
+            else:
+                new, old = words.add(counts)
             self._write_word_counts(new, old, chunk_done, elapsed_s, stream_at)
+        except BaseException:
+            self._words = None  # the store is the truth: reloaded from it if counting goes on
+            raise
+        self._words = words
+
+    def _add_packed_counts(self, counts: PackedCounts, chunk_done: Sequence[tuple[int, int]], elapsed_s: float,
+                           stream_at: StreamMark | None) -> None:
+        """``add_word_counts`` for packed counts, on the native connection: ``WordIds.add_packed``
+        gives the new words packed and the deltas as one buffer, bound by SQLite from there (no
+        Python object per word, no ``WordCounter``). An empty store starts from an empty map."""
+        fresh, self._fresh_rows = self._fresh_rows, None
+        words = self._words
+        if words is None:
+            words = self._load_words(fresh) if fresh is not None or not self._words_empty() else _new_word_ids()
+        try:
+            packed, first_id, deltas = words.add_packed(counts.parts)
+            self._write_word_counts(_PackedWords(packed, first_id), _PackedDeltas(deltas), chunk_done, elapsed_s,
+                                    stream_at)
         except BaseException:
             self._words = None  # the store is the truth: reloaded from it if counting goes on
             raise
@@ -869,14 +897,17 @@ class Store:
     def _words_empty(self) -> bool:
         return self.sql("SELECT NOT EXISTS (SELECT 1 FROM words)").scalar() == 1
 
-    def _load_words(self) -> Any:
+    def _load_words(self, fresh: Any = None) -> Any:
         """A ``WordIds`` holding the store's words, read in batches (what is read at once, native
-        rows or Python tuples, is never more than a batch)."""
-        try:
-            from .._core import WordIds
-        except ImportError:  # no native core in this installation
-            WordIds = PyWordIds  # noqa: N806
-        words = WordIds()
+        rows or Python tuples, is never more than a batch); from ``fresh``, the native
+        ``WordCounter`` whose rows the store holds exactly (``_fresh_rows``), when there is one.
+        Why: a second counting flush read back every word the first one wrote (a Ray driver's
+        flush of ~1 M words: ~0.3 CPU s), while the same words, in the same order, are in memory;
+        the counter is emptied (its words move), so nothing may use it after this."""
+        words = _new_word_ids()
+        if fresh is not None and hasattr(fresh, "row_stream") and hasattr(words, "add_native"):
+            words.adopt(fresh)  # ids 1, 2, ... in the counter's order, as its flush wrote them
+            return words
         ndb = self._native() if hasattr(words, "load_rows") else None
         try:
             if ndb is not None:
@@ -909,7 +940,10 @@ class Store:
             # tokens stay NULL (single bytes); see WordCounter.rows for why no 4th column
             w.insert_words("INSERT INTO words (id, bytes, count) VALUES (?, ?, ?)",
                            "INSERT INTO words (id, bytes, count) SELECT p1, p2, p3 FROM bpe_store_rows", new)
-            if len(old):
+            if isinstance(old, _PackedDeltas):
+                if len(old):
+                    w.ndb.bulk_deltas(self._words_bulk(w, len(old), _COUNT_DELTAS), old.buffer)
+            elif len(old):
                 w.executemany(_COUNT_DELTAS[0], old, self._words_bulk(w, len(old), _COUNT_DELTAS))
             w.executemany("UPDATE chunks SET counted = 1, pretokens = ? WHERE id = ?",
                           [(n, cid) for cid, n in chunk_done])
@@ -1240,6 +1274,33 @@ class PyWordIds:
         return [(k + 1 + shift, bytearray(self._words[k]), self._counts[k]) for k in range(first, len(self._words))]
 
 
+def _new_word_ids() -> Any:
+    """An empty word map: the native ``WordIds``, or ``PyWordIds`` without the native core."""
+    try:
+        from .._core import WordIds
+    except ImportError:  # no native core in this installation
+        return PyWordIds()
+    return WordIds()
+
+
+@dataclass(frozen=True)
+class _PackedWords:
+    """A flush's new words from ``WordIds.add_native``: packed counts, ids ``first_id``, ``first_id + 1``, ..."""
+
+    packed: bytes
+    first_id: int
+
+
+@dataclass(frozen=True)
+class _PackedDeltas:
+    """A flush's count deltas from ``WordIds.add_native``: n int64 ids ascending, then n int64 deltas."""
+
+    buffer: bytes
+
+    def __len__(self) -> int:
+        return len(self.buffer) // 16
+
+
 class BulkWriter:
     """The statements of one ``Store.bulk_transaction``: on the native connection ``ndb`` when
     there is one, else through the store's ``sqlite3`` connection (``executemany``, the fallback)."""
@@ -1280,7 +1341,9 @@ class BulkWriter:
         native ``WordCounter`` with ids 1, 2, ... in its order; ``bulk`` as for ``executemany``.
         Why ``pack`` on the native path: one buffer for all words instead of a tuple and a
         bytearray per word (counting's first flush of enwiki-100M: 445 K words)."""
-        if not hasattr(rows, "row_stream"):
+        if isinstance(rows, _PackedWords):  # made only where there is a native connection
+            self.ndb.bulk_packed_words(bulk, rows.packed, rows.first_id)
+        elif not hasattr(rows, "row_stream"):
             self.executemany(statement, rows, bulk)
         elif self.ndb is None:
             self.store.executemany(statement, rows.row_stream(1))

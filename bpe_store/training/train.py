@@ -717,11 +717,10 @@ def _count_map(job: _Job, sources: Sequence[Source], todo: Sequence) -> tuple[It
     if job.count_engine == "ray":
         from ..counting.ray_count import RayCounter
 
-        # every unit is a Ray task (count.count_unit_packed reads it where it runs); packed
-        # results are summed by a WordCounter, whatever the pattern or input kind; its events
-        # add the units in flight and the workers
+        # a counting tree (ray_count): node counters count and sum the units, the buffer's take
+        # brings their sums in; its events add the units in flight, the workers and the nodes
         results = RayCounter(tasks, job.ray_address, workers)
-        return results, FlushBuffer(True), results.status
+        return results, results.buffer, results.status
     buffer = FlushBuffer(native)
     if native and not plain:
         return count_units_threaded(units, workers, params.special_tokens, params.pattern, params.invalid_utf8,
@@ -744,13 +743,14 @@ def _count_reduce(job: _Job, results: Iterable, buffer: FlushBuffer, status: Cal
     ``count_flush_seconds``, on a stop request and at the end; the last flush is left in flight."""
     # count_flush_seconds=0 flushes every unit before the next, in line (tests kill between
     # units), except with Ray, whose driver must never stop feeding the cluster
-    writer = _CountWriter(job, total, done, background=job.count_flush_seconds > 0 or job.count_engine == "ray")
+    ray = job.count_engine == "ray"
+    writer = _CountWriter(job, total, done, background=job.count_flush_seconds > 0 or ray, by_bytes=not ray)
     try:
         last_flush = time.monotonic()
         for cid, counts, n in results:
             if counts is not None:
                 buffer.add(cid, counts, n)
-            done += size_of[cid]
+            done += size_of[cid] if n >= 0 else -size_of[cid]  # -1: a Ray unit lost, counted again
             job.emit(stage="counting", done=done, total=total, **status())
             writer.poll()
             stopping = job.stopping()
@@ -779,8 +779,8 @@ class _CountWriter:
     waits; the last flush is left in flight for ``_pairs`` and ``_merge`` (see ``_Writes``).
     """
 
-    def __init__(self, job: _Job, total: int, done: int = 0, background: bool = True):
-        self.job, self.total, self.background = job, total, background
+    def __init__(self, job: _Job, total: int, done: int = 0, background: bool = True, by_bytes: bool = True):
+        self.job, self.total, self.background, self.by_bytes = job, total, background, by_bytes
         self.write_s = 0.0  # how long the last flush took
         self.flushed_at = done  # bytes counted when the last flush began (or this session began)
 
@@ -803,7 +803,11 @@ class _CountWriter:
             return True
         if self.job.writes.busy():
             return False
-        if done - self.flushed_at >= max(COUNT_FLUSH_MIN_BYTES, COUNT_FLUSH_LOSS * (self.total - done)):
+        # Why no bytes rule on Ray (by_bytes False): the driver's cost is per distinct word of a flush window, so
+        # windows of fixed bytes would make a faster cluster flush more often, until the driver
+        # is its cap again; by time, a kill loses about two windows of the cluster's time
+        if (self.by_bytes
+                and done - self.flushed_at >= max(COUNT_FLUSH_MIN_BYTES, COUNT_FLUSH_LOSS * (self.total - done))):
             return True
         wait = max(self.job.count_flush_seconds, 2 * self.write_s)
         return time.monotonic() - last_flush >= wait

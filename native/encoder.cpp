@@ -61,6 +61,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "splitter.h"
+#include "utf8.h"
 
 namespace nb = nanobind;
 
@@ -447,11 +448,16 @@ class Encoder {
             for (size_t at = 0; at < n;) {
                 size_t end = std::min(n, at + (size_t(1) << 31));
                 while (end < n && end > at + 1 && (p[end] & 0xC0) == 0x80) --end;
-                bpe_long(p + at, end - at, out);
+                bpe_heap(p + at, end - at, out);
                 at = end;
             }
             return;
         }
+        bpe_heap(p, n, out);
+    }
+
+    // bpe_long of a piece shorter than 4 GiB: the heap over (rank, position), in rounds.
+    void bpe_heap(const uint8_t *p, size_t n, std::vector<uint32_t> &out) const {
         // per-thread scratch: no allocation per piece once the buffers have grown
         thread_local std::vector<uint32_t> id, nxt, prv, merged;
         thread_local std::vector<uint64_t> heap;  // (rank << 32 | position), a min-heap
@@ -660,45 +666,6 @@ std::string_view utf8_of(const nb::handle &h) {
     throw nb::type_error("expected str or bytes");
 }
 
-// Offset of the first byte that is not valid UTF-8 (as Python's strict decoder sees it: no
-// overlong forms, no surrogates, nothing past U+10FFFF), or n if all of it is valid.
-size_t utf8_invalid_at(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        // why: ASCII dominates; skip 8 bytes at a time while no high bit is set
-        while (i + 8 <= n) {
-            uint64_t w;
-            std::memcpy(&w, s + i, 8);
-            if (w & 0x8080808080808080ull) break;
-            i += 8;
-        }
-        if (i >= n) break;
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            ++i;
-            continue;
-        }
-        size_t len;
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) len = 2;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            len = 3;
-            if (c == 0xE0) lo = 0xA0;
-            if (c == 0xED) hi = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            len = 4;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;
-        } else return i;
-        if (i + len > n) return i;
-        if (s[i + 1] < lo || s[i + 1] > hi) return i;
-        for (size_t k = 2; k < len; ++k)
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-        i += len;
-    }
-    return n;
-}
-
 // A tuple of the items of a list (or any sequence), each held by a reference. Why: the views
 // taken into the items' UTF-8 buffers are read with the GIL released, when another thread may
 // change the caller's list and free an item; the tuple keeps every item alive until the call
@@ -710,6 +677,142 @@ nb::tuple snapshot(nb::handle seq) {
 }
 
 constexpr size_t kBlock = 1 << 18;  // 256 KB of text per parallel work unit
+
+// Encoder.encode_pieces: the Python-regex path; pre-tokens come from Python, BPE happens here.
+nb::ndarray<nb::numpy, uint32_t, nb::ndim<1>> encode_pieces(const Encoder &e, nb::handle pieces) {
+    nb::tuple items = snapshot(pieces);  // holds every piece while the GIL is released
+    std::vector<std::string_view> views;
+    views.reserve(items.size());
+    for (nb::handle h : items) views.push_back(utf8_of(h));
+    std::vector<uint32_t> out;
+    {
+        nb::gil_scoped_release release;
+        PieceCache &cache = thread_cache(e.uid);
+        out.reserve(views.size() * 2);
+        for (auto v : views)
+            if (!v.empty()) e.bpe(reinterpret_cast<const uint8_t *>(v.data()), v.size(), cache, out);
+    }
+    return to_array(std::move(out));
+}
+
+// Encoder.encode: one text, parallel over blocks; UTF-8 bytes are checked first.
+nb::ndarray<nb::numpy, uint32_t, nb::ndim<1>> encode(const Encoder &e, nb::handle text, int threads) {
+    if (!e.native_split) throw std::logic_error("this encoder has no native pre-tokenizer");
+    std::string_view s = utf8_of(text);
+    std::vector<uint32_t> out;
+    size_t bad = s.size();
+    {
+        nb::gil_scoped_release release;
+        if (PyBytes_Check(text.ptr()))  // a str is valid by construction
+            bad = bpe::utf8_invalid_at(reinterpret_cast<const uint8_t *>(s.data()), s.size());
+        if (bad == s.size()) out = e.encode_text(s, default_threads(threads), kBlock);
+    }
+    if (bad != s.size())
+        throw nb::value_error(("invalid UTF-8 at byte " + std::to_string(bad)).c_str());
+    return to_array(std::move(out));
+}
+
+// Encoder.encode_list: one str, on this thread, as a list.
+nb::list encode_list(const Encoder &e, nb::handle text) {
+    if (!e.native_split) throw std::logic_error("this encoder has no native pre-tokenizer");
+    std::string_view s = utf8_of(text);
+    if (PyBytes_Check(text.ptr())) throw nb::type_error("encode_list takes str");
+    std::vector<uint32_t> out;
+    {
+        nb::gil_scoped_release release;
+        out = e.encode_text(s, 1, kBlock);
+    }
+    return e.to_list(out);
+}
+
+// Encodes views[i] into outs[i] for every i, on `threads` threads taking documents in turn.
+void encode_documents(const Encoder &e, const std::vector<std::string_view> &views,
+                      std::vector<std::vector<uint32_t>> &outs, int threads) {
+    std::atomic<size_t> next{0};
+    auto work = [&]() {
+        PieceCache &cache = thread_cache(e.uid);
+        std::vector<size_t> ends;
+        for (size_t i; (i = next.fetch_add(1)) < views.size();) {
+            auto s = views[i];
+            auto blocks = e.plan(s, s.size() + 1);
+            const auto *u = reinterpret_cast<const uint8_t *>(s.data());
+            for (const Block &b : blocks) {
+                if (b.special != kNone) outs[i].push_back(b.special);
+                else e.encode_plain(u + b.start, b.end - b.start, cache, ends, outs[i]);
+            }
+        }
+    };
+    Encoder::run_threads(std::min<size_t>(default_threads(threads), std::max<size_t>(views.size(), 1)), work);
+}
+
+// Encoder.encode_batch: many documents, parallel over documents.
+nb::list encode_batch(const Encoder &e, nb::handle texts, int threads) {
+    if (!e.native_split) throw std::logic_error("this encoder has no native pre-tokenizer");
+    nb::tuple items = snapshot(texts);  // holds every text while the GIL is released
+    std::vector<std::string_view> views;
+    views.reserve(items.size());
+    for (nb::handle h : items) views.push_back(utf8_of(h));
+    std::vector<std::vector<uint32_t>> outs(views.size());
+    {
+        nb::gil_scoped_release release;
+        encode_documents(e, views, outs, threads);
+    }
+    nb::list result;
+    for (auto &o : outs) {
+        result.append(e.to_list(o));
+        std::vector<uint32_t>().swap(o);
+    }
+    return result;
+}
+
+// The documents of a blob joined by the byte 0xFF (bpe_store.counting.inputs.DOC_SEP: never in
+// valid UTF-8): what a jsonl or parquet block holds.
+std::vector<std::string_view> split_documents(const char *p, size_t n) {
+    std::vector<std::string_view> docs;
+    for (size_t start = 0;;) {
+        const void *hit = std::memchr(p + start, 0xFF, n - start);
+        size_t end = hit ? size_t(static_cast<const char *>(hit) - p) : n;
+        docs.emplace_back(p + start, end - start);
+        if (!hit) break;
+        start = end + 1;
+    }
+    return docs;
+}
+
+// Encoder.encode_documents: each document of the blob encoded on its own, so no pre-token crosses
+// a document's end. Why not encode_batch: one array of ids and one of lengths, not a list of ints
+// per document (a block holds thousands of them).
+nb::tuple encode_blob_documents(const Encoder &e, nb::bytes blob, int threads) {
+    if (!e.native_split) throw std::logic_error("this encoder has no native pre-tokenizer");
+    const char *p = blob.c_str();
+    const size_t n = blob.size();
+    std::vector<std::string_view> docs = split_documents(p, n);
+    std::vector<std::vector<uint32_t>> outs(docs.size());
+    std::vector<uint64_t> lengths(docs.size());
+    std::vector<uint32_t> ids;
+    size_t bad = n;  // offset in the blob of the first byte that is not UTF-8
+    {
+        nb::gil_scoped_release release;
+        for (const auto &d : docs) {
+            size_t at = bpe::utf8_invalid_at(reinterpret_cast<const uint8_t *>(d.data()), d.size());
+            if (at != d.size()) {
+                bad = size_t(d.data() - p) + at;
+                break;
+            }
+        }
+        if (bad == n) encode_documents(e, docs, outs, threads);
+        size_t total = 0;
+        for (const auto &o : outs) total += o.size();
+        ids.reserve(total);
+        for (size_t i = 0; i < outs.size(); ++i) {
+            lengths[i] = outs[i].size();
+            ids.insert(ids.end(), outs[i].begin(), outs[i].end());
+            std::vector<uint32_t>().swap(outs[i]);
+        }
+    }
+    if (bad != n) throw nb::value_error(("invalid UTF-8 at byte " + std::to_string(bad)).c_str());
+    return nb::make_tuple(to_array(std::move(ids)), to_array64(std::move(lengths)));
+}
 
 }  // namespace
 
@@ -728,159 +831,18 @@ void register_encoder(nb::module_ &m) {
              "Encode by tiktoken's rules from now on: a piece that is one of ``tokens`` (``(bytes, id)``) is "
              "that token, else merge one pair at a time, the leftmost whose merged id is lowest (ids being "
              "tiktoken's ranks). Call before encoding.")
-        .def(
-            "encode_pieces",
-            [](const Encoder &e, nb::handle pieces) {
-                // the Python-regex path: pre-tokens come from Python, BPE happens here
-                nb::tuple items = snapshot(pieces);  // holds every piece while the GIL is released
-                std::vector<std::string_view> views;
-                views.reserve(items.size());
-                for (nb::handle h : items) views.push_back(utf8_of(h));
-                std::vector<uint32_t> out;
-                {
-                    nb::gil_scoped_release release;
-                    PieceCache &cache = thread_cache(e.uid);
-                    out.reserve(views.size() * 2);
-                    for (auto v : views)
-                        if (!v.empty()) e.bpe(reinterpret_cast<const uint8_t *>(v.data()), v.size(), cache, out);
-                }
-                return to_array(std::move(out));
-            },
-            nb::arg("pieces"), "ids of a sequence of pre-tokens (str or bytes), as a uint32 array. Releases the GIL.")
-        .def(
-            "encode",
-            [](const Encoder &e, nb::handle text, int threads) {
-                if (!e.native_split) throw std::logic_error("this encoder has no native pre-tokenizer");
-                std::string_view s = utf8_of(text);
-                std::vector<uint32_t> out;
-                size_t bad = s.size();
-                {
-                    nb::gil_scoped_release release;
-                    if (PyBytes_Check(text.ptr()))  // a str is valid by construction
-                        bad = utf8_invalid_at(reinterpret_cast<const uint8_t *>(s.data()), s.size());
-                    if (bad == s.size()) out = e.encode_text(s, default_threads(threads), kBlock);
-                }
-                if (bad != s.size())
-                    throw nb::value_error(("invalid UTF-8 at byte " + std::to_string(bad)).c_str());
-                return to_array(std::move(out));
-            },
-            nb::arg("text"), nb::arg("threads") = 1,
-            "ids of ``text`` (str, or UTF-8 bytes: checked, ValueError 'invalid UTF-8 at byte N') with "
-            "special tokens, as a uint32 array; parallel over blocks with ``threads`` (0 = all "
-            "cores). Releases the GIL.")
-        .def(
-            "encode_list",
-            [](const Encoder &e, nb::handle text) {
-                if (!e.native_split) throw std::logic_error("this encoder has no native pre-tokenizer");
-                std::string_view s = utf8_of(text);
-                if (PyBytes_Check(text.ptr())) throw nb::type_error("encode_list takes str");
-                std::vector<uint32_t> out;
-                {
-                    nb::gil_scoped_release release;
-                    out = e.encode_text(s, 1, kBlock);
-                }
-                return e.to_list(out);
-            },
-            nb::arg("text"), "list[int] of ``text`` (str) with special tokens, on this thread.")
-        .def(
-            "encode_batch",
-            [](const Encoder &e, nb::handle texts, int threads) {
-                if (!e.native_split) throw std::logic_error("this encoder has no native pre-tokenizer");
-                nb::tuple items = snapshot(texts);  // holds every text while the GIL is released
-                std::vector<std::string_view> views;
-                views.reserve(items.size());
-                for (nb::handle h : items) views.push_back(utf8_of(h));
-                std::vector<std::vector<uint32_t>> outs(views.size());
-                {
-                    nb::gil_scoped_release release;
-                    std::atomic<size_t> next{0};
-                    auto work = [&]() {
-                        PieceCache &cache = thread_cache(e.uid);
-                        std::vector<size_t> ends;
-                        for (size_t i; (i = next.fetch_add(1)) < views.size();) {
-                            auto s = views[i];
-                            auto blocks = e.plan(s, s.size() + 1);
-                            const auto *u = reinterpret_cast<const uint8_t *>(s.data());
-                            for (const Block &b : blocks) {
-                                if (b.special != kNone) outs[i].push_back(b.special);
-                                else e.encode_plain(u + b.start, b.end - b.start, cache, ends, outs[i]);
-                            }
-                        }
-                    };
-                    Encoder::run_threads(std::min<size_t>(default_threads(threads), std::max<size_t>(views.size(), 1)),
-                                         work);
-                }
-                nb::list result;
-                for (auto &o : outs) {
-                    result.append(e.to_list(o));
-                    std::vector<uint32_t>().swap(o);
-                }
-                return result;
-            },
-            nb::arg("texts"), nb::arg("threads") = 0,
-            "list[list[int]] of many documents, parallel over documents. Releases the GIL.")
-        .def(
-            "encode_documents",
-            [](const Encoder &e, nb::bytes blob, int threads) {
-                // Documents joined by the byte 0xFF (bpe_store.counting.inputs.DOC_SEP: never in valid
-                // UTF-8), each encoded on its own, so no pre-token crosses a document's end: what a
-                // jsonl or parquet block holds. Why here and not encode_batch: one array of ids and one
-                // of lengths, not a list of ints per document (a block holds thousands of them).
-                if (!e.native_split) throw std::logic_error("this encoder has no native pre-tokenizer");
-                const char *p = blob.c_str();
-                const size_t n = blob.size();
-                std::vector<std::string_view> docs;
-                for (size_t start = 0;;) {
-                    const void *hit = std::memchr(p + start, 0xFF, n - start);
-                    size_t end = hit ? size_t(static_cast<const char *>(hit) - p) : n;
-                    docs.emplace_back(p + start, end - start);
-                    if (!hit) break;
-                    start = end + 1;
-                }
-                std::vector<std::vector<uint32_t>> outs(docs.size());
-                std::vector<uint64_t> lengths(docs.size());
-                std::vector<uint32_t> ids;
-                size_t bad = n;  // offset in the blob of the first byte that is not UTF-8
-                {
-                    nb::gil_scoped_release release;
-                    for (const auto &d : docs) {
-                        size_t at = utf8_invalid_at(reinterpret_cast<const uint8_t *>(d.data()), d.size());
-                        if (at != d.size()) {
-                            bad = size_t(d.data() - p) + at;
-                            break;
-                        }
-                    }
-                    if (bad == n) {
-                        std::atomic<size_t> next{0};
-                        auto work = [&]() {
-                            PieceCache &cache = thread_cache(e.uid);
-                            std::vector<size_t> ends;
-                            for (size_t i; (i = next.fetch_add(1)) < docs.size();) {
-                                auto s = docs[i];
-                                const auto *u = reinterpret_cast<const uint8_t *>(s.data());
-                                for (const Block &b : e.plan(s, s.size() + 1)) {
-                                    if (b.special != kNone) outs[i].push_back(b.special);
-                                    else e.encode_plain(u + b.start, b.end - b.start, cache, ends, outs[i]);
-                                }
-                            }
-                        };
-                        Encoder::run_threads(
-                            std::min<size_t>(default_threads(threads), std::max<size_t>(docs.size(), 1)), work);
-                        size_t total = 0;
-                        for (const auto &o : outs) total += o.size();
-                        ids.reserve(total);
-                        for (size_t i = 0; i < outs.size(); ++i) {
-                            lengths[i] = outs[i].size();
-                            ids.insert(ids.end(), outs[i].begin(), outs[i].end());
-                            std::vector<uint32_t>().swap(outs[i]);
-                        }
-                    }
-                }
-                if (bad != n) throw nb::value_error(("invalid UTF-8 at byte " + std::to_string(bad)).c_str());
-                return nb::make_tuple(to_array(std::move(ids)), to_array64(std::move(lengths)));
-            },
-            nb::arg("blob"), nb::arg("threads") = 0,
-            "(ids, lengths): the documents of ``blob`` (UTF-8 joined by the byte 0xFF) encoded one by one, "
-            "as one uint32 array and each document's number of ids (uint64); parallel over documents. "
-            "Releases the GIL.");
+        .def("encode_pieces", &encode_pieces, nb::arg("pieces"),
+             "ids of a sequence of pre-tokens (str or bytes), as a uint32 array. Releases the GIL.")
+        .def("encode", &encode, nb::arg("text"), nb::arg("threads") = 1,
+             "ids of ``text`` (str, or UTF-8 bytes: checked, ValueError 'invalid UTF-8 at byte N') with "
+             "special tokens, as a uint32 array; parallel over blocks with ``threads`` (0 = all "
+             "cores). Releases the GIL.")
+        .def("encode_list", &encode_list, nb::arg("text"),
+             "list[int] of ``text`` (str) with special tokens, on this thread.")
+        .def("encode_batch", &encode_batch, nb::arg("texts"), nb::arg("threads") = 0,
+             "list[list[int]] of many documents, parallel over documents. Releases the GIL.")
+        .def("encode_documents", &encode_blob_documents, nb::arg("blob"), nb::arg("threads") = 0,
+             "(ids, lengths): the documents of ``blob`` (UTF-8 joined by the byte 0xFF) encoded one by one, "
+             "as one uint32 array and each document's number of ids (uint64); parallel over documents. "
+             "Releases the GIL.");
 }

@@ -19,7 +19,7 @@
 //   arrays and objects) are checked and skipped.
 //
 // Performance notes: the block is checked to be UTF-8 first (eight ASCII bytes at a time,
-// bpe::detail::valid_utf8), so string contents are then copied as runs found eight bytes at a
+// bpe::valid_utf8), so string contents are then copied as runs found eight bytes at a
 // time (a SWAR test for '"', '\' and bytes < 0x20) and appended with one memcpy per run. The
 // field's value is decoded straight into the output; a later duplicate key truncates it again.
 // The GIL is released for the whole block, so two reader threads extract in parallel.
@@ -30,7 +30,7 @@
 #include <string>
 #include <string_view>
 
-#include "scanner_impl.h"  // bpe::detail::valid_utf8
+#include "utf8.h"
 
 namespace nb = nanobind;
 
@@ -284,7 +284,7 @@ bool extract(const uint8_t *s, size_t n, std::string_view field, std::string &ou
     out.clear();
     docs = 0;
     lines = 1;
-    if (!bpe::detail::valid_utf8(s, n)) return false;
+    if (!bpe::valid_utf8(s, n)) return false;
     out.reserve(n);  // a document is never longer than its line
     const Reader r{s, n};
     std::string key;

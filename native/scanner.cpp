@@ -12,6 +12,7 @@
 // (see its performance notes); here, everything between reading the arguments and building a
 // Python result runs with the GIL released, so Python threads count chunks at the same time.
 #include "scanner.h"
+#include "utf8.h"
 
 #include <unistd.h>
 
@@ -238,7 +239,7 @@ std::optional<ChunkCounts> count_file_range(int fd, uint64_t offset, size_t leng
             }
             got += size_t(r);
         }
-        ok = got == length && bpe::detail::valid_utf8(s, length);
+        ok = got == length && bpe::valid_utf8(s, length);
         if (ok) {
             bpe::detail::WordTable table(expected_words(length), std::move(memory->table));
             out.emplace(nb::object(), std::move(memory), std::move(table));  // a null object: no refcount touched
@@ -794,7 +795,7 @@ class ByteView {
 bool py_utf8_valid(nb::handle data) {
     const ByteView view(data);
     nb::gil_scoped_release release;
-    return bpe::detail::valid_utf8(view.data(), view.size());
+    return bpe::valid_utf8(view.data(), view.size());
 }
 
 // total[word] += count for every word of `counts`: the in-memory reduce, with the GIL held (it
@@ -833,7 +834,8 @@ void bpe::unpack_counts(const uint8_t *p, size_t n,
     unpack(p, n, f);
 }
 
-void register_scanner(nb::module_ &m) {
+// The pre-tokenizer and the counting of one chunk (ChunkCounts and the functions making it).
+static void register_chunk_counting(nb::module_ &m) {
     m.def("pretokenize", &py_pretokenize, nb::arg("data"), nb::arg("pattern") = "gpt2",
           "Pre-tokens of special-free UTF-8 ``data`` under ``pattern`` (a name in "
           "``pretokenize.NATIVE_SCANNERS``' values), as ``regex.finditer`` splits it: list[bytes]. "
@@ -870,6 +872,10 @@ void register_scanner(nb::module_ &m) {
           "reused memory; None if the file ends before them or they are not valid UTF-8. Releases the GIL.");
     m.def("release_chunk_memory", [] { chunk_memory_pool().clear(); },
           "Free the memory ``count_file_range`` keeps for the next chunk (call when counting ends).");
+}
+
+// The counters that sum chunks (WordCounter, its row stream) and the store's word ids (WordIds).
+static void register_counters(nb::module_ &m) {
     nb::class_<WordCounter::RowStream>(m, "WordRowStream", "WordCounter.row_stream: rows made as they are iterated.")
         .def("__len__", &WordCounter::RowStream::size)
         .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
@@ -911,6 +917,10 @@ void register_scanner(nb::module_ &m) {
              "Every word as ``(id, bytearray, total count)`` in id order, ids counting from ``first_id``.")
         .def("pack", &WordIds::pack, "Every word with its total count, packed, in id order.")
         .def("__len__", &WordIds::size);
+}
+
+// Small helpers: packing and adding counts, UTF-8 validity, a code point's classes.
+static void register_helpers(nb::module_ &m) {
     m.def("pack_counts", &py_pack_counts, nb::arg("counts"),
           "A ``{word bytes: count}`` dict as packed counts (for ``WordCounter.add_packed``).");
     m.def("utf8_valid", &py_utf8_valid, nb::arg("data"),
@@ -923,4 +933,10 @@ void register_scanner(nb::module_ &m) {
     m.def("char_flags", &py_char_flags, nb::arg("cp"),
           "tiktoken flags of a code point (bits: 1 \\p{L}, 2 \\p{N}, 4 \\s, 8 [\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}], "
           "16 [\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}], 32 [\\r\\n]), as `regex` defines them.");
+}
+
+void register_scanner(nb::module_ &m) {
+    register_chunk_counting(m);
+    register_counters(m);
+    register_helpers(m);
 }

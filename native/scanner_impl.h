@@ -129,6 +129,56 @@ inline size_t ascii_run_end(const uint8_t *s, size_t k, size_t n, uint8_t cls) {
     return k;
 }
 
+// GPT-2's alternative 1, '(?:[sdmt]|ll|ve|re), at s[i] == '\'': ASCII and case-sensitive, tried
+// first at every match start. The contraction's end, or 0 when none starts at i.
+inline size_t gpt2_contraction_end(const uint8_t *s, size_t i, size_t n) {
+    if (i + 1 >= n) return 0;
+    const uint8_t b1 = s[i + 1];
+    if (b1 == 's' || b1 == 'd' || b1 == 'm' || b1 == 't') return i + 2;
+    if (i + 2 < n) {
+        const uint8_t b2 = s[i + 2];
+        if ((b1 == 'l' && b2 == 'l') || (b1 == 'v' && b2 == 'e') || (b1 == 'r' && b2 == 'e')) return i + 3;
+    }
+    return 0;
+}
+
+// GPT-2's alternatives 2-4 (` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`) after the optional
+// space: the end of the run of c's class whose first character c starts at `run` (greedy).
+inline size_t gpt2_class_run_end(const uint8_t *s, size_t run, size_t n, Char c) {
+    const uint8_t *const end = s + n;
+    size_t k = run + c.len;
+    const uint8_t cls = c.cls;
+    while (k < n) {
+        const uint8_t bk = s[k];
+        if (bk < 0x80) {  // ASCII fast path: no decoding
+            k = ascii_run_end(s, k, n, cls);
+            if (k >= n || s[k] < 0x80) break;  // an ASCII character of another class
+            continue;
+        }
+        const Char d = decode(s + k, end);
+        if (d.cls != cls) break;
+        k += d.len;
+    }
+    return k;
+}
+
+// GPT-2's alternatives 5-6, `\s+(?!\S)|\s+`, for the whitespace character c at s[i]: the whole
+// whitespace run if it ends the text; otherwise the run minus its last character (which then
+// leads the next token, or stands alone), unless the run is that single character.
+inline size_t gpt2_space_run_end(const uint8_t *s, size_t i, size_t n, Char c) {
+    const uint8_t *const end = s + n;
+    size_t last = i;  // start of the run's last character
+    size_t k = i + c.len;
+    while (k < n) {
+        const Char d = s[k] < 0x80 ? Char{tables::kClassStage2[s[k]], 1} : decode(s + k, end);
+        if (d.cls != kSpace) break;
+        last = k;
+        k += d.len;
+    }
+    if (k < n && last > i) k = last;
+    return k;
+}
+
 // Calls emit(start, end) for each GPT-2 pre-token of s[0, n), in order. A template so the
 // counter's emit inlines into the loop (no per-piece indirect call, no vector of offsets).
 template <class Emit>
@@ -138,30 +188,20 @@ inline void scan(const uint8_t *s, size_t n, Emit &&emit) {
     while (i < n) {
         const size_t start = i;
         const uint8_t b = s[i];
-        // 1. '(?:[sdmt]|ll|ve|re): ASCII and case-sensitive, tried first at every match start.
-        if (b == '\'' && i + 1 < n) {
-            const uint8_t b1 = s[i + 1];
-            if (b1 == 's' || b1 == 'd' || b1 == 'm' || b1 == 't') {
-                emit(start, i + 2);
-                i += 2;
+        if (b == '\'') {  // 1. a contraction
+            const size_t k = gpt2_contraction_end(s, i, n);
+            if (k != 0) {
+                emit(start, k);
+                i = k;
                 continue;
-            }
-            if (i + 2 < n) {
-                const uint8_t b2 = s[i + 2];
-                if ((b1 == 'l' && b2 == 'l') || (b1 == 'v' && b2 == 'e') || (b1 == 'r' && b2 == 'e')) {
-                    emit(start, i + 3);
-                    i += 3;
-                    continue;
-                }
             }
         }
         // ASCII classified in line: decode() is too big to inline, and a call per pre-token
         // start was ~10 % of the scan
         Char c = b < 0x80 ? Char{tables::kClassStage2[b], 1} : decode(s + i, end);
         size_t run = i;  // where the run of one class starts (after an optional leading space)
-        // 2-4. ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`: only U+0020 may lead, and only when
-        // a non-space follows it; the three classes are disjoint, so the first character's class
-        // picks the alternative and the run is greedy within that class.
+        // 2-4: only U+0020 may lead, and only when a non-space follows it; the three classes are
+        // disjoint, so the first character's class picks the alternative.
         if (b == ' ' && i + 1 < n) {
             const uint8_t b1 = s[i + 1];
             const Char c1 = b1 < 0x80 ? Char{tables::kClassStage2[b1], 1} : decode(s + i + 1, end);
@@ -170,36 +210,7 @@ inline void scan(const uint8_t *s, size_t n, Emit &&emit) {
                 run = i + 1;
             }
         }
-        if (c.cls != kSpace) {
-            size_t k = run + c.len;
-            const uint8_t cls = c.cls;
-            while (k < n) {
-                const uint8_t bk = s[k];
-                if (bk < 0x80) {  // ASCII fast path: no decoding
-                    k = ascii_run_end(s, k, n, cls);
-                    if (k >= n || s[k] < 0x80) break;  // an ASCII character of another class
-                    continue;
-                }
-                const Char d = decode(s + k, end);
-                if (d.cls != cls) break;
-                k += d.len;
-            }
-            emit(start, k);
-            i = k;
-            continue;
-        }
-        // 5-6. `\s+(?!\S)|\s+`: the whole whitespace run if it ends the text; otherwise the run
-        // minus its last character (which then leads the next token, or stands alone), unless
-        // the run is that single character.
-        size_t last = i;  // start of the run's last character
-        size_t k = i + c.len;
-        while (k < n) {
-            const Char d = s[k] < 0x80 ? Char{tables::kClassStage2[s[k]], 1} : decode(s + k, end);
-            if (d.cls != kSpace) break;
-            last = k;
-            k += d.len;
-        }
-        if (k < n && last > i) k = last;
+        const size_t k = c.cls != kSpace ? gpt2_class_run_end(s, run, n, c) : gpt2_space_run_end(s, i, n, c);  // 5-6
         emit(start, k);
         i = k;
     }
@@ -802,32 +813,6 @@ inline void add_table(WordTable &to, const WordTable &from, ByteArena *arena) {
     CountSink sink(to, arena);
     for (const auto &e : from.entries()) sink.add(e.ptr, e.len, e.count);
     sink.finish();
-}
-
-// Whether s[0, n) is well-formed UTF-8 (the strict decoder's rule: no overlongs, surrogates or
-// code points above U+10FFFF). Eight ASCII bytes at a time: most text is mostly ASCII.
-inline bool valid_utf8(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        if (i + 8 <= n) {
-            uint64_t w;
-            std::memcpy(&w, s + i, 8);
-            if ((w & 0x8080808080808080ull) == 0) {
-                i += 8;
-                continue;
-            }
-        }
-        if (s[i] < 0x80) {
-            ++i;
-            continue;
-        }
-        // decode() maps every ill-formed byte to a 1-byte "other"; a well-formed multi-byte
-        // sequence is the only way to get a length above 1 from a byte >= 0x80.
-        const Char c = decode(s + i, s + n);
-        if (c.len == 1) return false;
-        i += c.len;
-    }
-    return true;
 }
 
 }  // namespace bpe::detail

@@ -1,5 +1,5 @@
 // What the store's native bulk path (store_db.cpp) reads from the other native parts without a
-// Python object per row: a merge checkpoint's rows as flat arrays (merge_engine.cpp's RowStream).
+// Python object per row: a merge checkpoint's rows as flat arrays (merge_engine.h's RowStream).
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -24,7 +24,7 @@ struct CheckpointRowsView {
     const int64_t *c;
 };
 
-// merge_engine.cpp: fills `out` when `obj` is a MergeEngine.take_checkpoint_rows() stream that
+// merge_rows.cpp: fills `out` when `obj` is a MergeEngine.take_checkpoint_rows() stream that
 // has not been iterated (and marks it used up: its rows are written once); false otherwise.
 bool checkpoint_rows_view(nanobind::handle obj, CheckpointRowsView &out);
 

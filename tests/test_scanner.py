@@ -383,6 +383,7 @@ SANITIZER_HARNESS = r"""
 #include <memory>
 #include <random>
 #include "splitter.h"
+#include "utf8.h"
 
 // Random byte strings, biased to UTF-8 edge bytes, each in a heap block of exactly its size so
 // that AddressSanitizer reports any read past the end; pieces must tile the input.
@@ -432,7 +433,7 @@ int main() {
                     return 1;
                 }
             }
-        (void)valid_utf8(buf.get(), n);
+        (void)bpe::utf8_invalid_at(buf.get(), n);
         // long pre-tokens: pieces of at most m bytes tile each pre-token, even on invalid UTF-8
         const size_t m = 4 + rng() % 6;
         prev = 0;

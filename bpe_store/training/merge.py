@@ -23,7 +23,7 @@ Two trainer options (``reference.train_from_counts`` is their spec):
 
 Two engines share one interface (``Engine``): ``MergeEngine`` here, pure Python, the portable
 fallback and the readable spec; and ``NativeMergeEngine``, a thin wrapper over the C++
-``_core.MergeEngine`` (native/merge_engine.cpp), which must give identical merges. ``new_engine``
+``_core.MergeEngine`` (native/merge_engine.h and its files), which must give identical merges. ``new_engine``
 builds either from the store's word rows; ``engine="auto"`` takes the native one when it is built.
 """
 
@@ -143,7 +143,7 @@ def merge_with_pairs(tokens: Sequence[int], a: int, b: int, new: int) -> tuple[l
 
     The old pairs touching a merged token are gone and the new pairs touching a ``new`` appear
     (each as often as it does); every other pair maps one to one between the old and the new
-    word, so its count stays (``merge_word`` in native/merge_engine.cpp does the same).
+    word, so its count stays (``merge_word`` in native/merge_loop.cpp does the same).
 
     >>> merge_with_pairs([5, 1, 2, 1, 2, 6], 1, 2, 9)
     ([5, 9, 9, 6], [(5, 1), (1, 2), (2, 1), (1, 2), (2, 6)], [(5, 9), (9, 9), (9, 6)])
@@ -162,7 +162,7 @@ def replay_word(tokens: list[int], replay: Replay, ranks: dict[Pair, list[int]])
     Merging every word rank by rank gives each word this: again and again, the lowest-ranked merge
     above the last one applied whose pair the word holds (the merges in between find no pair in
     it). A pair can have several ranks: a merge whose bytes are an existing token reuses its id,
-    which can make a merged pair again. native/merge_engine.cpp's ``replay_words`` does the same.
+    which can make a merged pair again. native/merge_replay.cpp's ``replay_words`` does the same.
 
     >>> replay_word([1, 2, 3], [(2, 3, 9), (1, 9, 10)], {(2, 3): [0], (1, 9): [1]})
     [10]

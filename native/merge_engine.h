@@ -1,0 +1,311 @@
+// bpe_store._core.MergeEngine: the class and the notes that hold for all its files.
+//
+// The incremental BPE merge loop, the native twin of the Python
+// engine in bpe_store/training/merge.py (which stays the portable fallback and the readable spec).
+//
+// Semantics (docs/design.md, section Semantics): pair counts are weighted by word count, overlapping
+// pairs counted ("aaa" holds (a,a) twice); a merge rewrites words left to right without overlap;
+// the pair with the highest count wins, ties to the lexicographically greater
+// (bytes_left, bytes_right) compared as a pair of byte strings; tokens are identified by their
+// bytes (a merge spelling bytes that already have an id reuses the lowest such id).
+// Two trainer options (bpe_store/training/reference.py is their spec): words counted fewer than
+// `min_count` times are left out (not loaded: they take part in no pair), and with
+// `max_token_length` a pair whose two tokens together spell more bytes is never counted at all.
+//
+// Performance notes (why the code looks the way it does):
+// * Words live in ONE flat uint32 arena, each a small header (length, stamp, count, id) followed
+//   by its tokens, and are known by their offset. Merging only ever shortens a word, so it is
+//   rewritten in place; no per-word allocation, one cache miss per visited word, and the arena is
+//   mapped with huge pages (BigArray).
+// * Pairs are "slots" found through an open-addressing hash table keyed by (left << 32 | right);
+//   a slot holds the 64-bit count, the count the store last saw, and the words holding the pair.
+//   std::unordered_map costs a node allocation and a pointer chase per pair; this does not.
+// * The pair -> words index is a superset: a word is appended when a pair appears in it and is
+//   never removed when the pair leaves it (the list is dropped when the pair's count reaches 0).
+//   A stale entry costs one scan of a short word, far less than keeping exact sets.
+// * Each merge updates only the pairs around the merged positions (the other pairs of the word
+//   are unchanged), and adds their changes up in a small per-step table (StepWork) first: the
+//   large pair table sees each pair a step touched once, not once per occurrence (a frequent
+//   merge makes the same few pairs in thousands of words), with its cells and slots prefetched.
+//   A word is rewritten in one pass, with an SSE2 scan for the pair (Chinese pre-tokens are
+//   hundreds of tokens long). On enwiki-100M -> 32K this took the merge loop from ~0.8 to ~0.6
+//   CPU s, zhwiki-20M -> 10K from ~4.0 to ~2.7 (bench/RESULTS-merge.md).
+// * The max-heap is lazily invalidated: a decrease leaves the old entry (too high) in place, an
+//   increase pushes a fresh one once per merge step. When an entry surfaces its count is checked
+//   against the slot: equal means it is the true maximum, otherwise it is re-pushed or dropped.
+// * Memory is laid out for the cache: one header per word and one record per pair slot (the
+//   fields a visit reads together), hash cells holding key and value side by side, and upcoming
+//   words prefetched while the current one is merged. This took the merge
+//   loop on enwiki-100M -> 32K from 1.4 to 1.0 CPU s (bench/RESULTS-merge.md).
+// * max_token_length filters pairs where they would enter the table (build_pairs, and the new
+//   pairs of a merge), so a pair too long has no slot, no heap entry and no store row: it can
+//   never surface at the top of the heap and cost a pop. Without a limit the check is one
+//   predictable branch.
+// * step() runs with the GIL released; only building the returned Python objects holds it.
+// * Checkpoint rows are produced here directly as the tuples sqlite3's executemany binds, sorted
+//   by key for B-tree locality, and pairs whose count is back to what the store holds are
+//   skipped, so Python never loops over hundreds of thousands of rows itself.
+//
+// Native code never prints; errors surface as Python exceptions.
+//
+// The files, by what they do:
+//   merge_arrays.h   the plain arrays (PodVec, BigArray) and the engine's integer types
+//   merge_tables.h   the pair index, the pair -> words lists, one step's pair changes
+//   merge_build.cpp  loading words (Python rows, packed counts, the store's rows), first pair count
+//   merge_replay.cpp catching words up with merges the store logged after their tokens
+//   merge_loop.cpp   the merge loop: the heap, applying a merge to its words
+//   merge_rows.cpp   the changes since the last take: checkpoint rows, changed words and pairs
+//   merge_engine.cpp inspection, and the Python face (register_merge_engine)
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include "merge_tables.h"
+#include "store_db.h"
+
+#include <atomic>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace bpe::merge {
+
+namespace nb = nanobind;
+
+// The digest the resume check compares with the same SQL aggregate over `pair_counts`
+// (see bpe_store/store/store.py: pair_counts_digest). Every term is reduced below the prime, so the sums
+// stay exact in 64-bit signed integers on both sides for any realistic number of rows.
+constexpr i64 kDigestP1 = 2147483647;  // 2^31 - 1
+constexpr i64 kDigestP2 = 1000000007;
+
+struct HeapEntry {
+    i64 count;
+    u32 slot;
+};
+
+struct MergeOut {
+    i64 rank;
+    u32 left, right, token;
+    i64 count;
+};
+
+// The rows of one checkpoint statement, kept as flat C++ arrays; iterating makes one Python tuple
+// at a time, so executemany binds and frees each row before the next exists.
+struct RowStream {
+    enum Kind { kWords, kDeletes, kInserts, kUpdates };
+    explicit RowStream(Kind k) : kind(k) {}
+    Kind kind;
+    // words: toks[a[i] .. a[i+1]) are row i's tokens, c[i] its word id;
+    // pairs: (a[i], b[i]) the pair, c[i] its count. a is 64-bit: a checkpoint may hold more
+    // than 2^32 tokens (the offsets used to wrap before a check after the fact).
+    std::vector<u32> toks, b;
+    std::vector<u64> a;
+    std::vector<i64> c;
+    size_t pos = 0;
+
+    size_t size() const { return kind == kWords ? c.size() : a.size(); }
+
+    nb::object next();  // the next row as a Python tuple (merge_rows.cpp)
+};
+
+class MergeEngine {
+    // the constructors' shared argument checks
+    static void check_limits(i64 next_rank, i64 min_count) {
+        if (next_rank < 0) throw nb::value_error("next_rank must be >= 0");
+        if (min_count < 1) throw nb::value_error("min_count must be >= 1");
+    }
+
+
+  public:
+    // rows: [(word id, word bytes, count, token blob or None)] as the store returns them;
+    // token_bytes[id]: the bytes of vocab id `id`, None for special tokens (never in words).
+    // min_count: rows whose count is below it are skipped; max_token_length: 0 = no limit.
+    // replay: the merges the store logged after its words' tokens were written, as (left, right,
+    // token) little-endian u32 triples in rank order (see replay_words); empty: none.
+    MergeEngine(nb::list rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,
+                i64 min_count, u64 max_token_length, nb::bytes replay);
+    // The same from packed counts (``WordCounter.pack``: a first counting flush's words, every
+    // one still single bytes, ids first_id, first_id + 1, ... in their order).
+    MergeEngine(nb::bytes packed, i64 first_id, nb::list token_bytes, u32 n_specials, u32 first_merge_id,
+                i64 next_rank, i64 min_count, u64 max_token_length);
+    // The same from the store's rows read by the native connection (StoreDb.read_word_rows).
+    MergeEngine(const WordRows &rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,
+                i64 min_count, u64 max_token_length, nb::bytes replay);
+
+    // ---- catching up with logged merges (merge_replay.cpp) ----------------------------------
+    void build(u32 n_specials, nb::bytes replay);
+    void forget_stored_pairs();
+    void replay_words(const std::vector<u32> &log, u32 base);
+
+    // ---- the merge loop (merge_loop.cpp) ----------------------------------------------------
+    nb::list step(i64 max_merges);
+    void forget_stored_pairs_now();
+    void compact_lists_now();
+    void finish();
+
+    // ---- changes since the last take, for checkpoints (merge_rows.cpp) ----------------------
+    nb::tuple take_checkpoint_rows();
+    RowStream word_rows_of(const std::vector<u32> &words) const;
+    RowStream top_word_rows(size_t k);
+    RowStream top_pair_rows(size_t k);
+    nb::tuple take_changes();
+
+    // ---- inspection (merge_engine.cpp) ------------------------------------------------------
+    nb::dict pair_counts();
+    nb::tuple pair_digest();
+    nb::list word_tokens(u32 w);
+    nb::bytes token_bytes(u32 id);
+    bool exhausted() const { return exhausted_; }
+    // True until the next take_checkpoint_rows: the store's pair counts must all be replaced.
+    bool rewrite_pairs() const { return rewrite_pairs_; }
+    i64 next_rank() const { return next_rank_; }
+    u32 first_merge_id() const { return first_merge_id_; }
+    i64 bad_word() const { return bad_word_; }
+    size_t num_words() const { return n_words_; }
+    size_t pair_slots() const { return slots_.size(); }
+    size_t heap_size() const { return heap_.size(); }
+    nb::dict memory() const;
+    size_t index_entries() const;
+
+  private:
+    // Refuses a second call while one runs with the GIL released (another Python thread).
+    struct Busy {
+        MergeEngine *e;
+        explicit Busy(MergeEngine *engine) : e(engine) {
+            if (e->busy_.exchange(true)) throw std::runtime_error("MergeEngine is in use by another thread");
+        }
+        ~Busy() { e->busy_.store(false); }
+    };
+
+    // ---- loading words (merge_build.cpp) ----------------------------------------------------
+    void load_vocab(nb::list token_bytes);
+    void load_packed(const u8 *data, size_t size, i64 first_id, u32 n_specials);
+    // Words whose count is below min_count_ are skipped: word w is the w-th row kept, and
+    // bad_word_ is an index into `rows`.
+    template <class Rows>
+    void load_rows(const Rows &rows, u32 n_specials);
+    void load_words(nb::list rows, u32 n_specials);
+    void alloc_arena(size_t total, size_t words);
+    void build_pairs(u32 n_specials);
+
+    // Writes the header of the word at offset o (its tokens follow; its stamp starts at 0).
+    void start_word(size_t o, u32 len, i64 count, u32 id) {
+        ar_[o + kLen] = len;
+        ar_[o + kCap] = len;
+        std::memcpy(&ar_[o + kCount], &count, sizeof count);
+        ar_[o + kId] = id;
+    }
+    i64 count_at(size_t o) const {
+        i64 c;
+        std::memcpy(&c, &ar_[o + kCount], sizeof c);
+        return c;
+    }
+    size_t next_word(size_t o) const { return o + kHdr + ar_[o + kCap]; }
+
+    // Whether merging (a, b) would make a token longer than max_token_length: such a pair is
+    // never counted. Token bytes never change, so a pair is too long always or never.
+    // Why tlen_: 4 bytes per token (a 32K vocabulary fits in L2) instead of a std::string's 32.
+    bool too_long(u32 a, u32 b) const {
+        return max_len_ != 0 && u64(tlen_[a]) + tlen_[b] > max_len_;
+    }
+
+    u32 slot_of(u32 a, u32 b) {
+        bool inserted;
+        // slots are 32-bit (kNone marks "none"): checked before u32(slots_.size()) could wrap
+        if (slots_.size() >= kNone) throw std::overflow_error("more than 2^32 - 1 distinct pairs");
+        u32 s = index_.find_or_insert(pair_key(a, b), u32(slots_.size()), inserted, KeyOf{&slots_});
+        if (inserted) slots_.push_back(Slot{a, b, 0, 0, {}, 0});
+        return s;
+    }
+
+    void add_where(u32 s, u32 w) { lists_.add(slots_[s].where, w); }
+
+    // Heap order: count, then (bytes_left, bytes_right) compared as a pair (CS336 tie-break).
+    struct HeapLess {
+        const MergeEngine *e;
+        bool operator()(const HeapEntry &x, const HeapEntry &y) const {
+            if (x.count != y.count) return x.count < y.count;
+            if (x.slot == y.slot) return false;
+            const std::string &xl = e->tb_[e->slots_[x.slot].left], &yl = e->tb_[e->slots_[y.slot].left];
+            int c = xl.compare(yl);
+            if (c != 0) return c < 0;
+            return e->tb_[e->slots_[x.slot].right] < e->tb_[e->slots_[y.slot].right];
+        }
+    };
+
+    void mark_changed_pair(u32 s) {
+        if (!(slots_[s].mark & kChanged)) {
+            slots_[s].mark |= kChanged;
+            changed_pairs_.push_back(s);
+        }
+    }
+
+    // ---- the merge loop (merge_loop.cpp) ----------------------------------------------------
+    void compact_lists();
+    void heap_push(i64 count, u32 slot);
+    bool pop_best(u32 &slot, i64 &count);
+    void apply(u32 slot, u32 a, u32 b, u32 t);
+    void rewrite(StepWork &work, const u32 *ws, size_t n, u32 a, u32 b, u32 t);
+    void add_changes(StepWork &work);
+    void merge_word(StepWork &work, u32 w, u32 a, u32 b, u32 t);
+
+    // ---- changes since the last take (merge_rows.cpp) ---------------------------------------
+    std::vector<u32> take_changed_words();
+    std::vector<u32> take_changed_pairs(bool skip_unchanged = false);
+
+    static constexpr u8 kChanged = 1;
+
+    // vocabulary: bytes per id (tb_ok_ = 0 for specials and unused ids), and bytes -> lowest id
+    std::vector<std::string> tb_;
+    std::vector<u8> tb_ok_;
+    std::vector<u32> tlen_;  // tb_[id].size(), for the max_token_length check
+    std::unordered_map<std::string, u32> id_of_;
+    u32 first_merge_id_;
+    i64 next_rank_;
+    i64 min_count_;  // words counted fewer times are not loaded
+    u64 max_len_;    // the longest token a merge may make, in bytes; 0 = no limit
+    bool exhausted_ = false;
+    bool finished_ = false;  // finish() was called: no more merging
+    i64 bad_word_ = -1;
+    bool rewrite_pairs_ = false;  // see build()
+
+    // words: ONE arena of u32, each word a header then its tokens, in store id order; a word is
+    // known by its offset (the pair -> words lists and the changed words hold offsets). Header:
+    // current length, stamp (the merge that last visited it; kChangedBit: listed in
+    // changed_words_), count (64-bit, two halves), store id, capacity (its length when loaded:
+    // words only shrink, so the next word starts kHdr + capacity on).
+    // Why headers inline, not records in an array beside the tokens: a merge visits its words at
+    // random, and a record pointing to the tokens made two dependent cache misses per word (the
+    // record, then the tokens); here it is one, and one prefetch covers it (as gigabpe's arena).
+    static constexpr u32 kLen = 0, kStamp = 1, kCount = 2, kId = 4, kCap = 5, kHdr = 6;
+    static constexpr u32 kChangedBit = 0x80000000u;
+    BigArray<u32> ar_;
+    size_t n_words_ = 0;
+    std::vector<u32> changed_words_;
+    u32 stamp_ = 0;
+
+    // pairs, by slot. Why one struct: a pair update reads count, mark and word list together,
+    // so keeping them in one place costs one cache miss instead of one per array.
+    struct Slot {
+        u32 left, right;
+        i64 count;   // weighted by word counts; 0 = no word holds the pair
+        i64 stored;  // the count the store holds (as of the last take)
+        WordLists::List where;  // words holding the pair (a superset, see the notes on top)
+        u8 mark;     // kChanged: listed in changed_pairs_
+    };
+    struct KeyOf {
+        const PodVec<Slot> *slots;
+        u64 operator()(u32 s) const { return pair_key((*slots)[s].left, (*slots)[s].right); }
+    };
+    WordLists lists_;
+    PairIndex index_;
+    PodVec<Slot> slots_;
+    std::vector<u32> changed_pairs_;
+    PodVec<HeapEntry> heap_;
+
+    StepWork work_;  // the merge being applied: its pair changes (see apply())
+
+    std::atomic<bool> busy_{false};
+};
+
+}  // namespace bpe::merge

@@ -1,0 +1,200 @@
+// The merge engine, catching up: a store whose words' tokens predate some logged merges (a
+// checkpoint wrote the merges, not yet the words) has them applied to its words when the engine
+// is built, before any pair is counted. See merge_engine.h for the whole.
+#include "merge_engine.h"
+
+#include <thread>
+
+namespace bpe::merge {
+
+namespace {
+
+// The logged merges of a replay, looked up by pair. A pair may come back under a later rank (a
+// merge whose bytes are an existing token reuses that id), so each pair keeps its ranks in a
+// chain, lowest first.
+class ReplayLog {
+  public:
+    // log: (left, right, token) triples in rank order; base: the id of byte 0.
+    ReplayLog(const std::vector<u32> &log, u32 base) : log_(log), base_(base), dense_(kSide * kSide, kNone) {
+        const u32 n = u32(log.size() / 3);
+        for (u32 i = n; i-- > 0;) {
+            const u32 da = log[3 * i] - base, db = log[3 * i + 1] - base;  // wraps for ids below base
+            if (da < kSide && db < kSide) dense_[da * kSide + db] = i;  // the first rank wins
+        }
+        while (cap_ < size_t(n) + size_t(n) / 3 + 1) cap_ <<= 1;
+        table_.assign(cap_, Entry{kEmpty, kNone});
+        next_.assign(n, kNone);
+        std::vector<u32> last(cap_, kNone);
+        for (u32 i = 0; i < n; ++i) {
+            const u64 key = pair_key(log[3 * i], log[3 * i + 1]);
+            const size_t h = find(key);
+            if (table_[h].key == kEmpty)
+                table_[h] = Entry{key, i};
+            else
+                next_[last[h]] = i;
+            last[h] = i;
+        }
+    }
+
+    // The lowest rank of pair (x, y), or kNone.
+    u32 first_rank(u32 x, u32 y) const {
+        const u32 da = x - base_, db = y - base_;
+        return da < kSide && db < kSide ? dense_[da * kSide + db] : rank_of(x, y, kNone);
+    }
+
+    // The lowest rank of pair (x, y) above `after` (kNone: above none), or kNone.
+    u32 rank_of(u32 x, u32 y, u32 after) const {
+        const Entry &e = table_[find(pair_key(x, y))];
+        u32 i = e.first;  // kNone for an empty slot
+        while (i != kNone && after != kNone && i <= after) i = next_[i];
+        return i;
+    }
+
+    // The token the merge of rank `rank` makes.
+    u32 token(u32 rank) const { return log_[3 * rank + 2]; }
+
+  private:
+    // Why a dense table for pairs of two bytes (ids base .. base + 255): words still their
+    // bytes (a store whose merging wrote no checkpoint yet) look up every pair once, and those
+    // are the most lookups of a replay; as in build_pairs, 256 KiB that stay in cache.
+    static constexpr u32 kSide = 256;
+    static constexpr u64 kEmpty = ~u64(0);  // no pair has both ids kNone
+    // pair -> its first rank in the log, open addressing at load <= 3/4; one 16-byte entry
+    // per slot, so a probe reads one cache line (key and rank together)
+    struct Entry {
+        u64 key;
+        u32 first;
+    };
+
+    size_t find(u64 key) const {
+        size_t h = size_t((key * 0x9E3779B97F4A7C15ull) >> 40) & (cap_ - 1);
+        while (table_[h].key != kEmpty && table_[h].key != key) h = (h + 1) & (cap_ - 1);
+        return h;
+    }
+
+    const std::vector<u32> &log_;
+    u32 base_;
+    std::vector<u32> dense_;
+    size_t cap_ = 16;
+    std::vector<Entry> table_;
+    std::vector<u32> next_;  // the next rank of the same pair, or kNone
+};
+
+constexpr u32 kStale = kNone - 1;  // a pair next to a token just made: look it up again
+
+// Merges every pair ranked `best` in p[0, len) in place; returns the new length. rk[i] is the
+// lowest rank of pair (p[i], p[i + 1]) still to come, kept up to date.
+u32 merge_rank(const ReplayLog &log, u32 *p, u32 len, std::vector<u32> &rk, u32 best) {
+    const u32 t = log.token(best);
+    // Rewrite in place, left to right: a pair ranked `best` is (a, b) (a rank is
+    // one pair's) and its a was not taken by a match just before (i skips it).
+    // The other pairs keep their rank: it is above `best`, so still the next one.
+    u32 w = 0;
+    for (u32 i = 0; i < len; ++w) {
+        if (i + 1 < len && rk[i] == best) {
+            p[w] = t;
+            if (w > 0) rk[w - 1] = kStale;
+            rk[w] = kStale;
+            i += 2;
+        } else {
+            p[w] = p[i];
+            rk[w] = rk[i];
+            ++i;
+        }
+    }
+    len = w;
+    for (u32 i = 0; i + 1 < len; ++i)
+        if (rk[i] == kStale) rk[i] = log.rank_of(p[i], p[i + 1], best);
+    return len;
+}
+
+// Applies the logged merges to one word's tokens p[0, len) (len >= 2) in place: its new length,
+// or kNone when no logged merge has a pair in it. rk: scratch, reused from word to word.
+u32 replay_word(const ReplayLog &log, u32 *p, u32 len, std::vector<u32> &rk) {
+    rk.resize(len);
+    for (u32 i = 0; i + 1 < len; ++i) rk[i] = log.first_rank(p[i], p[i + 1]);
+    u32 done = kNone;
+    while (len >= 2) {
+        u32 best = kNone;
+        for (u32 i = 0; i + 1 < len; ++i) best = rk[i] < best ? rk[i] : best;
+        if (best == kNone) break;
+        len = merge_rank(log, p, len, rk, best);
+        done = best;
+    }
+    return done == kNone ? kNone : len;
+}
+
+}  // namespace
+
+// The loaded words, caught up with `replay` if it holds merges, then their pairs counted.
+void MergeEngine::build(u32 n_specials, nb::bytes replay) {
+    const size_t n = replay.size() / 12;
+    if (replay.size() % 12 != 0) throw nb::value_error("replay must hold (left, right, token) u32 triples");
+    if (n == 0) {
+        build_pairs(n_specials);
+        return;
+    }
+    std::vector<u32> log(3 * n);
+    const u8 *src = reinterpret_cast<const u8 *>(replay.c_str());
+    for (size_t k = 0; k < 3 * n; ++k)
+        log[k] = u32(src[4 * k]) | u32(src[4 * k + 1]) << 8 | u32(src[4 * k + 2]) << 16 |
+                 u32(src[4 * k + 3]) << 24;  // little-endian, whatever the host
+    for (size_t i = 0; i < n; ++i) {  // Why check: a damaged log must be an error, not wrong words
+        const u32 a = log[3 * i], b = log[3 * i + 1], t = log[3 * i + 2];
+        const size_t top = tb_.size();
+        if (a >= top || b >= top || t >= top || !tb_ok_[a] || !tb_ok_[b] || !tb_ok_[t] ||
+            tb_[t] != tb_[a] + tb_[b])
+            throw nb::value_error("a logged merge does not match the vocabulary");
+    }
+    {
+        nb::gil_scoped_release unlocked;
+        replay_words(log, n_specials);
+        build_pairs(n_specials);
+    }
+    forget_stored_pairs();  // the store's are those of the words before the replay
+}
+
+// The store holds no pair counts of these words (a replay, or a finished run's store): the
+// next checkpoint empties its table and writes every live pair (rewrite_pairs).
+void MergeEngine::forget_stored_pairs() {
+    for (u32 s = 0; s < slots_.size(); ++s) {
+        slots_[s].stored = 0;
+        if (slots_[s].count > 0) mark_changed_pair(s);
+    }
+    rewrite_pairs_ = true;
+}
+
+// Applies the logged merges `log` (rank order) to every word, marking the words it changes.
+// A word's tokens after merges r0..r1 are found by applying, again and again, the lowest-ranked
+// logged merge above the last one applied whose pair the word holds: merges in between have no
+// pair in the word, so this is exactly what merging every word rank by rank makes. A pair may
+// come back under a later rank (a merge whose bytes are an existing token reuses that id), so
+// each pair keeps its ranks in a chain. Why here, not apply() per merge: no pair counts, lists
+// or heap are kept up to date through the replay, and words are independent, so two threads
+void MergeEngine::replay_words(const std::vector<u32> &log, u32 base) {
+    const ReplayLog ranks(log, base);
+    auto run = [&](size_t from, size_t to, std::vector<u32> &changed) {
+        std::vector<u32> rk;  // rk[i]: the lowest rank of pair (p[i], p[i + 1]) still to come
+        for (size_t o = from; o < to; o = next_word(o)) {
+            const u32 len = ar_[o + kLen];
+            if (len < 2) continue;
+            const u32 merged = replay_word(ranks, &ar_[o + kHdr], len, rk);
+            if (merged == kNone) continue;
+            ar_[o + kLen] = merged;
+            ar_[o + kStamp] |= kChangedBit;
+            changed.push_back(u32(o));
+        }
+    };
+    // split at the first word past half the arena: the halves hold about as many tokens
+    size_t mid = 0;
+    while (mid < ar_.size() && mid < ar_.size() / 2) mid = next_word(mid);
+    std::vector<u32> second;
+    const bool two = n_words_ >= 100000 && std::thread::hardware_concurrency() > 1;
+    std::thread other;
+    if (two) other = std::thread([&] { run(mid, ar_.size(), second); });
+    run(0, two ? mid : ar_.size(), changed_words_);
+    if (two) other.join();
+    changed_words_.insert(changed_words_.end(), second.begin(), second.end());
+}
+
+}  // namespace bpe::merge

@@ -1,0 +1,334 @@
+// The merge engine's pair tables: PairIndex (pair -> slot), WordLists (each pair's words, in one
+// pool), StepWork (what one merge changed, summed before the pair table sees it) and find_pair
+// (a pair's next position in a word, SSE2). Part of the merge engine (see merge_engine.h).
+#pragma once
+
+#include "merge_arrays.h"
+
+#include <algorithm>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+namespace bpe::merge {
+
+// Open addressing with linear probing over a power-of-two table of 8-byte cells: the slot a pair
+// lives in, and 32 bits of its hash as a tag. The key itself is read from the slot (`key_of`)
+// only when the tag matches, and a caller about to update that slot reads it anyway, so the
+// check costs no extra cache miss. Why not (key, slot) cells: at 16 bytes and load <= 1/2 the
+// table was 32 MB of enwiki-100M's ~555 K pairs; this is 8 MB (load <= 3/4).
+class PairIndex {
+  public:
+    PairIndex() { cells_.assign(1 << 16, Cell{0, kNone}); mask_ = cells_.size() - 1; }
+
+    // The slot of `key`, or kNone; key_of(slot) gives a slot's key.
+    template <class KeyOf>
+    u32 find(u64 key, const KeyOf &key_of) const {
+        const u64 h = hash(key);
+        const u32 tag = u32(h >> 32);
+        size_t i = h & mask_;
+        while (true) {
+            const Cell &c = cells_[i];
+            if (c.slot == kNone) return kNone;
+            if (c.tag == tag && key_of(c.slot) == key) return c.slot;
+            i = (i + 1) & mask_;
+        }
+    }
+
+    // The slot of `key`, inserting `fresh` if absent (`inserted` tells which happened).
+    template <class KeyOf>
+    u32 find_or_insert(u64 key, u32 fresh, bool &inserted, const KeyOf &key_of) {
+        if ((size_ + 1) * 4 > cells_.size() * 3) rehash(cells_.size() * 2, key_of);  // load <= 3/4
+        const u64 h = hash(key);
+        const u32 tag = u32(h >> 32);
+        size_t i = h & mask_;
+        while (true) {
+            Cell &c = cells_[i];
+            if (c.slot == kNone) {
+                c = Cell{tag, fresh};
+                ++size_;
+                inserted = true;
+                return fresh;
+            }
+            if (c.tag == tag && key_of(c.slot) == key) {
+                inserted = false;
+                return c.slot;
+            }
+            i = (i + 1) & mask_;
+        }
+    }
+
+    // For a caller about to look up many keys: fetch the cell where the search for `key` starts,
+    // and (once that cell has arrived) the slot it names, ahead of find().
+    void prefetch_cell(u64 key) const { __builtin_prefetch(&cells_[hash(key) & mask_]); }
+    u32 first_slot(u64 key) const { return cells_[hash(key) & mask_].slot; }
+
+    size_t bytes() const { return cells_.capacity() * sizeof(Cell); }
+    void clear() { std::vector<Cell>().swap(cells_); size_ = 0; mask_ = 0; }
+
+  private:
+    static u64 hash(u64 key) {
+        // Fibonacci hashing, folded: the low bits index the table, the high 32 are the tag.
+        u64 h = key * 0x9E3779B97F4A7C15ull;
+        return h ^ (h >> 29);
+    }
+    template <class KeyOf>
+    void rehash(size_t cap, const KeyOf &key_of) {
+        std::vector<Cell> old;
+        old.swap(cells_);
+        cells_.assign(cap, Cell{0, kNone});
+        mask_ = cap - 1;
+        for (const Cell &c : old) {
+            if (c.slot == kNone) continue;
+            size_t i = hash(key_of(c.slot)) & mask_;
+            while (cells_[i].slot != kNone) i = (i + 1) & mask_;
+            cells_[i] = c;
+        }
+    }
+
+    struct Cell {
+        u32 tag;
+        u32 slot;  // kNone: empty
+    };
+    std::vector<Cell> cells_;
+    size_t mask_ = 0;
+    size_t size_ = 0;
+};
+
+// The pair -> words lists of all slots in ONE pool of u32, in blocks of 2^k entries recycled
+// through a free list per size. Why not a std::vector per slot: 24 bytes of header in every slot
+// plus a heap allocation (16 more bytes and a pointer chase) per pair; enwiki-100M has ~555 K
+// pairs and 3.2 M list entries, zhwiki-20M 2.65 M pairs and 13.5 M entries.
+class WordLists {
+  public:
+    struct List {
+        u32 off = 0;   // first entry in the pool
+        u32 len = 0;   // entries in use
+        u8 cls = 0;    // capacity 2^cls entries; 0 with len 0: no block
+        bool has_block() const { return len != 0 || cls != 0; }
+    };
+
+    WordLists() = default;
+    WordLists(const WordLists &) = delete;
+    WordLists &operator=(const WordLists &) = delete;
+    ~WordLists() { std::free(pool_); }
+
+    const u32 *data(const List &l) const { return pool_ + l.off; }
+
+    // Appends w unless it is already the last entry (a word adding several pairs in one visit).
+    void add(List &l, u32 w) {
+        if (l.len != 0 && pool_[l.off + l.len - 1] == w) return;
+        append(l, w);
+    }
+
+    // Appends w without reading the last entry: the caller knows it is not w, or accepts a repeat
+    // (apply() skips a word listed twice by its stamp). Why: the last entries of the lists are
+    // scattered over tens of MB, so reading one is a cache miss, and a load that misses stalls
+    // where a store does not (half of the first pair count, a third of adding a merge's changes).
+    void append(List &l, u32 w) {
+        if (!l.has_block() || l.len == (u32(1) << l.cls)) grow(l);
+        pool_[l.off + l.len++] = w;
+    }
+
+    // Gives the list's block back (the list is empty after).
+    void release(List &l) {
+        if (l.has_block()) give_back(l);
+        l = List{};
+    }
+
+    // Whether the pool holds more than twice the entries of the blocks in use (freed blocks are
+    // only reused by lists of their own size, so merging leaves many behind).
+    bool fragmented() const { return size_ > (size_t(1) << 20) && size_ > 2 * in_use_; }
+
+    // Packs the blocks of `lists` (every list with a block, each exactly once, none being
+    // iterated) to the front of the pool, each in the smallest block that holds it, and gives
+    // the rest of the pool back to the OS. In place: blocks only move down, in pool order.
+    void compact(const std::vector<List *> &lists) {
+        std::vector<List *> order(lists);
+        std::sort(order.begin(), order.end(), [](const List *x, const List *y) { return x->off < y->off; });
+        size_t at = 0;
+        for (List *l : order) {
+            u8 cls = 1;
+            while ((u32(1) << cls) < l->len) ++cls;
+            if (l->len != 0) std::memmove(pool_ + at, pool_ + l->off, size_t(l->len) * sizeof(u32));
+            l->off = u32(at);
+            l->cls = cls;
+            at += size_t(1) << cls;
+        }
+        for (auto &f : free_) std::vector<u32>().swap(f);
+        size_ = in_use_ = at;
+        reserve(std::max<size_t>(size_ + size_ / 4, 1024));  // shrinks: the tail pages are unmapped
+    }
+
+    void clear() {
+        std::free(pool_);
+        pool_ = nullptr;
+        size_ = cap_ = in_use_ = 0;
+        for (auto &f : free_) std::vector<u32>().swap(f);
+    }
+
+    size_t bytes() const {
+        size_t n = size_ * sizeof(u32);
+        for (const auto &f : free_) n += f.capacity() * sizeof(u32);
+        return n;
+    }
+
+  private:
+    static constexpr u8 kMaxClass = 31;
+    void grow(List &l) {
+        // first block: 2 entries (cls 1; cls 0 with len 0 means "no block"); then doubling
+        const u8 cls = l.has_block() ? u8(l.cls + 1) : u8(1);
+        if (cls > kMaxClass) throw std::overflow_error("a pair held by more than 2^31 words");
+        u32 off;
+        if (!free_[cls].empty()) {
+            off = free_[cls].back();
+            free_[cls].pop_back();
+        } else {
+            const size_t size = size_t(1) << cls;
+            if (size_ + size > kNone) throw std::overflow_error("more than 2^32 - 1 pair -> word entries");
+            if (size_ + size > cap_) reserve(std::max(size_ + size, cap_ + cap_ / 2 + 1024));
+            off = u32(size_);
+            size_ += size;
+        }
+        if (l.len != 0) std::memcpy(&pool_[off], &pool_[l.off], size_t(l.len) * sizeof(u32));
+        if (l.has_block()) give_back(l);
+        l.off = off;
+        l.cls = cls;
+        in_use_ += size_t(1) << cls;
+    }
+
+    void give_back(const List &l) {
+        free_[l.cls].push_back(l.off);
+        in_use_ -= size_t(1) << l.cls;
+    }
+
+    // Why malloc/realloc and not a std::vector: the pool is tens of MB, and realloc moves a large
+    // block by remapping its pages (glibc mremap), while a vector copies it into a new buffer,
+    // holding both at once; capacity not yet written is not resident either way.
+    void reserve(size_t cap) {
+        u32 *p = static_cast<u32 *>(std::realloc(pool_, cap * sizeof(u32)));
+        if (p == nullptr) throw std::bad_alloc();
+        pool_ = p;
+        cap_ = cap;
+
+    }
+
+    u32 *pool_ = nullptr;
+    size_t size_ = 0, cap_ = 0;
+    size_t in_use_ = 0;  // entries in blocks that lists hold (size_ - in_use_ are in free_)
+    std::vector<u32> free_[kMaxClass + 1];
+};
+
+// The first j >= i with p[j] == a and p[j + 1] == b, or n if there is none. Why SIMD: a word is
+// scanned whole on every visit, and Chinese pre-tokens run to hundreds of tokens (zhwiki-20M:
+// the scan was a third of the merge loop); SSE2 (every x86-64) tests four positions at once.
+inline u32 find_pair(const u32 *p, u32 i, u32 n, u32 a, u32 b) {
+#if defined(__SSE2__)
+    const __m128i va = _mm_set1_epi32(int(a)), vb = _mm_set1_epi32(int(b));
+    for (; i + 4 < n; i += 4) {  // p[i .. i + 4] are tokens
+        const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + i));
+        const __m128i y = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + i + 1));
+        const int hit = _mm_movemask_ps(_mm_castsi128_ps(_mm_and_si128(_mm_cmpeq_epi32(x, va), _mm_cmpeq_epi32(y, vb))));
+        if (hit != 0) return i + u32(__builtin_ctz(unsigned(hit)));
+    }
+#endif
+    for (; i + 1 < n; ++i)
+        if (p[i] == a && p[i + 1] == b) return i;
+    return n;
+}
+
+// What rewriting a merge's words changed: pair key -> (net count change, the words that
+// gained the pair), and the words changed for the first time since the last take. A small
+// open-addressing table (a step touches thousands of pairs, not hundreds of thousands), so it
+// stays in cache while the words are rewritten; cleared by resetting only the cells it used.
+// Why the pair table is not touched while rewriting: a frequent merge makes and removes the
+// same few pairs in thousands of words (" t" + "h" -> " th": (" th", "e")), and each slot
+// lookup in the large table is a cache miss or two (see apply()).
+class StepWork {
+  public:
+    struct Entry {
+        u64 key;
+        i64 delta;      // net change of the pair's count
+        u32 head, tail; // the words that gained the pair: a list through adds, kNone if none
+        u32 last_word;  // the last word added (a word gaining a pair twice is listed once)
+        u32 cell;       // where the entry sits in cells_
+        u32 slot;       // set when the entry is added into the pair table; kNone: too long
+    };
+    struct Add {
+        u32 word, next;
+    };
+
+    // Adds c to the count of pair `key` of word w (c > 0: w gained it).
+    void change(u64 key, i64 c, u32 w) {
+        Entry &d = get(key);
+        d.delta += c;
+        if (c > 0 && d.last_word != w) {
+            d.last_word = w;
+            adds_.push_back(Add{w, kNone});
+            const u32 at = u32(adds_.size() - 1);
+            if (d.head == kNone) d.head = at;
+            else adds_[d.tail].next = at;
+            d.tail = at;
+        }
+    }
+
+    void clear() {
+        for (const Entry &e : entries_) cells_[e.cell] = 0;
+        entries_.clear();
+        adds_.clear();
+        changed.clear();
+    }
+    void release() {
+        std::vector<Entry>().swap(entries_);
+        std::vector<u32>().swap(cells_);
+        std::vector<Add>().swap(adds_);
+        std::vector<u32>().swap(changed);
+        mask_ = 0;
+    }
+    Entry *begin() { return entries_.data(); }
+    Entry *end() { return entries_.data() + entries_.size(); }
+    size_t size() const { return entries_.size(); }
+    const Add &add(u32 i) const { return adds_[i]; }
+
+    std::vector<u32> changed;  // words this merge changed first since the last take
+
+  private:
+    Entry &get(u64 key) {
+        if ((entries_.size() + 1) * 2 > cells_.size()) grow();
+        size_t i = hash(key) & mask_;
+        while (true) {
+            const u32 e = cells_[i];
+            if (e == 0) break;
+            if (entries_[e - 1].key == key) return entries_[e - 1];
+            i = (i + 1) & mask_;
+        }
+        entries_.push_back(Entry{key, 0, kNone, kNone, kNone, u32(i), kNone});
+        cells_[i] = u32(entries_.size());
+        return entries_.back();
+    }
+    static size_t hash(u64 key) {
+        u64 h = key * 0x9E3779B97F4A7C15ull;
+        return size_t(h ^ (h >> 32));
+    }
+    void grow() {
+        const size_t cap = std::max<size_t>(cells_.size() * 2, 1024);
+        cells_.assign(cap, 0);
+        mask_ = cap - 1;
+        for (size_t k = 0; k < entries_.size(); ++k) {
+            size_t i = hash(entries_[k].key) & mask_;
+            while (cells_[i] != 0) i = (i + 1) & mask_;
+            cells_[i] = u32(k + 1);
+            entries_[k].cell = u32(i);
+        }
+    }
+
+    std::vector<u32> cells_;  // 1 + index into entries_; 0: empty
+    std::vector<Entry> entries_;
+    std::vector<Add> adds_;
+    size_t mask_ = 0;
+};
+
+}  // namespace bpe::merge

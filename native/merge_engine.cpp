@@ -80,6 +80,8 @@ size_t MergeEngine::index_entries() const {
 
 namespace nb = nanobind;
 
+static void bind_inspection(nb::class_<bpe::merge::MergeEngine> &engine);
+
 void register_merge_engine(nb::module_ &m) {
     using namespace bpe::merge;
     m.def("release_free_memory", &release_free_memory,
@@ -89,9 +91,9 @@ void register_merge_engine(nb::module_ &m) {
         .def("__len__", &RowStream::size)
         .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
         .def("__next__", &RowStream::next);
-    nb::class_<MergeEngine>(m, "MergeEngine",
-                            "The incremental BPE merge loop (see bpe_store.training.merge for the contract).")
-        .def(nb::init<nb::list, nb::list, u32, u32, i64, i64, u64, nb::bytes>(), nb::arg("rows"),
+    nb::class_<MergeEngine> engine(m, "MergeEngine",
+                                   "The incremental BPE merge loop (see bpe_store.training.merge for the contract).");
+    engine.def(nb::init<nb::list, nb::list, u32, u32, i64, i64, u64, nb::bytes>(), nb::arg("rows"),
              nb::arg("token_bytes"), nb::arg("n_specials"), nb::arg("first_merge_id"), nb::arg("next_rank"),
              nb::arg("min_count") = 1, nb::arg("max_token_length") = 0, nb::arg("replay") = nb::bytes("", 0),
              "rows: [(word id, bytes, count, packed tokens or None)]; token_bytes[id]: bytes or None; "
@@ -124,8 +126,14 @@ void register_merge_engine(nb::module_ &m) {
         .def("finish", &MergeEngine::finish,
              "Merging is over: free the structures only merging needs (step() refuses after).")
         .def("take_changes", &MergeEngine::take_changes,
-             "Changes since the last take: ({word index: tokens}, {(left, right): count, 0 if gone}).")
-        .def("pair_counts", &MergeEngine::pair_counts, "{(left, right): count} of every live pair.")
+             "Changes since the last take: ({word index: tokens}, {(left, right): count, 0 if gone}).");
+    bind_inspection(engine);
+}
+
+// The engine's read-only views: counts, digests, sizes (for tests, status and memory reports).
+static void bind_inspection(nb::class_<bpe::merge::MergeEngine> &engine) {
+    using namespace bpe::merge;
+    engine.def("pair_counts", &MergeEngine::pair_counts, "{(left, right): count} of every live pair.")
         .def("pair_digest", &MergeEngine::pair_digest, "(live pairs, digest 1, digest 2) of the pair counts.")
         .def("word_tokens", &MergeEngine::word_tokens, nb::arg("word"))
         .def("token_bytes", &MergeEngine::token_bytes, nb::arg("id"))

@@ -146,6 +146,7 @@ struct Api {
     int (*libversion_number)();
     const char *(*column_name)(sqlite3_stmt *, int);
     int (*limit)(sqlite3 *, int, int);
+    void (*progress_handler)(sqlite3 *, int, int (*)(void *), void *);
     int (*create_module_v2)(sqlite3 *, const char *, const sqlite3_module *, void *, Destructor);
     int (*create_function_v2)(sqlite3 *, const char *, int, int, void *,
                               void (*)(sqlite3_context *, int, sqlite3_value **),
@@ -206,6 +207,7 @@ int load_api(const std::string &module_file) {
     need(a.libversion_number, "sqlite3_libversion_number");
     need(a.column_name, "sqlite3_column_name");
     need(a.limit, "sqlite3_limit");
+    need(a.progress_handler, "sqlite3_progress_handler");
     need(a.create_module_v2, "sqlite3_create_module_v2");
     need(a.create_function_v2, "sqlite3_create_function_v2");
     need(a.user_data, "sqlite3_user_data");
@@ -763,6 +765,22 @@ i64 write_query(const std::string &path, const std::string &sql, int fd, const s
             if (p) api.finalize(p);
             if (rc != kOk && rc != kDone && rc != kRow) throw failed(rc);
         }
+        // Ctrl-C while SQLite works between rows (a sort before the first): a Python signal
+        // handler runs here, every ~100 K virtual machine steps, and an exception stops the statement
+        bool signalled = false;
+        api.progress_handler(db, 100000, [](void *flag) -> int {
+            nb::gil_scoped_acquire gil;
+            if (PyErr_CheckSignals() == 0) return 0;
+            *static_cast<bool *>(flag) = true;
+            return 1;  // SQLITE_INTERRUPT
+        }, &signalled);
+        auto failed_step = [&](int rc) -> SqliteFailure {
+            if (signalled) {
+                nb::gil_scoped_acquire gil;
+                throw nb::python_error();
+            }
+            return failed(rc);
+        };
         rc = api.prepare_v2(db, sql.c_str(), int(sql.size()), &st, nullptr);
         if (rc != kOk) throw failed(rc);
         if (st == nullptr) throw SqliteFailure{kError, "not a statement"};
@@ -823,7 +841,7 @@ i64 write_query(const std::string &path, const std::string &sql, int fd, const s
         while (limit < 0 || rows < limit) {
             rc = api.step(st);
             if (rc == kDone) break;
-            if (rc != kRow) throw failed(rc);
+            if (rc != kRow) throw failed_step(rc);
             if (json) {
                 buf += format == "json" ? (rows ? ",\n {" : "[\n {") : "{";
                 for (size_t k = 0; k < keys.size(); ++k) {

@@ -752,10 +752,17 @@ def sql(
     Example: bpe-store sql run.db "SELECT * FROM merge_log LIMIT 10" --format csv
     """
     from ..inspection.inspection import query as run_query
+    from ..inspection.inspection import write_query
 
     _set_verbose(ctx, verbose)
     if limit is not None and limit < 0:
         raise InputError("--limit must not be negative")
+    try:  # csv / json / jsonl of a SELECT: formatted natively, at the speed of sqlite3 -csv
+        written = write_query(db, query, sys.stdout.buffer, fmt.value, limit, note=_note)
+    except BrokenPipeError:
+        _stdout_gone()
+    if written is not None:
+        return
     with run_query(db, query, note=_note) as (columns, rows):
         _write_stdout(columns, itertools.islice(rows, limit), fmt)
 
@@ -771,10 +778,15 @@ def _write_stdout(columns: Sequence[str], rows: Iterable[Sequence[Any]], fmt: Fo
         write_rows(sys.stdout, columns, rows, fmt)
         sys.stdout.flush()
     except BrokenPipeError:
-        # Python would complain again when it flushes stdout at exit: point it at /dev/null
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        raise typer.Exit(0) from None
+        _stdout_gone()
+
+
+def _stdout_gone() -> None:
+    """A reader that went away (``| head``): end quietly, exit 0."""
+    # Python would complain again when it flushes stdout at exit: point it at /dev/null
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise typer.Exit(0) from None
 
 
 class ShowWhat(str, Enum):

@@ -89,6 +89,26 @@ def native_db(path: Path, *, busy_timeout_ms: int, synchronous: str, cache_kib: 
         raise to_sqlite_error(exc) from None
 
 
+def can_write_query() -> bool:
+    """Whether ``write_query`` can run here (the native path, built with it)."""
+    core = _core_module()
+    return available() and core is not None and hasattr(core, "write_query")
+
+
+def write_query(path: Path, sql: str, fd: int, fmt: str, limit: int | None, max_value_bytes: int,
+                quote_cr: bool, quote_lone_empty: bool) -> int:
+    """``_core.write_query``: the rows of ``sql`` (checked read-only by the caller) on the store at
+    ``path``, opened read-only, written to ``fd`` as csv, json or jsonl; the number of rows. A
+    failure is the ``sqlite3`` error the driver would raise (``to_sqlite_error``)."""
+    from .. import _core
+
+    try:
+        return _core.write_query(os.fsdecode(path.absolute()), sql, fd, fmt, -1 if limit is None else limit,
+                                 max_value_bytes, quote_cr, quote_lone_empty)
+    except _core.SqliteError as exc:
+        raise to_sqlite_error(exc) from None
+
+
 def is_native_error(exc: BaseException) -> bool:
     """Whether ``exc`` is a ``_core.SqliteError`` (a failed call of the native connection)."""
     core = _core_module()

@@ -30,7 +30,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from ..counting.inputs import DEFAULT_TEXT_FIELD, DOC_SEP, FileInput, Stream, file_input, has_documents, input_blocks
 from ..errors import InputError
 from ..temporaries import pause_for_tests
 from .outfiles import new_files
@@ -38,6 +37,7 @@ from .outfiles import new_files
 if TYPE_CHECKING:
     import numpy as np
 
+    from ..counting.inputs import FileInput, Stream
     from .tokenizer import Tokenizer
 
 NANOGPT_SUFFIX = ".bin"
@@ -200,7 +200,7 @@ def encode_to_file(db: str | Path | None, inputs: Sequence[str | Path | FileInpu
                    tokenizer: Tokenizer | None = None,
                    vocab_size: int | None = None, threads: int = 0, separator: str | None = None,
                    force: bool = False, dtype: str = "auto", val_fraction: float | None = None,
-                   format: str | None = None, text_field: str = DEFAULT_TEXT_FIELD, invalid_utf8: str = "strict",
+                   format: str | None = None, text_field: str = "text", invalid_utf8: str = "strict",
                    progress: Callable[[dict], None] | None = None,
                    stop: threading.Event | None = None) -> EncodeResult:
     """Encode ``inputs`` with the store's tokenizer into ``out`` (.npy or nanoGPT .bin), and
@@ -220,6 +220,8 @@ def encode_to_file(db: str | Path | None, inputs: Sequence[str | Path | FileInpu
     """
     import numpy as np
 
+    # imported here: the CLI imports this module for every command (bz2, lzma, ... cost ~35 ms)
+    from ..counting.inputs import DOC_SEP, FileInput, Stream, file_input, has_documents, input_blocks
     from .tokenizer import Tokenizer
 
     out = Path(out)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from alembic import command
 from cli_helpers import SPECIAL, run
-from conftest import FIXTURES, store_dump, stopped_run
+from conftest import FIXTURES, stopped_run, store_dump
 
 from bpe_store import StoreError, Tokenizer, train
 from bpe_store.store import digest, migrate
@@ -78,8 +78,8 @@ TAMPER = {
     "swapped pair at rank 7": ('UPDATE merges SET "left" = "right", "right" = "left" WHERE rank = 7',
                                "merge 7 joins"),
     "edited merge count": ("UPDATE merges SET count = count + 1 WHERE rank = 7", "merge log was changed"),
-    "edited count of the last merge": ("UPDATE merges SET count = count + 1 WHERE rank = (SELECT max(rank) FROM merges)",
-                                       "merge log was changed"),
+    "edited count of the last merge": ("UPDATE merges SET count = count + 1"
+                                       " WHERE rank = (SELECT max(rank) FROM merges)", "merge log was changed"),
     "empty token": (f"UPDATE vocab SET bytes = x'' WHERE id = {FIRST + 7}", "merge 7 joins"),
     "grown token": (f"UPDATE vocab SET bytes = CAST(bytes || 'x' AS BLOB) WHERE id = {FIRST + 20}", "merge 20 joins"),
     "swapped pair and token": ('UPDATE merges SET "left" = "right", "right" = "left" WHERE rank = 7;'
@@ -91,7 +91,8 @@ TAMPER = {
                            f" DELETE FROM vocab WHERE id = {VOCAB - 1}", "its newest checkpoint recorded"),
     "digest removed": ("UPDATE checkpoints SET merge_digest = NULL", "no digest"),
     "checkpoint merge count edited": ("UPDATE checkpoints SET merges_done = merges_done - 1"
-                                      " WHERE id = (SELECT max(id) FROM checkpoints)", "its newest checkpoint recorded"),
+                                      " WHERE id = (SELECT max(id) FROM checkpoints)",
+                                      "its newest checkpoint recorded"),
     "special token edited": ("UPDATE vocab SET bytes = CAST('<|other|>' AS BLOB) WHERE id = 0",
                              "not the special token"),
     "byte edited": ("UPDATE vocab SET bytes = x'41' WHERE id = 1", "not the byte token"),

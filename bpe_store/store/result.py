@@ -88,8 +88,8 @@ def result_check(store: Store, specials: Sequence[str],
 def check_merge_digest(store: Store, merges: list[tuple[int, int, int, int, int]]) -> None:
     """Refuse (StoreError) a merge log that is not the one the store's newest checkpoint recorded:
     another number of merges, no digest, or another digest (``bpe_store.store.digest``). A store
-    from before digests (schema revision before ``DIGEST_SINCE``, opened to be read or upgraded)
-    has none, and is accepted without."""
+    made before digests existed (schema revision older than ``DIGEST_SINCE``, opened to be read or
+    upgraded) has none, and is accepted without."""
     revision = getattr(store, "revision", None) or HEAD
     if REVISIONS.index(revision) < REVISIONS.index(DIGEST_SINCE):
         return

@@ -9,10 +9,16 @@ exports load from it.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import StoreError
+from . import digest
+from .schemas import HEAD, REVISIONS
 from .store import Store
+
+#: The first schema revision whose checkpoints record the merge log's digest.
+DIGEST_SINCE = "v0_3_0_merge_digest"
 
 
 @dataclass
@@ -26,14 +32,19 @@ class TrainResult:
     stop_reason: str | None
 
 
-def result_check(store: Store, n_special: int,
+def result_check(store: Store, specials: Sequence[str],
                  vocab: list[tuple[int, bytes, str]] | None = None,
-                 merges: list[tuple[int, int, int, int, int]] | None = None) -> None:
+                 merges: list[tuple[int, int, int, int, int]] | None = None, *, digest_check: bool = True) -> None:
     """Refuse (StoreError) a merge log and vocabulary that bpe_store could not have written:
     ranks and ids not 0..n-1, a merge of ids it does not yet have, kinds out of place, a count
-    that is not a positive integer."""
+    that is not a positive integer; a vocabulary row that is not what made it (a special token's
+    text, a byte, or the two parts of its merge joined); a merge whose parts or token are not the
+    lowest id of their bytes (the ids training uses); and, with ``digest_check``, a merge log that
+    does not match the digest its newest checkpoint recorded (``check_merge_digest``).
+    ``specials``: the run's special tokens (the store's ``run.special_tokens``)."""
     vocab = store.load_vocab() if vocab is None else vocab
     merges = store.load_merges() if merges is None else merges
+    n_special = len(specials)
     first = n_special + 256
 
     def bad(what: str) -> StoreError:
@@ -55,15 +66,62 @@ def result_check(store: Store, n_special: int,
         if not (type(left) is type(right) is type(token) is type(count) is int
                 and 0 <= left < limit and 0 <= right < limit and 0 <= token <= limit and count >= 0):
             raise bad(f"merge {rank} is ({left!r}, {right!r}) -> {token!r} with count {count!r}")
+    tb = [b for _, b, _ in vocab]
+    want = [s.encode("utf-8") for s in specials] + [bytes([b]) for b in range(256)]
+    if tb[:first] != want:
+        i = next(i for i in range(first) if tb[i] != want[i])
+        raise bad(f"vocab id {i} holds {_show(tb[i])}, not the {kinds[i]} token {_show(want[i])}")
+    # each merge's token is its two parts joined (a swapped pair, a grown or emptied token fail here)
+    if [tb[left] + tb[right] for _, left, right, _, _ in merges] != tb[first:]:
+        rank, left, right, _, _ = next(m for m in merges if tb[m[1]] + tb[m[2]] != tb[first + m[0]])
+        raise bad(f"merge {rank} joins {_show(tb[left])} and {_show(tb[right])}, but vocab id {first + rank} "
+                  f"holds {_show(tb[first + rank])}")
+    # training names a token by the lowest id of its bytes (a merge spelling an existing token reuses it)
+    lowest = {b: i for i, b in zip(range(len(tb) - 1, n_special - 1, -1), reversed(tb[n_special:]))}
+    for rank, left, right, token, _ in merges:
+        if lowest[tb[left]] != left or lowest[tb[right]] != right or lowest[tb[first + rank]] != token:
+            raise bad(f"merge {rank} is ({left}, {right}) -> {token}, not the ids of its tokens' bytes")
+    if digest_check:
+        check_merge_digest(store, merges)
+
+
+def check_merge_digest(store: Store, merges: list[tuple[int, int, int, int, int]]) -> None:
+    """Refuse (StoreError) a merge log that is not the one the store's newest checkpoint recorded:
+    another number of merges, no digest, or another digest (``bpe_store.store.digest``). A store
+    made before digests existed (schema revision older than ``DIGEST_SINCE``, opened to be read or
+    upgraded) has none, and is accepted without."""
+    revision = getattr(store, "revision", None) or HEAD
+    if REVISIONS.index(revision) < REVISIONS.index(DIGEST_SINCE):
+        return
+    row = store.sql("SELECT merges_done, merge_digest FROM checkpoints ORDER BY id DESC LIMIT 1").first()
+    done, recorded = row if row is not None else (0, digest.EMPTY)
+
+    def bad(what: str) -> StoreError:
+        return StoreError(f"{store.path}: the store's merge log was changed after it was written ({what}); "
+                          "refusing to use it: start over with --restart")
+
+    if done != len(merges):
+        raise bad(f"it holds {len(merges)} merges, its newest checkpoint recorded {done!r}")
+    if recorded is None:
+        raise bad("its newest checkpoint has no digest of it")
+    if recorded != digest.merge_digest(merges):
+        raise bad("a merge differs from those its newest checkpoint's digest recorded")
+
+
+def _show(b: bytes) -> str:
+    """A token for a message: its text, shortened."""
+    text = b[:16].decode("utf-8", "backslashreplace")
+    return repr(text) + (f" (+{len(b) - 16} bytes)" if len(b) > 16 else "")
 
 
 def read_result(store: Store, vocab_size: int | None = None) -> TrainResult:
     """The CS336 ``(vocab, merges)`` in a store, optionally for a smaller ``vocab_size`` (a prefix)."""
     run = store.run_row()
-    n_special = len(json.loads(run["special_tokens"]))
+    specials = json.loads(run["special_tokens"])
+    n_special = len(specials)
     vocab_rows = store.load_vocab()
     merges = store.load_merges()
-    result_check(store, n_special, vocab_rows, merges)
+    result_check(store, specials, vocab_rows, merges)
     if vocab_size is not None:
         keep = max(vocab_size - 256 - n_special, 0)
         merges = merges[:keep]

@@ -72,7 +72,7 @@ from ..errors import StoreError
 from ..interrupts import CtrlC, sqlite_call
 from ..temporaries import pause_for_tests as _test_pause
 from ..temporaries import remove_stale, temp_name
-from . import migrate, store_db
+from . import digest, migrate, store_db
 
 if TYPE_CHECKING:  # pragma: no cover
     from sqlalchemy.engine import Connection
@@ -374,6 +374,8 @@ class Store:
         self._merge_checkpoints = 0  # merge checkpoints written by this connection
         self._merge_logs = 0  # merge-log-only checkpoints written by this connection
         self._fresh_rows: list[tuple[int, bytes | bytearray, int]] | WordCounter | None = None
+        #: ``(merges hashed, hash)``: the running digest of the merge log as committed (see ``_digest_after``)
+        self._merge_hash: tuple[int, Any] | None = None
         #: after each write: ``{"wal_bytes": int, "wal_blocked": bool}`` (see ``_truncate_wal``)
         self.wal: dict[str, Any] = {"wal_bytes": 0, "wal_blocked": False}
 
@@ -814,12 +816,26 @@ class Store:
         return float(v or 0.0)
 
     def add_checkpoint_row(self, phase: str, merges_done: int, elapsed_s: float, write_s: float | None,
-                           writer: BulkWriter | None = None) -> None:
-        """The ``checkpoints`` row of a write (inside its transaction; ``writer``: its bulk writer)."""
+                           writer: BulkWriter | None = None, merge_digest: str = digest.EMPTY) -> None:
+        """The ``checkpoints`` row of a write (inside its transaction; ``writer``: its bulk writer),
+        with the digest of the ``merges_done`` merges the store holds once it commits."""
         (writer or BulkWriter(self, None)).execute(
-            "INSERT INTO checkpoints (at, phase, chunks_counted, merges_done, elapsed_s, write_s)"
-            " VALUES (?, ?, (SELECT count(*) FROM chunks WHERE counted = 1), ?, ?, ?)",
-            (now(), phase, merges_done, elapsed_s, write_s))
+            "INSERT INTO checkpoints (at, phase, chunks_counted, merges_done, elapsed_s, write_s, merge_digest)"
+            " VALUES (?, ?, (SELECT count(*) FROM chunks WHERE counted = 1), ?, ?, ?, ?)",
+            (now(), phase, merges_done, elapsed_s, write_s, merge_digest))
+
+    def _digest_after(self, merges: Sequence[tuple[int, int, int, int, int]]) -> tuple[int, Any]:
+        """``(merges hashed, hash)`` of the merge log once ``merges`` (the next ranks) are added.
+        The running hash is kept between writes; read from the store when this connection has none
+        yet (or it lags: a write failed), ~20 ms for 32 K merges. Not kept until the write commits."""
+        first = merges[0][0] if len(merges) else None
+        have = self._merge_hash
+        if have is None or (first is not None and have[0] != first):
+            rows = self.sql('SELECT rank, "left", "right", token, count FROM merges WHERE rank < ? ORDER BY rank',
+                            (first if first is not None else 1 << 62,)).fetchall()
+            have = (len(rows), digest.update(digest.new_hash(), rows))
+        h = have[1].copy()
+        return have[0] + len(merges), digest.update(h, merges)
 
     # -- counting ------------------------------------------------------------------------------
 
@@ -1133,6 +1149,9 @@ class Store:
         place, and a wrong belief about what the store holds fails loudly instead of silently.
         """
         t0 = time.perf_counter()
+        hashed = self._digest_after(merges)
+        if hashed[0] != merges_done:
+            raise RuntimeError(f"bpe_store bug: a checkpoint of {merges_done} merges holds {hashed[0]}")
         with self.bulk_transaction() as w:
             # Why: a checkpoint rewrites rows all over `words` and `pair_counts`; with
             # SQLite's default 2 MB page cache the same pages are evicted and re-read many
@@ -1166,13 +1185,15 @@ class Store:
                 w.execute("UPDATE run SET phase = ?, stop_reason = ?, state_merges = ?, pairs_merges = ?,"
                           " updated_at = ? WHERE id = 1",
                           (phase, done_reason, None if drop_state else merges_done, merges_done, now()))
-            self.add_checkpoint_row(phase, merges_done, elapsed_s, time.perf_counter() - t0, w)
+            self.add_checkpoint_row(phase, merges_done, elapsed_s, time.perf_counter() - t0, w,
+                                    hashed[1].hexdigest())
             if log_only:
                 self._merge_logs += 1
                 _test_pause(f"merge_log:{self._merge_logs}")  # tests: kill inside its transaction
             else:
                 self._merge_checkpoints += 1
                 _test_pause(f"checkpoint:{self._merge_checkpoints}")
+        self._merge_hash = hashed  # committed
         return time.perf_counter() - t0
 
     @staticmethod

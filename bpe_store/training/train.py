@@ -552,7 +552,7 @@ def _preflight(job: _Job, store: Store, grow: bool) -> Engine | None:
     need it (built now, since building it is what checks words and pair counts)."""
     params = job.params
     run = store.run_row()
-    result_check(store, len(params.special_tokens))
+    result_check(store, params.special_tokens)
     if run["phase"] == "counting":
         if store.sql("SELECT count(*) FROM merges").scalar():
             raise StoreError(f"{store.path}: the store is inconsistent (counting, but it holds merges); "
@@ -573,7 +573,7 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
     vocab = store.load_vocab()
     merges = store.load_merges()
     first = n_special + 256
-    result_check(store, n_special, vocab, merges)
+    result_check(store, params.special_tokens, vocab, merges)
     token_bytes = [b if kind != "special" else None for _, b, kind in vocab]
     # the merges logged after the last full checkpoint: the words' tokens and pair counts are older
     # None: a finished run's store, whose words are read as their bytes (see KEEP_WORD_TOKENS)
@@ -608,6 +608,18 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
         raise StoreError(f"{store.path}: the store is inconsistent (pair counts do not match the words); "
                          "start over with --restart")
     return merger
+
+
+def check_words(store: Store) -> str:
+    """``bpe-store db check --deep``'s words check: the words rebuilt into a merge engine as a resume
+    does (every word's tokens spell its bytes under the merges; the pair counts are the words');
+    StoreError saying what is wrong. Reads every word: seconds on a big store."""
+    run = store.run_row()
+    if run["phase"] == "counting":
+        return "counting: words are checked against pairs once merging starts"
+    _load_engine(store, store.params())
+    n = store.sql("SELECT coalesce(max(id), 0) FROM words").scalar()
+    return f"{n} words spell their bytes under the merges; the pair counts are theirs"
 
 
 @contextlib.contextmanager

@@ -156,6 +156,9 @@ def main() -> None:
         old = Path(args.out).read_text() if Path(args.out).exists() else ""
         if "\n## Notes" in old:  # keep the hand-written interpretation of an earlier run
             text += old[old.index("\n## Notes"):]
+        title = text.splitlines()[0]
+        if title in old:  # and what precedes these tables (the counting tree's, bench_ray_tree.py)
+            text = old[:old.index(title)] + text
         Path(args.out).write_text(text)
         print(f"wrote {args.out}")
 

@@ -58,10 +58,10 @@ def local_result(corpus, tmp_path_factory):
     return _result(train([corpus], db, VOCAB, [SPECIAL], pattern=REGEX_PATTERN, workers=1, chunk_size=CHUNK))
 
 
-@pytest.fixture
-def three_nodes():
+@pytest.fixture(scope="module")
+def cluster3():
     """A cluster of 3 nodes of 1 CPU each, this process connected to it; ``(cluster, workers)``
-    with the two non-head nodes."""
+    with the non-head nodes (shared by the module: see ``three_nodes``)."""
     ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[ray]')")
     from ray.cluster_utils import Cluster
 
@@ -75,6 +75,16 @@ def three_nodes():
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+@pytest.fixture
+def three_nodes(cluster3):
+    """``cluster3`` with 3 alive nodes again (a test may have removed one)."""
+    cluster, workers = cluster3
+    alive = [w for w in workers if w in cluster.worker_nodes]
+    workers[:] = alive + [cluster.add_node(num_cpus=1) for _ in range(2 - len(alive))]
+    cluster.wait_for_nodes()
+    return cluster, workers
 
 
 def test_a_node_removed_while_counting_changes_nothing(three_nodes, corpus, local_result, tmp_path):

@@ -159,6 +159,7 @@ class RayCounter:
         self._reported: set[int] = set()  # units whose acknowledgement was reported (and not lost)
         self._nodes: dict[str, _Node] = {}
         self._refs: dict = {}  # ObjectRef of a count call -> its _Node
+        self._ready: collections.deque = collections.deque()  # acknowledged refs not yet handled
         self._pending = PackedCounts()  # counts taken from the nodes, not yet handed to a flush
         self._pending_marks: list[tuple[int, int]] = []
         self._status: dict[str, int] = {}
@@ -260,10 +261,18 @@ class RayCounter:
                 if self._queue or self._lost:
                     continue
                 raise StopIteration
-            ready, _ = ray.wait(list(self._refs), num_returns=1, timeout=_STATUS_EVERY_S)
-            if not ready:
+            if not self._ready:
+                refs = list(self._refs)
+                first, rest = ray.wait(refs, num_returns=1, timeout=_STATUS_EVERY_S)
+                if not first:
+                    continue
+                # every other acknowledgement already in, at once: one wait per batch, not per
+                # unit (a wait scans all the refs in flight: 2 per CPU of the cluster)
+                more, _ = ray.wait(rest, num_returns=len(rest), timeout=0) if rest else ([], [])
+                self._ready.extend(first + more)
+            ref = self._ready.popleft()
+            if ref not in self._refs:  # its node was lost meanwhile: the unit is queued again
                 continue
-            ref = ready[0]
             node = self._refs.pop(ref)
             cid = node.in_flight.pop(ref)
             try:

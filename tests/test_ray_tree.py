@@ -110,9 +110,8 @@ def test_a_node_removed_while_counting_changes_nothing(three_nodes, corpus, loca
     counting = [e for e in events if e["stage"] == "counting" and "nodes" in e]
     assert counting[0]["nodes"] == 3
     assert counting[-1]["done"] == counting[-1]["total"] == corpus.stat().st_size
-    # the removed node's units were counted again: progress went back by them
-    dones = [e["done"] for e in counting]
-    assert any(b < a for a, b in zip(dones, dones[1:])), "no unit was lost with the removed node"
+    # the removed node's units (in flight, or counted and not taken) were counted again
+    assert counting[-1]["recounted"] > 0
     assert _result(r) == local_result
 
 

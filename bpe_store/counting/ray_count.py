@@ -157,6 +157,7 @@ class RayCounter:
         self._losses: collections.Counter[int] = collections.Counter()
         self._lost: list[int] = []  # units reported counted, then lost: to report as lost
         self._reported: set[int] = set()  # units whose acknowledgement was reported (and not lost)
+        self._recounted = 0  # units put back after a loss, so far
         self._nodes: dict[str, _Node] = {}
         self._refs: dict = {}  # ObjectRef of a count call -> its _Node
         self._ready: collections.deque = collections.deque()  # acknowledged refs not yet handled
@@ -210,16 +211,17 @@ class RayCounter:
                 raise InputError(f"counting on Ray: unit {cid} was lost with the node counting it "
                                  f"{self._losses[cid]} times; the cluster keeps losing its nodes")
             self._queue.appendleft(cid)
+            self._recounted += 1
             if cid in self._reported:
                 self._reported.discard(cid)
                 self._lost.append(cid)
 
     def status(self) -> dict[str, int]:
         """``{"in_flight": units sent and not acknowledged, "workers": the node counters' CPUs,
-        "nodes": alive nodes}``."""
+        "nodes": alive nodes, "recounted": units lost with a node counter and sent again}``."""
         if time.monotonic() - self._status_at >= _STATUS_EVERY_S:
             self._refresh_nodes()
-        return {"in_flight": len(self._refs), **self._status}
+        return {"in_flight": len(self._refs), **self._status, "recounted": self._recounted}
 
     def _is_loss(self, exc: BaseException) -> bool:
         """Whether ``exc`` says a node counter (or what it made) is gone, not that a unit failed."""

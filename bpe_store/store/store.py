@@ -956,10 +956,7 @@ class Store:
             # tokens stay NULL (single bytes); see WordCounter.rows for why no 4th column
             w.insert_words("INSERT INTO words (id, bytes, count) VALUES (?, ?, ?)",
                            "INSERT INTO words (id, bytes, count) SELECT p1, p2, p3 FROM bpe_store_rows", new)
-            if isinstance(old, _PackedDeltas):
-                if len(old):
-                    w.ndb.bulk_deltas(self._words_bulk(w, len(old), _COUNT_DELTAS), old.buffer)
-            elif len(old):
+            if len(old):
                 w.executemany(_COUNT_DELTAS[0], old, self._words_bulk(w, len(old), _COUNT_DELTAS))
             w.executemany("UPDATE chunks SET counted = 1, pretokens = ? WHERE id = ?",
                           [(n, cid) for cid, n in chunk_done])
@@ -1349,7 +1346,9 @@ class BulkWriter:
         instead (``_core.StoreDb.bulk``). Why: a statement stepped per row cost ~1-1.5 us of SQLite's
         own overhead per row on top of the row's b-tree work (enwiki-100M -> 32K's final checkpoint:
         870 K rows); the fallback, which has no such table, runs ``statement`` per row."""
-        if self.ndb is None:
+        if isinstance(rows, _PackedDeltas):  # made only where there is a native connection
+            self.ndb.bulk_deltas(bulk, rows.buffer)
+        elif self.ndb is None:
             self.store.executemany(statement, rows)
         elif bulk is not None:
             self.ndb.bulk(bulk, rows)

@@ -53,8 +53,8 @@ from .ray_node import NodeCounter, sum_packed
 
 #: How to get Ray, in the one-line error when it is missing.
 RAY_HINT = "counting on Ray needs the ray package: pip install 'bpe-store[ray]' (or: pip install ray)"
-#: Times a unit may be lost with its node counter before the run stops (a unit that kills the
-#: process counting it must not be sent round the cluster for ever).
+#: Times a unit may be lost with its node counter while it was being counted before the run stops
+#: (a unit that kills the process counting it must not be sent round the cluster for ever).
 MAX_LOSSES = 4
 #: Units sent to a node and not yet acknowledged, per CPU of the node: two keep every core busy
 #: while the driver sends the next; more would only hold more work at a node that may be lost.
@@ -201,15 +201,18 @@ class RayCounter:
             self._ray.kill(node.actor)  # a counter that only seemed dead must not hand anything over later
         except Exception:  # noqa: BLE001 - already gone
             pass
-        self._requeue(sorted(node.owned))
+        self._requeue(sorted(node.owned), blamed=node.owned - node.acked)
 
-    def _requeue(self, ids: Sequence[int]) -> None:
-        """Units whose counts were lost: counted again first; their progress reported back."""
+    def _requeue(self, ids: Sequence[int], blamed: set[int] = frozenset()) -> None:
+        """Units whose counts were lost: counted again first; their progress reported back.
+        ``blamed``: those not yet counted when their counter died (one of them may have killed
+        it); a unit blamed more than ``MAX_LOSSES`` times stops the run."""
         for cid in ids:
-            self._losses[cid] += 1
-            if self._losses[cid] > MAX_LOSSES:
-                raise InputError(f"counting on Ray: unit {cid} was lost with the node counting it "
-                                 f"{self._losses[cid]} times; the cluster keeps losing its nodes")
+            if cid in blamed:
+                self._losses[cid] += 1
+                if self._losses[cid] > MAX_LOSSES:
+                    raise InputError(f"counting on Ray: unit {cid} was being counted by {self._losses[cid]} "
+                                     "node counters that died; it may be what kills them")
             self._queue.appendleft(cid)
             self._recounted += 1
             if cid in self._reported:

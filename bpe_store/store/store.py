@@ -376,6 +376,8 @@ class Store:
         self._fresh_rows: list[tuple[int, bytes | bytearray, int]] | WordCounter | None = None
         #: ``(merges hashed, hash)``: the running digest of the merge log as committed (see ``_digest_after``)
         self._merge_hash: tuple[int, Any] | None = None
+        #: ``[(statement, parameters)]`` the next write transaction runs first (``defer_write``)
+        self._deferred: list[tuple[str, tuple]] = []
         #: after each write: ``{"wal_bytes": int, "wal_blocked": bool}`` (see ``_truncate_wal``)
         self.wal: dict[str, Any] = {"wal_bytes": 0, "wal_blocked": False}
 
@@ -615,6 +617,19 @@ class Store:
 
     # -- transactions --------------------------------------------------------------------------
 
+    def defer_write(self, statement: str, params: tuple) -> None:
+        """Run ``statement`` first in the next write transaction, so that it commits with the next
+        write or not at all (a session's row: a session that writes nothing leaves no trace, and a
+        refused resume leaves the file byte-identical). Kept until a write transaction commits."""
+        self._deferred.append((statement, params))
+
+    def drop_deferred(self) -> bool:
+        """Forget the deferred statements; whether there were any (then nothing was written since
+        ``defer_write``)."""
+        had = bool(self._deferred)
+        self._deferred = []
+        return had
+
     def transaction(self) -> _Transaction:
         """``with store.transaction():`` — one atomic write (``BEGIN IMMEDIATE``: the write lock
         is taken up front, so it cannot fail half-way on a lock); SQLite errors become StoreError.
@@ -661,8 +676,11 @@ class Store:
         try:
             try:
                 ndb.execute("BEGIN IMMEDIATE")
+                for statement, params in self._deferred:
+                    ndb.execute(statement, params)
                 yield BulkWriter(self, ndb)
                 ndb.execute("COMMIT")
+                self._deferred = []
             except BaseException:
                 if ndb.in_transaction:
                     try:
@@ -1386,7 +1404,12 @@ class _Transaction:
             raise RuntimeError("bpe_store bug: a transaction is already open on this store")
         try:
             db.execute("BEGIN IMMEDIATE" if self.write else "BEGIN")
+            if self.write:
+                for statement, params in self.store._deferred:
+                    db.execute(statement, params)
         except sqlite3.Error as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise self.store._error(exc) from exc
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -1399,6 +1422,7 @@ class _Transaction:
                     db.execute("ROLLBACK")
                 raise self.store._error(e) from e
             if self.write:
+                self.store._deferred = []
                 self.store._truncate_wal()
         else:
             if db is not None and db.in_transaction:

@@ -544,7 +544,9 @@ class Store:
     def _lock(p: Path) -> int:
         try:
             fd = os.open(p, os.O_RDWR)
-        except PermissionError as exc:
+        except OSError as exc:
+            if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
+                raise
             raise StoreError(f"{p}: cannot write the store (read-only file or location: {exc.strerror}); "
                              "reading commands (status, sql, show, export) still work") from None
         try:

@@ -219,10 +219,19 @@ def _sqlite_error(path: Path, exc: BaseException) -> BaseException:
     if "readonly" in msg or "read-only" in msg or "unable to open" in msg:
         return StoreError(f"{path}: cannot write the database here ({msg})")
     if "disk is full" in msg or "database or disk is full" in msg:
-        return StoreError(f"{path}: the disk is full ({msg}); the store is still at its last checkpoint")
+        return DiskFull(f"{path}: the disk is full ({msg}); the store is still at its last checkpoint", msg)
     if "too big" in msg:
         return StoreError(f"{path}: a value is larger than this connection allows ({msg})")
     return StoreError(f"{path}: SQLite error: {msg}")
+
+
+class DiskFull(StoreError):
+    """SQLite found the disk full. ``detail``: SQLite's words (``Store.create`` says what that
+    means for a store being created: none was)."""
+
+    def __init__(self, message: str, detail: str):
+        super().__init__(message)
+        self.detail = detail
 
 
 def sqlite_uri(path: Path, **params: str | int) -> str:
@@ -444,7 +453,12 @@ class Store:
                 _publish(tmp, p, durable)
                 _test_pause("published")  # tests: kill once the store has its name, before it is opened
             except sqlite3.Error as exc:
-                raise _sqlite_error(p, exc) from exc
+                err = _sqlite_error(p, exc)
+                if isinstance(err, DiskFull):
+                    raise StoreError(f"{p}: the disk is full ({err.detail}); no store was created") from exc
+                raise err from exc
+            except DiskFull as exc:  # from a statement of init (the run, the plan): no store either
+                raise StoreError(f"{p}: the disk is full ({exc.detail}); no store was created") from exc
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                     raise StoreError(f"{p}: the disk is full ({exc.strerror}); no store was created") from exc

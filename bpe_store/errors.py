@@ -1,5 +1,7 @@
 """The errors bpe_store raises on bad input, each with the exit code the CLI uses for it.
 
+The library's API checks its arguments with ``path_argument`` and ``text_argument``: a wrong type
+is an ``ArgumentTypeError``, text that is not UTF-8 an ``ArgumentValueError`` (both InputErrors).
 Every message is one line a person can act on; the CLI prints it without a traceback
 (``bpe-store --verbose ...`` shows one). The exit codes are part of the CLI's contract:
 
@@ -17,6 +19,8 @@ code  meaning
 """
 
 from __future__ import annotations
+
+import os
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -48,6 +52,42 @@ class InputError(BpeStoreError):
     """A corpus file is missing, unreadable, empty, or not valid UTF-8; a parameter is invalid."""
 
     exit_code = EXIT_USAGE
+
+
+class ArgumentTypeError(InputError, TypeError):
+    """An argument of the library's API has the wrong type (a number where a path belongs, bytes
+    where text belongs): an InputError, and a TypeError for code that expects one."""
+
+
+class ArgumentValueError(InputError, ValueError):
+    """An argument of the library's API has a value it cannot take (text holding a lone surrogate,
+    which is not UTF-8): an InputError, and a ValueError for code that expects one."""
+
+
+def path_argument(value: object, what: str) -> str | os.PathLike:
+    """``value`` if it is a path (str or os.PathLike), else ArgumentTypeError naming ``what``."""
+    if isinstance(value, (str, os.PathLike)):
+        return value
+    raise ArgumentTypeError(f"{what} must be a path (str or os.PathLike), not {_kind(value)}")
+
+
+def text_argument(value: object, what: str) -> str:
+    """``value`` if it is a str that is UTF-8 text (no lone surrogate), else ArgumentTypeError or
+    ArgumentValueError naming ``what`` (and where the surrogate is)."""
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{what} must be a str, not {_kind(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ArgumentValueError(f"{what} holds a lone surrogate (U+{ord(value[exc.start]):04X} at index "
+                                 f"{exc.start}), which is not UTF-8 text") from None
+    return value
+
+
+def _kind(value: object) -> str:
+    """``value`` as a message names it: its type, and itself when short."""
+    shown = repr(value)
+    return type(value).__name__ + (f" {shown}" if len(shown) <= 40 else "")
 
 
 class ResumeMismatch(BpeStoreError):

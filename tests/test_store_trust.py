@@ -294,7 +294,7 @@ def test_ctrl_c_stops_a_long_query(pristine, inherited):
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130, err
-        assert err == "error: interrupted; the store is at its last checkpoint\n"
+        assert err == "error: interrupted; the store was only read, nothing changed\n"
         assert time.monotonic() - t0 < 10
 
 
@@ -340,7 +340,7 @@ def test_ctrl_c_inside_a_sqlite_callback_is_an_interrupt(pristine, monkeypatch, 
     query = "SELECT count(*) FROM words" if callback == "authorizer" else FOREVER
     r = run("sql", pristine, query)
     assert fired and r.exit_code == 130, r.stderr
-    assert r.stderr == "error: interrupted; the store is at its last checkpoint\n"
+    assert r.stderr == "error: interrupted; the store was only read, nothing changed\n"
     assert run("sql", pristine, "SELECT 1").exit_code == 0  # nothing left pending
 
 

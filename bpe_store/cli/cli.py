@@ -150,10 +150,28 @@ class _Group(TyperGroup):
         except BpeStoreError as exc:
             _fail(ctx, exc, exc.exit_code, str(exc))
         except KeyboardInterrupt as exc:
-            _fail(ctx, exc, EXIT_SIGINT, "interrupted; the store is at its last checkpoint")
+            _fail(ctx, exc, EXIT_SIGINT, _interrupted(ctx))
         except Exception as exc:  # noqa: BLE001 - a bug or the system: one line, the trace on --verbose
             _fail(ctx, exc, EXIT_FAILED, f"unexpected {type(exc).__name__}: {exc} "
                                          "(run with --verbose for the traceback)")
+
+
+#: Commands that only read the store: Ctrl-C stops them with nothing to keep.
+_READING_COMMANDS = {"status", "sql", "show", "why", "report", "check"}
+
+
+def _interrupted(ctx: typer.Context) -> str:
+    """What Ctrl-C did, for the command that was running (``train`` keeps its last checkpoint;
+    a reading command changed nothing)."""
+    sub = ctx.invoked_subcommand
+    if sub == "db":  # db upgrade is one transaction; db check only reads
+        argv = ctx.meta.get(_ARGV_KEY, [])
+        sub = next((a for a in argv[argv.index("db") + 1:] if not a.startswith("-")), sub) if "db" in argv else sub
+        if sub == "upgrade":
+            return "interrupted; the upgrade is one transaction: the store's schema is as it was or upgraded"
+    if sub in _READING_COMMANDS:
+        return "interrupted; the store was only read, nothing changed"
+    return "interrupted; the store is at its last checkpoint"
 
 
 def _fail(ctx: typer.Context, exc: BaseException, code: int, message: str) -> None:

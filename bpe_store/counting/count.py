@@ -122,10 +122,30 @@ def open_regular(path: str | os.PathLike):
 
 def scan_source(path: str | os.PathLike, invalid_utf8: str = "strict") -> Source:
     """Check one input (exists, a readable non-empty regular file, valid UTF-8 unless
-    ``invalid_utf8`` is "replace") and fingerprint it. Raises InputError saying where the problem is."""
+    ``invalid_utf8`` is "replace") and fingerprint it. Raises InputError saying where the problem is.
+
+    A file written to while it is read (still being downloaded or appended to) would get a SHA-256
+    of neither its old nor its new content: its size and modification time are compared after
+    the read with those before, and a change is refused (``_unchanged_while_read``)."""
     p = Path(path)
     f = open_regular(p)
     st = os.fstat(f.fileno())
+    return _unchanged_while_read(p, st, _scan_open(p, f, st, invalid_utf8))
+
+
+def _unchanged_while_read(p: Path, before: os.stat_result, source: Source) -> Source:
+    try:
+        after = os.stat(p)
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read ({exc.strerror})") from exc
+    if (after.st_size, after.st_mtime_ns, after.st_ino) != (before.st_size, before.st_mtime_ns, before.st_ino):
+        raise InputError(f"{p}: changed while it was being read ({before.st_size} -> {after.st_size} bytes): "
+                         "is it still being written? Train once it is complete")
+    return source
+
+
+def _scan_open(p: Path, f, st: os.stat_result, invalid_utf8: str) -> Source:
+    """``scan_source``'s read of the open file ``f`` (``st``: its stat when opened)."""
     if st.st_size == 0:
         f.close()
         raise InputError(f"{p}: is empty")

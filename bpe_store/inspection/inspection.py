@@ -28,9 +28,10 @@ from typing import Any
 
 from ..counting.inputs import ITERABLE, STDIN
 from ..counting.pretokenize import GPT2_PATTERN, describe_pattern
-from ..errors import InputError
+from ..errors import InputError, StoreError
 from ..interrupts import sqlite_call
 from ..store import migrate
+from ..store.check import history_problems
 from ..store.store import Store, wal_state
 from ..training.merge import word_splitter
 
@@ -202,6 +203,10 @@ def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
     held = Store.is_locked(p) if p.is_file() else False
     with reading(p, allow_old=True, timeout=timeout) as store:
         run = store.run_row()
+        problems = history_problems(store)
+        if problems:
+            raise StoreError(f"{p}: the store's history is damaged ({'; '.join(problems[:2])}); "
+                             f"`bpe-store db check {p}` lists every problem")
         rev = store.revision
         specials = json.loads(run["special_tokens"])
         target = run["vocab_size"] - 256 - len(specials)

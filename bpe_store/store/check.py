@@ -136,6 +136,8 @@ def history_problems(store: Store, checkpoint_limit: int | None = None,
     each; all when None): times that are not ISO dates, numbers that are not numbers, an
     ``argv`` that is not a JSON list of strings."""
     out = []
+    if REVISIONS.index(store.revision or REVISIONS[0]) < REVISIONS.index("v0_2_0_sessions"):
+        return out  # no sessions table yet (and checkpoints from then are read as they are)
     cps = store.sql("SELECT id, at, merges_done, elapsed_s FROM checkpoints ORDER BY id DESC LIMIT ?",
                     (-1 if checkpoint_limit is None else checkpoint_limit,)).fetchall()
     for cid, at, merges_done, elapsed in cps:

@@ -1,9 +1,12 @@
 """Training sessions: who trained in a store, when, and how each session ended.
 
-A session is one process that opened the store to train. ``begin`` writes its row when
-training starts; ``end`` closes it with an outcome (``done``, ``interrupted``, ``failed``).
-A row whose ``ended_at`` stays NULL belongs to the run holding the store now, or to one that
-was killed or stopped at once (``bpe-store status`` tells them apart with the store's lock).
+A session is one process that opened the store to train and changed it. ``begin`` prepares its
+row, which is written with the session's first write (``Store.defer_write``: in the same
+transaction); ``end`` closes it with an outcome (``done``, ``interrupted``, ``failed``). A session
+that wrote nothing (a resume refused while counting, a bad record found again, a finished store
+trained again with the same command) leaves no row: the file stays byte-identical. A row whose
+``ended_at`` stays NULL belongs to the run holding the store now, or to one that was killed or
+stopped at once (``bpe-store status`` tells them apart with the store's lock).
 """
 
 from __future__ import annotations
@@ -18,16 +21,17 @@ from .store import Store, now
 
 
 def begin(store: Store) -> int | None:
-    """Record that this process starts training in ``store``; returns the session id."""
+    """Record that this process starts training in ``store``, with its first write; returns the
+    session id. (The trainer holds the store's lock, so no other session takes the id meanwhile.)"""
     from .._version import __version__
 
     merges = store.sql("SELECT count(*) FROM merges").scalar()
-    with store.transaction():
-        cur = store.sql(
-            "INSERT INTO sessions (pid, host, argv, bpe_store_version, started_at, merges_start)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (os.getpid(), socket.gethostname(), json.dumps(sys.argv), __version__, now(), merges))
-    return cur.lastrowid
+    session = store.sql("SELECT coalesce(max(id), 0) + 1 FROM sessions").scalar()
+    store.defer_write(
+        "INSERT INTO sessions (id, pid, host, argv, bpe_store_version, started_at, merges_start)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (session, os.getpid(), socket.gethostname(), json.dumps(sys.argv), __version__, now(), merges))
+    return session
 
 
 def outcome_of(exc: BaseException | None) -> str:
@@ -46,6 +50,8 @@ def end(store: Store, session_id: int | None, exc: BaseException | None = None) 
         # landed anywhere in a statement of this connection, and a write could wait busy_timeout
         # on a lock for nothing. The row stays open, which status reports as "ended without a trace".
         return
+    if store.drop_deferred():
+        return  # the session wrote nothing, so it leaves nothing (its row was never written)
     try:
         with store.transaction():
             store.sql("UPDATE sessions SET ended_at = ?, outcome = ?,"

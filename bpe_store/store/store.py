@@ -219,10 +219,19 @@ def _sqlite_error(path: Path, exc: BaseException) -> BaseException:
     if "readonly" in msg or "read-only" in msg or "unable to open" in msg:
         return StoreError(f"{path}: cannot write the database here ({msg})")
     if "disk is full" in msg or "database or disk is full" in msg:
-        return StoreError(f"{path}: the disk is full ({msg}); the store is still at its last checkpoint")
+        return DiskFull(f"{path}: the disk is full ({msg}); the store is still at its last checkpoint", msg)
     if "too big" in msg:
         return StoreError(f"{path}: a value is larger than this connection allows ({msg})")
     return StoreError(f"{path}: SQLite error: {msg}")
+
+
+class DiskFull(StoreError):
+    """SQLite found the disk full. ``detail``: SQLite's words (``Store.create`` says what that
+    means for a store being created: none was)."""
+
+    def __init__(self, message: str, detail: str):
+        super().__init__(message)
+        self.detail = detail
 
 
 def sqlite_uri(path: Path, **params: str | int) -> str:
@@ -376,6 +385,8 @@ class Store:
         self._fresh_rows: list[tuple[int, bytes | bytearray, int]] | WordCounter | None = None
         #: ``(merges hashed, hash)``: the running digest of the merge log as committed (see ``_digest_after``)
         self._merge_hash: tuple[int, Any] | None = None
+        #: ``[(statement, parameters)]`` the next write transaction runs first (``defer_write``)
+        self._deferred: list[tuple[str, tuple]] = []
         #: after each write: ``{"wal_bytes": int, "wal_blocked": bool}`` (see ``_truncate_wal``)
         self.wal: dict[str, Any] = {"wal_bytes": 0, "wal_blocked": False}
 
@@ -442,7 +453,12 @@ class Store:
                 _publish(tmp, p, durable)
                 _test_pause("published")  # tests: kill once the store has its name, before it is opened
             except sqlite3.Error as exc:
-                raise _sqlite_error(p, exc) from exc
+                err = _sqlite_error(p, exc)
+                if isinstance(err, DiskFull):
+                    raise StoreError(f"{p}: the disk is full ({err.detail}); no store was created") from exc
+                raise err from exc
+            except DiskFull as exc:  # from a statement of init (the run, the plan): no store either
+                raise StoreError(f"{p}: the disk is full ({exc.detail}); no store was created") from exc
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                     raise StoreError(f"{p}: the disk is full ({exc.strerror}); no store was created") from exc
@@ -542,7 +558,9 @@ class Store:
     def _lock(p: Path) -> int:
         try:
             fd = os.open(p, os.O_RDWR)
-        except PermissionError as exc:
+        except OSError as exc:
+            if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
+                raise
             raise StoreError(f"{p}: cannot write the store (read-only file or location: {exc.strerror}); "
                              "reading commands (status, sql, show, export) still work") from None
         try:
@@ -615,6 +633,19 @@ class Store:
 
     # -- transactions --------------------------------------------------------------------------
 
+    def defer_write(self, statement: str, params: tuple) -> None:
+        """Run ``statement`` first in the next write transaction, so that it commits with the next
+        write or not at all (a session's row: a session that writes nothing leaves no trace, and a
+        refused resume leaves the file byte-identical). Kept until a write transaction commits."""
+        self._deferred.append((statement, params))
+
+    def drop_deferred(self) -> bool:
+        """Forget the deferred statements; whether there were any (then nothing was written since
+        ``defer_write``)."""
+        had = bool(self._deferred)
+        self._deferred = []
+        return had
+
     def transaction(self) -> _Transaction:
         """``with store.transaction():`` — one atomic write (``BEGIN IMMEDIATE``: the write lock
         is taken up front, so it cannot fail half-way on a lock); SQLite errors become StoreError.
@@ -661,8 +692,11 @@ class Store:
         try:
             try:
                 ndb.execute("BEGIN IMMEDIATE")
+                for statement, params in self._deferred:
+                    ndb.execute(statement, params)
                 yield BulkWriter(self, ndb)
                 ndb.execute("COMMIT")
+                self._deferred = []
             except BaseException:
                 if ndb.in_transaction:
                     try:
@@ -1385,7 +1419,12 @@ class _Transaction:
             raise RuntimeError("bpe_store bug: a transaction is already open on this store")
         try:
             db.execute("BEGIN IMMEDIATE" if self.write else "BEGIN")
+            if self.write:
+                for statement, params in self.store._deferred:
+                    db.execute(statement, params)
         except sqlite3.Error as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise self.store._error(exc) from exc
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -1398,6 +1437,7 @@ class _Transaction:
                     db.execute("ROLLBACK")
                 raise self.store._error(e) from e
             if self.write:
+                self.store._deferred = []
                 self.store._truncate_wal()
         else:
             if db is not None and db.in_transaction:

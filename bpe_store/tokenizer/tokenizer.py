@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 import regex
 
 from ..counting.pretokenize import GPT2_PATTERN, native_scanner, native_splitter, resolve_pattern
-from ..errors import InputError, StoreError
+from ..errors import ArgumentTypeError, ArgumentValueError, InputError, StoreError, path_argument, text_argument
 from ..training.merge import merge_pair
 
 if TYPE_CHECKING:
@@ -82,12 +82,59 @@ def _tiktoken_surrogates(method):
             return method(self, text, *args, **kwargs)
         except UnicodeEncodeError:
             if self._whole is None:
+                _check_texts(method.__name__, text)  # says which text, and where
                 raise
             fixed = (_as_tiktoken_reads(text) if isinstance(text, str) else
                      [_as_tiktoken_reads(t) if isinstance(t, str) else t for t in text])
             return method(self, fixed, *args, **kwargs)
+        except (TypeError, AttributeError):
+            _check_texts(method.__name__, text)  # a wrong type: said as the CLI says it
+            raise
 
     return wrapper
+
+
+def _check_texts(method: str, text: object) -> None:
+    """Raise ArgumentTypeError / ArgumentValueError for a wrong argument of ``method`` (``encode``
+    and ``encode_to_array``: a str, the latter also UTF-8 bytes; ``encode_batch``: a sequence of
+    str). Called only once encoding failed, so valid text pays nothing for the check."""
+    if method == "encode_batch":
+        if isinstance(text, (str, bytes)) or not isinstance(text, Iterable):
+            raise ArgumentTypeError(f"encode_batch takes a list of str, not {type(text).__name__}")
+        for i, t in enumerate(text):
+            text_argument(t, f"text {i} of the batch")
+        return
+    if method == "encode_to_array" and isinstance(text, (bytes, bytearray, memoryview)):
+        return
+    if isinstance(text, (bytes, bytearray)):
+        raise ArgumentTypeError(f"{method} takes a str, not {type(text).__name__}: decode it first "
+                                "(text.decode('utf-8'))" + (", or use encode_to_array, which takes UTF-8 bytes"
+                                                            if method == "encode" else ""))
+    text_argument(text, "the text")
+
+
+def _check_vocab_and_merges(vocab: object, merges: object, special_tokens: object) -> None:
+    """Refuse (ArgumentTypeError / ArgumentValueError) constructor arguments of the wrong shape:
+    ``vocab`` ``{int: bytes}``, ``merges`` ``[(bytes, bytes)]``, ``special_tokens`` str texts."""
+    if not isinstance(vocab, Mapping):
+        raise ArgumentTypeError(f"vocab must be a dict {{id: bytes}}, not {type(vocab).__name__}")
+    for i, b in vocab.items():
+        if type(i) is not int or not isinstance(b, (bytes, bytearray)):
+            raise ArgumentTypeError(f"vocab must map int ids to bytes; it holds {i!r}: {b!r:.40}")
+    if isinstance(merges, (str, bytes)) or not isinstance(merges, Iterable):
+        raise ArgumentTypeError(f"merges must be a list of (bytes, bytes) pairs, not {type(merges).__name__}")
+    if isinstance(merges, Sequence):  # an iterator is read once, by the constructor itself
+        for rank, m in enumerate(merges):
+            if (not isinstance(m, (tuple, list)) or len(m) != 2
+                    or not all(isinstance(x, (bytes, bytearray)) for x in m)):
+                raise ArgumentTypeError(f"merge {rank} must be a pair of bytes, not {m!r:.60}")
+    if special_tokens is None:
+        return
+    if isinstance(special_tokens, (str, bytes)) or not isinstance(special_tokens, Iterable):
+        raise ArgumentTypeError(f"special_tokens must be a list of str, not {type(special_tokens).__name__}")
+    if isinstance(special_tokens, Sequence):
+        for s in special_tokens:
+            text_argument(s, f"special token {s!r}")
 
 
 def _native():
@@ -118,6 +165,7 @@ class Tokenizer:
         native: bool = True,
         _tiktoken_ranks: Mapping[bytes, int] | None = None,
     ) -> None:
+        _check_vocab_and_merges(vocab, merges, special_tokens)
         self.vocab: dict[int, bytes] = dict(vocab)
         self.merges: list[tuple[bytes, bytes]] = [(bytes(a), bytes(b)) for a, b in merges]
         self.pattern = resolve_pattern(pattern)
@@ -183,12 +231,17 @@ class Tokenizer:
         """Load GPT-2 style ``vocab.json`` + ``merges.txt`` (with or without a ``#version`` line)."""
         from .gpt2_files import read_gpt2
 
+        path_argument(vocab_filepath, "vocab_filepath")
+        path_argument(merges_filepath, "merges_filepath")
         vocab, merges = read_gpt2(vocab_filepath, merges_filepath)
         return cls(vocab, merges, special_tokens, **kwargs)
 
     @classmethod
     def from_store(cls, db_path: str | os.PathLike, vocab_size: int | None = None, **kwargs) -> Tokenizer:
         """The tokenizer a store holds; ``vocab_size`` takes a prefix of its merge log."""
+        path_argument(db_path, "db_path")
+        if vocab_size is not None and (not isinstance(vocab_size, int) or isinstance(vocab_size, bool)):
+            raise ArgumentTypeError(f"vocab_size must be an integer or None, not {type(vocab_size).__name__}")
         vocab, merges, specials, pattern = load_store(db_path, vocab_size)
         return cls(vocab, merges, specials, pattern=pattern, **kwargs)
 
@@ -213,7 +266,7 @@ class Tokenizer:
         """
         from .tiktoken_files import read_tiktoken_ranks, tiktoken_merges, tiktoken_specials
 
-        ranks = read_tiktoken_ranks(path)
+        ranks = read_tiktoken_ranks(path_argument(path, "path"))
         specials = tiktoken_specials(ranks, special_tokens)
         vocab: dict[int, bytes] = {r: t for t, r in ranks.items()}
         vocab.update({sid: s.encode("utf-8") for s, sid in specials.items() if sid is not None})
@@ -307,6 +360,18 @@ class Tokenizer:
         Memory stays flat: text is encoded in blocks cut only where the cut changes nothing
         (``safe_cut``; natively for a named pattern), so the ids equal ``encode("".join(iterable))``.
         """
+        if isinstance(iterable, (str, bytes)) or not isinstance(iterable, Iterable):
+            raise ArgumentTypeError(f"encode_iterable takes an iterable of str (e.g. an open text file), "
+                                    f"not {type(iterable).__name__}")
+        try:
+            yield from self._encode_iterable(iterable)
+        except (TypeError, AttributeError, UnicodeEncodeError) as exc:
+            if isinstance(exc, ArgumentTypeError | ArgumentValueError):
+                raise
+            raise ArgumentTypeError(f"encode_iterable takes an iterable of str (a file opened in text mode, "
+                                    f"not 'rb'): {exc}") from None
+
+    def _encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
         if self._core is not None and self._core.native_split:
             yield from self._encode_iterable_native(iterable)
             return

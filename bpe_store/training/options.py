@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from ..counting.pretokenize import PATTERNS
-from ..errors import InputError
+from ..errors import InputError, text_argument
 from ..store.store import MAX_SPECIAL_TOKENS, RunParams
 from .merge import ENGINES, native_available
 
@@ -85,6 +85,7 @@ def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, i
     for s in specials:
         if not isinstance(s, str) or s == "":
             raise InputError("special tokens must be non-empty strings")
+        text_argument(s, f"special token {s!r}")
     if len(specials) > MAX_SPECIAL_TOKENS:  # a store with more is refused as damaged (store.check_run)
         raise InputError(f"{len(specials)} special tokens: at most {MAX_SPECIAL_TOKENS}")
     dup = [s for s, n in Counter(specials).items() if n > 1]
@@ -101,6 +102,7 @@ def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, i
                          f"{MAX_VOCAB_SIZE}")
     if not isinstance(pattern, str):
         raise InputError(f"the pre-tokenization pattern must be a string, not {pattern!r}")
+    text_argument(pattern, "the pre-tokenization pattern")
     if pattern not in _BUILT_IN_PATTERNS:  # Why: compiling GPT-2's costs ~30 ms, importing `regex` ~20 ms more
         import regex
 

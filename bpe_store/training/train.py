@@ -70,7 +70,7 @@ from ..counting.inputs import (
 )
 from ..counting.pretokenize import GPT2_PATTERN, describe_pattern, resolve_pattern
 from ..counting.sources import Source
-from ..errors import InputError, Interrupted, ResumeMismatch, StoreError
+from ..errors import ArgumentTypeError, InputError, Interrupted, ResumeMismatch, StoreError, path_argument
 from ..store import sessions
 from ..store.result import TrainResult, read_result, result_check
 from ..store.store import RunParams, Store, StreamMark, _remove_files, _sqlite_error, is_db_error
@@ -398,6 +398,12 @@ def _check(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream, db:
     """1. check: ``train``'s arguments (see there), all of them before anything is written."""
     if isinstance(inputs, (str, os.PathLike, Stream)):
         inputs = [inputs]
+    db = path_argument(db, "db")
+    if not isinstance(inputs, Iterable):
+        raise ArgumentTypeError(f"inputs must be a path, a list of paths or a Stream, not {type(inputs).__name__}")
+    inputs = [p if isinstance(p, Stream) else path_argument(p, "each input") for p in inputs]
+    if not isinstance(text_field, str):
+        raise ArgumentTypeError(f"text_field must be a str, not {type(text_field).__name__}")
     paths = [p if isinstance(p, Stream) else file_input(p, format, text_field) for p in inputs]
     if not paths:
         raise InputError("no input files given")
@@ -1074,6 +1080,7 @@ def train_bpe(
     ``db=path`` keeps the store (and resumes from it); without it a temporary store is used.
     Other keyword arguments are those of ``train``.
     """
+    path_argument(input_path, "input_path")
     db = kwargs.pop("db", None)
     if db is not None:
         r = train([input_path], db, vocab_size, special_tokens, **kwargs)
@@ -1108,4 +1115,6 @@ def train_from_iterator(
     documents are refused with ``ResumeMismatch``). Once counting is over, the iterable is not
     read at all. Other keyword arguments are those of ``train``.
     """
+    if isinstance(iterable, (str, bytes)) or not any(hasattr(iterable, a) for a in ("__iter__", "__getitem__", "iter")):
+        raise ArgumentTypeError(f"train_from_iterator takes an iterable of documents, not {type(iterable).__name__}")
     return train(Stream.of_iterable(iterable, text_column), db, vocab_size, special_tokens, **kwargs)

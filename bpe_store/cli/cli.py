@@ -203,6 +203,14 @@ def _root(ctx: typer.Context,
 # -- shared options and helpers -----------------------------------------------------------------
 
 
+def complete_pattern(incomplete: str) -> list[tuple[str, str]]:
+    """Shell completion of ``--pattern``: the pattern names (a regex of one's own is typed)."""
+    from ..counting.pretokenize import PATTERNS, describe_pattern
+
+    return [(name, f"{describe_pattern(regex)}'s pattern") for name, regex in PATTERNS.items()
+            if name.startswith(incomplete)]
+
+
 def _db_argument() -> Any:
     return typer.Argument(..., help="The store (a SQLite file made by bpe-store train).", show_default=False,
                           metavar="DB")
@@ -522,7 +530,7 @@ def train(
                                         "continues a finished store."),
     special: list[str] = typer.Option([], "--special", metavar="TOKEN", help="A special token (repeat for several)."),
     pattern: Optional[str] = typer.Option(
-        None, "--pattern", metavar="PATTERN",
+        None, "--pattern", metavar="PATTERN", autocompletion=complete_pattern,
         help="Pre-tokenization pattern: gpt2 (the default), gpt4 (= cl100k), o200k, llama3, qwen2, or a regex."),
     glob: str = typer.Option("*", "--glob", metavar="PATTERN",
                              help="Files to take from directory inputs, e.g. '**/*.txt'."),

@@ -22,7 +22,7 @@ What it shows, and how each part is computed:
   (``SCRIPT_CLASSES``: Latin, Cyrillic, CJK, other letters, digits, punctuation and symbols;
   whitespace when it holds nothing else), and each class's bytes are divided by its tokens.
   ``--compare FILE`` encodes the same text with a ``.tiktoken`` ranks file (OpenAI's own, e.g.
-  from the ``bpe-openai`` package; its pattern from its name, or ``FILE=PATTERN``) or a byte-level
+  shipped by the ``bpe-openai`` package; its pattern from its name, or ``FILE=PATTERN``) or a byte-level
   ``tokenizer.json`` (through the ``tokenizers`` package), measured the same way.
 * **Tokens to look at**: the longest learned tokens, the last 50 learned, the learned tokens that
   are partial UTF-8, and those the held-out text never uses.

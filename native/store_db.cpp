@@ -33,6 +33,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -840,12 +841,27 @@ i64 write_query(const std::string &path, const std::string &sql, int fd, const s
         }
         auto value = [&](int c, std::string &out) {  // returns via out; json strings quoted
             switch (api.column_type(st, c)) {
-            case kInteger: out += std::to_string(api.column_int64(st, c)); break;
+            case kInteger: {
+                char num[24];  // why to_chars: no string allocated per value
+                auto r = std::to_chars(num, num + sizeof num, api.column_int64(st, c));
+                out.append(num, size_t(r.ptr - num));
+                break;
+            }
             case kFloat: out += float_text(api.column_double(st, c), json); break;
             case kText:
             case kBlob: {
                 const auto *p = static_cast<const unsigned char *>(api.column_blob(st, c));  // the bytes as stored
                 const int n = api.column_bytes(st, c);
+                // the common case: printable ASCII with nothing to escape, written as it is
+                bool simple = true;
+                for (int k = 0; k < n && simple; ++k)
+                    simple = p[k] >= 0x20 && p[k] < 0x7F && p[k] != '"' && p[k] != '\\' && p[k] != ',';
+                if (simple && n > 0) {
+                    if (json) out.push_back('"');
+                    out.append(reinterpret_cast<const char *>(p), size_t(n));
+                    if (json) out.push_back('"');
+                    break;
+                }
                 field.clear();
                 if (p) put_plain(field, p, size_t(n));
                 if (json) put_json_string(out, field);

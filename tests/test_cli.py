@@ -251,3 +251,25 @@ def test_shell_completion_is_enabled():
     cmds = CliRunner().invoke(app, [], prog_name="bpe-store", env={
         "_BPE_STORE_COMPLETE": "complete_bash", "COMP_WORDS": "bpe-store sh", "COMP_CWORD": "1"})
     assert cmds.stdout.split() == ["show"]
+
+
+def _completions(words: str) -> list[str]:
+    from typer.testing import CliRunner
+
+    cword = len(words.split()) - (0 if words.endswith(" ") else 1)
+    r = CliRunner().invoke(app, [], prog_name="bpe-store", env={
+        "_BPE_STORE_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(cword)})
+    assert r.exit_code == 0, r.output
+    return r.stdout.split()
+
+
+def test_completion_offers_pattern_names_and_format_choices():
+    from bpe_store.counting.pretokenize import PATTERNS
+
+    assert _completions("bpe-store train c.txt --db r.db --pattern ") == list(PATTERNS)
+    assert _completions("bpe-store train c.txt --pattern o2") == ["o200k", "o200k_base"]
+    assert _completions("bpe-store encode --tokenizer t.tiktoken --pattern cl") == ["cl100k", "cl100k_base"]
+    assert _completions("bpe-store train c.txt --format ") == ["text", "jsonl", "parquet"]
+    assert _completions("bpe-store encode r.db c.txt --format ") == ["text", "jsonl", "parquet"]
+    assert _completions("bpe-store show r.db merges -f ") == ["table", "csv", "json", "jsonl"]
+    assert _completions("bpe-store export r.db --format ") == ["hf", "gpt2", "tiktoken"]

@@ -116,7 +116,8 @@ def test_the_page_is_self_contained(page):
     assert "<link" not in text and "<script src" not in text and "@import" not in text
     assert not re.search(r"""url\(\s*['"]?(?!#)""", text)  # only url(#id): the SVG's own clip paths
     assert not re.search(r"""href\s*=\s*["'](?!#)""", text)
-    for heading in ("Compression at every vocabulary size", "Merge count against rank", "Token length by script",
+    for heading in ("Compression at every vocabulary size", "Compression by script, beside other tokenizers",
+                    "Tokens to look at", "Merge count against rank", "Token length by script",
                     "Frequent words still split into many tokens", "The run"):
         assert f">{heading}</h2>" in text
     assert str(CORPUS.resolve()) in text and "Sessions" in text
@@ -154,5 +155,103 @@ def test_the_page_renders_in_headless_chromium(page, tmp_path):
     assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
     assert html.count("<svg") == 3 and len(re.findall(r"<path\b", html)) > 20
-    assert len(re.findall(r"<h2>", html)) == 5 and "<h1>bpe-store report: run.db</h1>" in html
+    assert len(re.findall(r"<h2>", html)) == 7 and "<h1>bpe-store report: run.db</h1>" in html
     assert len(re.findall(r"<tr>", html)) > 10
+
+
+# -- by script, beside other tokenizers; tokens to look at ---------------------------------------
+
+
+def test_byte_classes_and_by_script():
+    text = "Hi мир, 中文 42!\n\n"
+    classes, starts = report_mod.byte_classes(text)
+    assert len(classes) == len(text.encode()) and int(starts.sum()) == len(text)
+    # tokens: "Hi", " мир", ",", " 中", "文", " 42", "!", "\n\n"; then a partial-UTF-8 split of one char
+    pieces = ["Hi", " мир", ",", " 中", "文", " 42", "!", "\n\n"]
+    got = report_mod.by_script(classes, starts, [len(p.encode()) for p in pieces])
+    assert {k: v["tokens"] for k, v in got.items() if v["tokens"]} == {
+        "Latin": 1, "Cyrillic": 1, "punctuation and symbols": 2, "CJK": 2, "digits": 1, "whitespace": 1}
+    assert got["CJK"]["bytes"] == 7 and got["CJK"]["bytes_per_token"] == 3.5
+    lengths = [2, 7, 1, 2, 2, 3, 3, 1, 2]  # "Hi", " мир", ",", " \xe4", "\xb8\xad", "文", " 42", "!", "\n\n"
+    assert sum(lengths) == len(text.encode())
+    got = report_mod.by_script(classes, starts, lengths)
+    # " \xe4" starts 中, "\xb8\xad" starts nothing and is inside 中: both CJK, beside 文
+    assert got["CJK"]["tokens"] == 3 and got["whitespace"]["tokens"] == 1
+    with pytest.raises(Exception, match="spell"):
+        report_mod.by_script(classes, starts, [1])
+
+
+def _openai_ranks(name: str) -> Path:
+    pytest.importorskip("bpe_openai")
+    from importlib import resources
+
+    return Path(str(resources.files("bpe_openai") / "data" / f"{name}.tiktoken.gz"))
+
+
+def test_compare_with_openai_ranks_and_a_tokenizer_json(store, held_out, tmp_path):
+    pytest.importorskip("matplotlib")
+    tiktoken = pytest.importorskip("tiktoken")
+    cl100k, o200k = _openai_ranks("cl100k_base"), _openai_ranks("o200k_base")
+    r = run("export", store, "--format", "hf", "-o", tmp_path / "hf")
+    assert r.exit_code == 0, r.output
+    data = report_mod.gather(store, held_out, compare=[str(cl100k), f"{o200k}=o200k",
+                                                       str(tmp_path / "hf" / "tokenizer.json")])
+    text = held_out.read_text(encoding="utf-8")
+    n = len(text.encode())
+    ours, cl, o2, hf = data["compare"]
+    assert ours["kind"] == "store" and ours["tokens"] == data["tokens"][-1]
+    # OpenAI's ranks: the counts tiktoken gives (ordinary text: no special token looked for)
+    import gzip
+
+    for got, path, pattern in ((cl, cl100k, "cl100k"), (o2, o200k, "o200k")):
+        from bpe_store.counting.pretokenize import PATTERNS
+
+        ranks = {__import__("base64").b64decode(a): int(b) for a, b in
+                 (line.split() for line in gzip.decompress(path.read_bytes()).splitlines() if line)}
+        enc = tiktoken.Encoding(path.name, pat_str=PATTERNS[pattern], mergeable_ranks=ranks, special_tokens={})
+        assert got["tokens"] == len(enc.encode_ordinary(text)), path
+        assert got["bytes_per_token"] == pytest.approx(n / got["tokens"])
+        assert got["vocab_size"] == len(ranks)
+    assert cl["pattern"] == "cl100k" and o2["pattern"] == "o200k"
+    # the store's own export as tokenizer.json: the same tokens, so the same numbers
+    assert hf["kind"] == "tokenizer.json" and hf["tokens"] == ours["tokens"] and hf["by_script"] == ours["by_script"]
+    for c in data["compare"]:
+        assert sum(v["bytes"] for v in c["by_script"].values()) == n
+        assert sum(v["tokens"] for v in c["by_script"].values()) == c["tokens"]
+    assert ours["by_script"]["Cyrillic"]["tokens"] > 0 and ours["by_script"]["CJK"]["tokens"] > 0
+
+
+def test_compare_refuses_what_it_cannot_measure(store, held_out, tmp_path):
+    pytest.importorskip("matplotlib")
+    ranks = tmp_path / "mine.tiktoken"
+    ranks.write_bytes(b"".join(__import__("base64").b64encode(bytes([i])) + b" %d\n" % i for i in range(256)))
+    r = run("report", store, "--held-out", held_out, "--compare", ranks, "-o", tmp_path / "r.html")
+    assert r.exit_code == 2 and "which pattern" in r.stderr and not (tmp_path / "r.html").exists()
+    r = run("report", store, "--held-out", held_out, "--compare", f"{ranks}=gpt2", "-o", tmp_path / "r.html")
+    assert r.exit_code == 0, r.output
+    r = run("report", store, "--held-out", held_out, "--compare", tmp_path / "no.tiktoken", "-o", tmp_path / "x.html")
+    assert r.exit_code == 2 and "no such file" in r.stderr
+
+
+def test_token_tables(store, held_out):
+    pytest.importorskip("matplotlib")
+    data = report_mod.gather(store, held_out)
+    tt = data["tokens_tables"]
+    tok = Tokenizer.from_store(store)
+    counts = np.bincount(tok.encode_to_array(held_out.read_text(encoding="utf-8")), minlength=VOCAB)
+    learned = range(257, VOCAB)
+    lengths = sorted((len(tok.vocab[t]) for t in learned), reverse=True)
+    assert [r["n_bytes"] for r in tt["longest"]] == lengths[:len(tt["longest"])]
+    assert [r["rank"] for r in tt["last_learned"]] == list(range(VOCAB - 257 - 1, VOCAB - 257 - 51, -1))
+    partial = [t for t in learned if not report_mod._decodes(tok.vocab[t])]
+    assert tt["partial_utf8_total"] == len(partial) and [r["id"] for r in tt["partial_utf8"]] == partial[:40]
+    unused = [t for t in learned if counts[t] == 0]
+    assert tt["unused_total"] == len(unused) and [r["id"] for r in tt["unused"]] == unused[:100]
+    assert all(r["held_out"] == counts[r["id"]] for r in tt["longest"] + tt["last_learned"])
+
+
+def test_the_page_names_the_pattern_and_asks_for_cjk_fonts(page):
+    text = page.read_text(encoding="utf-8")
+    assert "<td>gpt2 <span" in text  # the pattern's name, its regex beside it
+    assert text.count("Noto Sans CJK SC") >= 4  # the page's CSS and every plot's text
+    assert "font-family: 'DejaVu Sans'" not in text

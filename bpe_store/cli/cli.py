@@ -221,6 +221,14 @@ def _root(ctx: typer.Context,
 # -- shared options and helpers -----------------------------------------------------------------
 
 
+def complete_pattern(incomplete: str) -> list[tuple[str, str]]:
+    """Shell completion of ``--pattern``: the pattern names (a regex of one's own is typed)."""
+    from ..counting.pretokenize import PATTERNS, describe_pattern
+
+    return [(name, f"{describe_pattern(regex)}'s pattern") for name, regex in PATTERNS.items()
+            if name.startswith(incomplete)]
+
+
 def _db_argument() -> Any:
     return typer.Argument(..., help="The store (a SQLite file made by bpe-store train).", show_default=False,
                           metavar="DB")
@@ -540,7 +548,7 @@ def train(
                                         "continues a finished store."),
     special: list[str] = typer.Option([], "--special", metavar="TOKEN", help="A special token (repeat for several)."),
     pattern: Optional[str] = typer.Option(
-        None, "--pattern", metavar="PATTERN",
+        None, "--pattern", metavar="PATTERN", autocompletion=complete_pattern,
         help="Pre-tokenization pattern: gpt2 (the default), gpt4 (= cl100k), o200k, llama3, qwen2, or a regex."),
     glob: str = typer.Option("*", "--glob", metavar="PATTERN",
                              help="Files to take from directory inputs, e.g. '**/*.txt'."),
@@ -995,22 +1003,29 @@ def report(
     sample_bytes: int = typer.Option(2 << 20, "--sample-bytes", metavar="BYTES", min=1,
                                      help="Size of the default sample (without --held-out)."),
     threads: int = typer.Option(0, "--threads", metavar="N", min=0, help="Encoding threads (0 = all cores)."),
+    compare: list[str] = typer.Option(
+        [], "--compare", metavar="FILE",
+        help="Another tokenizer to measure on the same text (repeatable): a .tiktoken ranks file (OpenAI's "
+             "cl100k_base / o200k_base by name; another as FILE=PATTERN) or a byte-level tokenizer.json."),
     verbose: bool = _verbose_option(),
 ) -> None:
     """Write one self-contained HTML page of plots and facts about a run.
 
-    Compression (bytes per token) of held-out text at every vocabulary size up to the store's,
-    merge count against rank, token length by script, the most frequent words still split into
-    many tokens, and the run's inputs, parameters, time per stage, checkpoints and sessions. The
-    page loads nothing from the network. Needs matplotlib: pip install 'bpe-store[report]'.
+    Compression (bytes per token) of held-out text at every vocabulary size up to the store's, by
+    script and beside other tokenizers (--compare), merge count against rank, token length by
+    script, the longest, last learned, partial UTF-8 and unused tokens, the most frequent words
+    still split into many tokens, and the run's inputs, parameters, time per stage, checkpoints
+    and sessions. The page loads nothing from the network. Needs matplotlib: pip install
+    'bpe-store[report]'.
 
     \b
     Example: bpe-store report run.db --held-out valid.txt -o report.html
+    Example: bpe-store report run.db --held-out valid.txt --compare cl100k_base.tiktoken.gz -o report.html
     """
     from ..inspection.report import write_report
 
     _set_verbose(ctx, verbose)
-    data = write_report(db, out, held_out, sample_bytes, threads)
+    data = write_report(db, out, held_out, sample_bytes, threads, compare)
     typer.echo(f"{out}: report of {data['status']['merges_done']} merges; "
                f"{data['bytes_per_token'][-1]:.3f} bytes per token on {data['held_out']['bytes']} bytes of "
                f"held-out text", err=True)

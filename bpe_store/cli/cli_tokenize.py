@@ -73,7 +73,7 @@ def _encode_source(files: "list[Path]", tokenizer: "Optional[Path]", pattern: "O
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the ``bpe-store`` app."""
-    from .cli import InputFormat, InvalidUtf8, ProgressMode, StopOnSignal, _reporter
+    from .cli import InputFormat, InvalidUtf8, ProgressMode, StopOnSignal, _reporter, complete_pattern
 
     @app.command()
     def encode(
@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
             help="Encode with a .tiktoken ranks file (plain or .gz; e.g. OpenAI's cl100k_base) instead of a store, "
                  "exactly as tiktoken does; needs --pattern."),
         pattern: Optional[str] = typer.Option(
-            None, "--pattern", metavar="NAME",
+            None, "--pattern", metavar="NAME", autocompletion=complete_pattern,
             help="With --tokenizer: the pattern the ranks were made with, a name (cl100k, o200k, gpt2, ...) "
                  "or a regex."),
         special: list[str] = typer.Option(

@@ -17,6 +17,15 @@ What it shows, and how each part is computed:
   approximated from the Unicode name of the token's first letter (``LATIN``, ``CYRILLIC``,
   ``CJK`` -> Han, ...); tokens without letters are digits, whitespace, punctuation/symbols, or
   partial UTF-8 (bytes that do not decode on their own).
+* **Compression by script, and beside other tokenizers**: each token of the held-out text's
+  encoding is put in the class of the first character it starts that is not whitespace
+  (``SCRIPT_CLASSES``: Latin, Cyrillic, CJK, other letters, digits, punctuation and symbols;
+  whitespace when it holds nothing else), and each class's bytes are divided by its tokens.
+  ``--compare FILE`` encodes the same text with a ``.tiktoken`` ranks file (OpenAI's own, e.g.
+  shipped by the ``bpe-openai`` package; its pattern from its name, or ``FILE=PATTERN``) or a byte-level
+  ``tokenizer.json`` (through the ``tokenizers`` package), measured the same way.
+* **Tokens to look at**: the longest learned tokens, the last 50 learned, the learned tokens that
+  are partial UTF-8, and those the held-out text never uses.
 * **Frequent words still split into many tokens**: the ``words`` table's current splits.
 * **The run**: inputs, parameters, time per stage and checkpoint writes (``checkpoints``),
   sessions (``sessions``), the store's file size.
@@ -35,8 +44,10 @@ import datetime as _dt
 import html
 import io
 import os
+import re
 import unicodedata
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +70,28 @@ SPLIT_SCAN = 20_000
 MANY_TOKENS = 3
 
 _SCRIPT_NAMES = {"CJK": "Han", "HANGUL": "Hangul", "HIRAGANA": "Kana", "KATAKANA": "Kana"}
+
+#: The classes compression is measured for, by the script of a token's first character.
+SCRIPT_CLASSES = ("Latin", "Cyrillic", "CJK", "other letters", "digits", "punctuation and symbols", "whitespace")
+_WS = SCRIPT_CLASSES.index("whitespace")
+#: ``(class, regex)`` applied in order, each character taking the first that matches (the last
+#: takes the rest): see ``byte_classes``.
+_CLASS_RULES = ((6, r"\s"), (4, r"\p{N}"), (0, r"\p{Script=Latin}"), (1, r"\p{Script=Cyrillic}"),
+                (2, r"[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}\p{Script=Bopomofo}]"),
+                (3, r"[\p{L}\p{M}]"), (5, r"[^\uE000-\uE006]"))
+#: Rows of each token table, and of the unused tokens listed.
+TOKEN_ROWS = 20
+LAST_LEARNED = 50
+UNUSED_ROWS = 100
+#: The pattern of OpenAI's ranks files, by file name (``--compare FILE`` without ``=PATTERN``).
+TIKTOKEN_PATTERNS = {"cl100k_base": "cl100k", "o200k_base": "o200k", "r50k_base": "gpt2", "p50k_base": "gpt2"}
+#: Fonts for the page and its plots: the system's, with CJK faces where the system has them
+#: (else the browser falls back on its own), so Chinese or Japanese tokens are not boxes.
+FONT_STACK = ('system-ui, -apple-system, "Segoe UI", Roboto, "Noto Sans", "DejaVu Sans", "Noto Sans CJK SC", '
+              '"Noto Sans CJK JP", "Source Han Sans SC", "PingFang SC", "Hiragino Sans", "Microsoft YaHei", '
+              '"WenQuanYi Micro Hei", sans-serif')
+MONO_STACK = ('ui-monospace, "SFMono-Regular", Menlo, Consolas, "DejaVu Sans Mono", "Noto Sans Mono CJK SC", '
+              '"Noto Sans CJK SC", "Source Han Sans SC", monospace')
 
 
 def _matplotlib() -> Any:
@@ -143,6 +176,14 @@ def default_sample(paths: list[str], sample_bytes: int = DEFAULT_SAMPLE_BYTES,
 # -- scripts --------------------------------------------------------------------------------
 
 
+def _decodes(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def script_of(token: bytes) -> str:
     """The script of a token, approximated from its first letter's Unicode name.
 
@@ -164,12 +205,141 @@ def script_of(token: bytes) -> str:
     return "punctuation/symbols"
 
 
+# -- compression by script, other tokenizers ---------------------------------------------------
+
+
+def byte_classes(text: str) -> tuple[Any, Any]:
+    """``(class of each byte, whether a character starts there)`` of ``text``'s UTF-8: a byte's
+    class (an index in ``SCRIPT_CLASSES``) is its character's, by ``_CLASS_RULES``.
+
+    Why regex passes: each replaces the characters of one class by a private-use code point
+    (after the text's own U+E000..U+E006 became punctuation), in C; a Python call per character
+    would take seconds on a few megabytes.
+
+    >>> cls, starts = byte_classes("a б 中1")
+    >>> [SCRIPT_CLASSES[c] for c in cls[starts]]
+    ['Latin', 'whitespace', 'Cyrillic', 'whitespace', 'CJK', 'digits']
+    """
+    import numpy as np
+    import regex
+
+    s = regex.sub(r"[\uE000-\uE006]", "\uE005", text)
+    for code, rule in _CLASS_RULES:
+        s = regex.sub(rule, chr(0xE000 + code), s)
+    chars = np.frombuffer(s.encode("utf-32-le"), dtype=np.uint32).astype(np.int64) - 0xE000
+    cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    lens = 1 + (cps >= 0x80) + (cps >= 0x800) + (cps >= 0x10000)
+    starts = np.zeros(int(lens.sum()), dtype=bool)
+    starts[np.cumsum(lens) - lens] = True
+    return np.repeat(chars, lens), starts
+
+
+def by_script(classes: Any, starts: Any, lengths: Any) -> dict[str, dict[str, float]]:
+    """``{class: {"bytes", "tokens", "bytes_per_token"}}`` of an encoding whose tokens spell
+    ``lengths`` bytes each, in order, over the text of ``byte_classes``: a token is in the class of
+    the first character it starts that is not whitespace; whitespace if it starts none; the class
+    of the character it is inside when it starts no character at all (partial UTF-8)."""
+    import numpy as np
+
+    n = len(classes)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if int(lengths.sum()) != n:
+        raise InputError(f"the tokens spell {int(lengths.sum())} bytes of a {n}-byte text")
+    pos = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    ends = pos + lengths
+    idx = np.where(starts & (classes != _WS), np.arange(n), n)
+    nxt = np.append(np.minimum.accumulate(idx[::-1])[::-1], n)  # next non-space character start
+    j = nxt[pos]
+    cls = np.where(j < ends, classes[np.minimum(j, n - 1)], classes[pos])
+    out = {}
+    for c, name in enumerate(SCRIPT_CLASSES):
+        mask = cls == c
+        b, t = int(lengths[mask].sum()), int(mask.sum())
+        out[name] = {"bytes": b, "tokens": t, "bytes_per_token": b / t if t else None}
+    return out
+
+
+def _lengths_of(vocab: dict[int, bytes]) -> Any:
+    import numpy as np
+
+    lengths = np.zeros(max(vocab) + 1, dtype=np.int64)
+    for i, b in vocab.items():
+        lengths[i] = len(b)
+    return lengths
+
+
+def compare_tokenizer(spec: str, text: str, threads: int = 0) -> dict[str, Any]:
+    """``--compare FILE``: ``{"name", "kind", "path", "vocab_size", "ids"}`` of ``text`` encoded
+    with a ``.tiktoken`` ranks file (``FILE=PATTERN``, or OpenAI's file names, whose pattern is
+    known: ``TIKTOKEN_PATTERNS``) or a byte-level ``tokenizer.json``; ``lengths``: each token's
+    bytes. Special tokens are not looked for in the text: it is encoded as ordinary text."""
+    import numpy as np
+
+    path, eq, pattern = spec.rpartition("=")
+    if not eq or not path:
+        path, pattern = spec, ""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such file (--compare)")
+    name = p.name
+    for suffix in (".gz", ".tiktoken", ".json"):
+        name = name.removesuffix(suffix)
+    if p.name.endswith(".json"):
+        return _compare_hf(p, name, text)
+    if not pattern:
+        pattern = TIKTOKEN_PATTERNS.get(name, "")
+        if not pattern:
+            raise InputError(f"{p}: which pattern were these ranks made with? Give --compare '{p}=PATTERN' "
+                             "(cl100k, o200k, gpt2, ... or a regex)")
+    from ..tokenizer.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_tiktoken(p, pattern=pattern)
+    # a str: the held-out text is ordinary text (no special token is looked for)
+    ids = tok.encode_to_array(text, threads)
+    return {"name": name, "kind": "tiktoken", "path": str(p), "pattern": pattern, "vocab_size": len(tok.vocab),
+            "ids": ids, "lengths": _lengths_of(tok.vocab)[ids] if len(ids) else np.zeros(0, dtype=np.int64)}
+
+
+def _compare_hf(p: Path, name: str, text: str) -> dict[str, Any]:
+    import numpy as np
+
+    from ..tokenizer.gpt2_files import unicode_to_bytes
+
+    try:
+        from tokenizers import Tokenizer as HFTokenizer
+    except ImportError:
+        raise InputError("--compare tokenizer.json needs the tokenizers package: pip install tokenizers") from None
+    try:
+        hf = HFTokenizer.from_file(str(p))
+    except Exception as exc:  # noqa: BLE001 - the library's own errors for a file it cannot read
+        raise InputError(f"{p}: not a tokenizer.json the tokenizers package reads ({exc})") from None
+    ids = hf.encode(text, add_special_tokens=False).ids
+    to_byte = unicode_to_bytes()
+    for tid in set(ids):
+        tok = hf.id_to_token(tid)
+        if tok is None or any(ch not in to_byte for ch in tok):
+            raise InputError(f"{p}: token {tid} ({tok!r}) is not byte-level (GPT-2's byte alphabet): only "
+                             "byte-level tokenizer.json files can be compared byte for byte")
+    table = {tid: len(hf.id_to_token(tid)) for tid in set(ids)}
+    lengths = np.array([table[t] for t in ids], dtype=np.int64)
+    return {"name": name, "kind": "tokenizer.json", "path": str(p), "vocab_size": hf.get_vocab_size(),
+            "ids": np.asarray(ids, dtype=np.int64), "lengths": lengths}
+
+
+def _token_rows(tids: Any, vocab: dict[int, tuple[bytes, str]], first: int, counts: Any,
+                merge_counts: list[int]) -> list[dict[str, Any]]:
+    return [{"id": int(t), "rank": int(t) - first, "bytes": vocab[int(t)][0], "n_bytes": len(vocab[int(t)][0]),
+             "merge_count": merge_counts[int(t) - first], "held_out": int(counts[int(t)])} for t in tids]
+
+
 # -- data -----------------------------------------------------------------------------------
 
 
 def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
-           sample_bytes: int = DEFAULT_SAMPLE_BYTES, threads: int = 0) -> dict[str, Any]:
-    """Everything the page shows, as plain data (also the ``--json`` output)."""
+           sample_bytes: int = DEFAULT_SAMPLE_BYTES, threads: int = 0,
+           compare: Sequence[str] = ()) -> dict[str, Any]:
+    """Everything the page shows, as plain data (also the ``--json`` output); ``compare``: the
+    ``--compare`` files (``compare_tokenizer``)."""
     import numpy as np
 
     from ..tokenizer.tokenizer import Tokenizer
@@ -212,10 +382,37 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
     assert int(tokens[-1]) == len(ids)  # the push-down accounts for every token
     first = n_special + 256
 
-    by_script: dict[str, Counter[int]] = {}
+    # compression by script, for the store and each --compare tokenizer, on the same bytes
+    classes, starts = byte_classes(text)
+    vlen = _lengths_of({i: b for i, (b, _k) in vocab.items()})
+    compared = [{"name": Path(db).name, "kind": "store", "path": str(db), "pattern": st["pattern_name"],
+                 "vocab_size": len(vocab), "tokens": int(len(ids)),
+                 "bytes_per_token": n_bytes / max(len(ids), 1), "by_script": by_script(classes, starts, vlen[ids])}]
+    for spec in compare:
+        other = compare_tokenizer(spec, text, threads)
+        lengths = other.pop("lengths")
+        n_ids = len(other.pop("ids"))
+        compared.append({**other, "tokens": n_ids, "bytes_per_token": n_bytes / max(n_ids, 1),
+                         "by_script": by_script(classes, starts, lengths)})
+    # tokens to look at (learned ones: ids first ..)
+    learned = np.arange(first, len(vocab))
+    merge_counts = [m[4] for m in merges]
+    by_length = sorted(learned.tolist(), key=lambda t: (-len(vocab[t][0]), t))[:TOKEN_ROWS]
+    partial = [t for t in learned.tolist() if not _decodes(vocab[t][0])]
+    unused = learned[counts[first:] == 0]
+    tokens_tables = {
+        "longest": _token_rows(by_length, vocab, first, counts, merge_counts),
+        "last_learned": _token_rows(learned[::-1][:LAST_LEARNED], vocab, first, counts, merge_counts),
+        "partial_utf8": _token_rows(partial[:TOKEN_ROWS * 2], vocab, first, counts, merge_counts),
+        "partial_utf8_total": len(partial),
+        "unused": _token_rows(unused[:UNUSED_ROWS], vocab, first, counts, merge_counts),
+        "unused_total": int(len(unused)),
+    }
+
+    by_script_lengths: dict[str, Counter[int]] = {}
     for tid in range(first, len(vocab)):
         b = vocab[tid][0]
-        by_script.setdefault(script_of(b), Counter())[len(b)] += 1
+        by_script_lengths.setdefault(script_of(b), Counter())[len(b)] += 1
     # the final checkpoint has phase "done": it belongs to merging
     stage: dict[str, dict[str, float]] = {}
     for ph, n, el, w in stages:
@@ -235,7 +432,8 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
         "tokens": tokens.tolist(),
         "bytes_per_token": (n_bytes / np.maximum(tokens, 1)).tolist(),
         "merge_counts": [m[4] for m in merges],
-        "lengths_by_script": {s: dict(sorted(c.items())) for s, c in by_script.items()},
+        "lengths_by_script": {s: dict(sorted(c.items())) for s, c in by_script_lengths.items()},
+        "compare": compared, "tokens_tables": tokens_tables,
         "split_words": [{"word": w, "count": c, "split": [vocab[t][0] for t in ids_]} for w, c, ids_ in split_rows],
         "stages": {"counting_s": counting_s, "merging_s": max(total_s - counting_s, 0.0), "total_s": total_s,
                    "by_phase": stage},
@@ -249,6 +447,11 @@ def _svg(fig: Any) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
     svg = buf.getvalue()
+    # the plots' text in the page's font stack (CJK faces where the system has them), not the one
+    # face matplotlib measured with
+    fonts = FONT_STACK.replace('"', "'")  # inside the SVG's style="..." attributes
+    svg = re.sub(r"font-family: ?'?[^;'\"]*'?", lambda _m: f"font-family: {fonts}", svg)
+    svg = re.sub(r"(font: [^;\"]*?\d+(?:\.\d+)?px) '[^']*'", lambda m: f"{m.group(1)} {fonts}", svg)
     return svg[svg.index("<svg"):]  # drop the XML declaration and DOCTYPE: inline SVG in HTML
 
 
@@ -305,14 +508,17 @@ def _plots(data: dict[str, Any]) -> dict[str, str]:
 # -- the page -------------------------------------------------------------------------------
 
 _CSS = """
-body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 60em; padding: 0 1em; color: #222; }
+body { font: 15px/1.45 FONTS; margin: 2em auto; max-width: 60em; padding: 0 1em; color: #222; }
 h1 { font-size: 1.6em; margin-bottom: .2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: .6em 0; } td, th { padding: .15em .7em; text-align: left; }
 th { border-bottom: 1px solid #bbb; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
-code, .tok { font-family: ui-monospace, monospace; }
+code, .tok { font-family: MONO; }
 .tok { background: #eef; border-radius: 3px; padding: 0 .2em; margin-right: .15em; }
 figure { margin: .5em 0; } figure svg { max-width: 100%; height: auto; } .note { color: #555; }
 """
+
+
+_CSS = _CSS.replace("FONTS", FONT_STACK).replace("MONO", MONO_STACK)
 
 
 def _e(x: Any) -> str:
@@ -364,7 +570,7 @@ def render_html(data: dict[str, Any]) -> str:
                _e(i["state"])] for i in st["inputs"]]
     params = [["vocabulary size", f"{st['vocab_size']:,} (merges {st['merges_done']:,} / {st['merges_target']:,})"],
               ["special tokens", _e(", ".join(st["special_tokens"]) or "none")],
-              ["pattern", "GPT-2's" if st["pattern_is_gpt2"] else f"<code>{_e(st['pattern'])}</code>"],
+              ["pattern", _pattern_cell(st)],
               ["invalid UTF-8", _e(st["invalid_utf8"])],
               ["phase", _e(st["phase"] + (f" ({st['stop_reason']})" if st["stop_reason"] else ""))],
               ["distinct words", f"{st['words']:,}"],
@@ -375,6 +581,27 @@ def render_html(data: dict[str, Any]) -> str:
                  f"{s['merges_start']} → {s['merges_end'] if s['merges_end'] is not None else '?'}",
                  _e(f"pid {s['pid']} on {s['host']}" if s["pid"] else "before sessions were recorded")]
                 for s in st["sessions"]]
+    compared = data["compare"]
+    cmp_rows = [[_e(c["name"]) + ("" if c["kind"] == "store" else f" <span class=\"note\">({_e(c['kind'])}, "
+                                  f"{_e(c.get('pattern') or '')})</span>"),
+                 f"{c['vocab_size']:,}", f"{c['tokens']:,}", f"{c['bytes_per_token']:.3f}"] for c in compared]
+    script_rows = []
+    share = compared[0]["by_script"]
+    for cls in SCRIPT_CLASSES:
+        if not any(c["by_script"][cls]["tokens"] for c in compared):
+            continue
+        cells = [_e(cls), f"{100 * share[cls]['bytes'] / max(ho['bytes'], 1):.1f}%"]
+        for c in compared:
+            v = c["by_script"][cls]["bytes_per_token"]
+            cells.append("-" if v is None else f"{v:.3f}")
+        script_rows.append(cells)
+    script_head = ["script", "share of the bytes"] + [f"bytes per token: {c['name']}" for c in compared]
+    tt = data["tokens_tables"]
+    cmp_hint = "" if len(compared) > 1 else (" (<code>--compare FILE</code> adds one: a <code>.tiktoken</code> ranks "
+                                             "file such as OpenAI's cl100k_base, or a tokenizer.json)")
+    partial_more = ("" if tt["partial_utf8_total"] <= len(tt["partial_utf8"])
+                    else f"; the first {len(tt['partial_utf8'])}")
+    unused_more = "" if tt["unused_total"] <= len(tt["unused"]) else f"; the first {len(tt['unused'])} by rank"
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     full = bpt[-1]
     return f"""<!doctype html>
@@ -392,6 +619,27 @@ def render_html(data: dict[str, Any]) -> str:
 {data['n_special']} special tokens) to {sizes[-1]:,} is a prefix of this store's merge log; one encoding at
 the full size gives them all (each token's count pushed down its merge tree).</p>
 {_table(["vocabulary size", "bytes per token", "tokens"], comp_rows, {0, 1, 2})}
+</section>
+
+<section id="by-script"><h2>Compression by script, beside other tokenizers</h2>
+<p class="note">The same held-out bytes encoded by each tokenizer{cmp_hint}.
+Each token counts for the script of the first character it starts that is not whitespace.</p>
+{_table(["tokenizer", "vocabulary", "tokens", "bytes per token"], cmp_rows, {1, 2, 3})}
+{_table(script_head, script_rows, set(range(1, len(script_head))))}
+</section>
+
+<section id="tokens"><h2>Tokens to look at</h2>
+<h3>The longest learned tokens</h3>
+{_tokens_table(tt["longest"])}
+<h3>The last {LAST_LEARNED} learned</h3>
+{_tokens_table(tt["last_learned"])}
+<h3>Partial UTF-8 tokens ({tt["partial_utf8_total"]:,})</h3>
+<p class="note">Learned tokens that are not whole characters (bytes shown as \\xNN){partial_more}.</p>
+{_tokens_table(tt["partial_utf8"])}
+<h3>Never used on the held-out text ({tt["unused_total"]:,} of {sizes[-1] - sizes[0]:,})</h3>
+<p class="note">Learned tokens the held-out text's encoding never holds (a token whose bytes another id already
+had is never used){unused_more}.</p>
+{_tokens_table(tt["unused"])}
 </section>
 
 <section id="merge-counts"><h2>Merge count against rank</h2>
@@ -428,8 +676,29 @@ nothing from the network.</p></footer>
 """
 
 
+def _pattern_cell(st: dict[str, Any]) -> str:
+    """The run's pattern by its name (as ``status`` says it), the regex itself for one of a user's own."""
+    from ..counting.pretokenize import PATTERNS
+
+    name = st["pattern_name"]
+    if name.split(" ")[0] in PATTERNS:
+        return f"{_e(name)} <span class=\"note\">(<code>{_e(st['pattern'])}</code>)</span>"
+    return f"a regex of its own: <code>{_e(st['pattern'])}</code>"
+
+
+def _tokens_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return '<p class="note">none</p>'
+    body = [[f'<span class="tok">{_e(display.escape(r["bytes"].decode("utf-8", "surrogateescape")).replace(" ", "␣"))}'
+             "</span>", f"{r['n_bytes']}", f"{r['id']:,}", f"{r['rank']:,}", f"{r['merge_count']:,}",
+             f"{r['held_out']:,}"] for r in rows]
+    return _table(["token", "bytes", "id", "merge rank", "count when merged", "in the held-out text"], body,
+                  {1, 2, 3, 4, 5})
+
+
 def write_report(db: str | os.PathLike, out: str | os.PathLike, held_out: str | os.PathLike | None = None,
-                 sample_bytes: int = DEFAULT_SAMPLE_BYTES, threads: int = 0) -> dict[str, Any]:
+                 sample_bytes: int = DEFAULT_SAMPLE_BYTES, threads: int = 0,
+                 compare: Sequence[str] = ()) -> dict[str, Any]:
     """Gather, render and write the page to ``out`` (complete or absent); returns the data."""
     from ..tokenizer.outfiles import new_files
 
@@ -439,7 +708,7 @@ def write_report(db: str | os.PathLike, out: str | os.PathLike, held_out: str | 
     if out.exists() and out.resolve() == Path(db).resolve():
         raise InputError(f"{out}: is the store; -o names the HTML file to write")
     _matplotlib()  # before any work: a missing extra is said at once
-    data = gather(db, held_out, sample_bytes, threads)
+    data = gather(db, held_out, sample_bytes, threads, compare)
     page = render_html(data)
     with new_files([out]) as (f,):  # complete or absent; a previous report is replaced at the end
         f.write(page.encode("utf-8"))

@@ -751,29 +751,34 @@ void write_all(int fd, std::string &buf) {
     buf.clear();
 }
 
-// Runs `sql` (one statement the caller checked is read-only) on the store at `path`, opened
-// read-only, and writes its rows to `fd` as csv, json or jsonl; at most `limit` rows (-1: all).
-// Returns the number of rows. Ctrl-C is seen every 1024 rows (KeyboardInterrupt).
-i64 write_query(const std::string &path, const std::string &sql, int fd, const std::string &format, i64 limit,
-                int max_value_bytes, bool quote_cr, bool quote_lone_empty) {
-    if (!api_loaded) throw std::runtime_error("write_query: store_db_load() was not called");
-    if (format != "csv" && format != "json" && format != "jsonl") throw nb::value_error("format: csv, json or jsonl");
-    const bool csv = format == "csv", json = !csv;
+// A read-only connection to a store and the one statement `write_query` runs on it; both closed
+// with it (after the GIL is taken back, as the caller's scope ends).
+struct QueryConn {
     sqlite3 *db = nullptr;
     sqlite3_stmt *st = nullptr;
-    struct Closer {
-        sqlite3 *&db;
-        sqlite3_stmt *&st;
-        ~Closer() {
-            if (st) api.finalize(st);
-            if (db) api.close_v2(db);
+    bool signalled = false;  // the progress handler saw a Python signal's exception
+
+    QueryConn() = default;
+    QueryConn(const QueryConn &) = delete;
+    QueryConn &operator=(const QueryConn &) = delete;
+    ~QueryConn() {
+        if (st) api.finalize(st);
+        if (db) api.close_v2(db);
+    }
+    SqliteFailure failed(int rc) const { return {rc, db ? api.errmsg(db) : "unable to open database file"}; }
+    // a step's failure: the signal handler's exception (KeyboardInterrupt) if it stopped the step
+    SqliteFailure failed_step(int rc) const {
+        if (signalled) {
+            nb::gil_scoped_acquire gil;
+            throw nb::python_error();
         }
-    } closer{db, st};
-    auto failed = [&](int rc) { return SqliteFailure{rc, db ? api.errmsg(db) : "unable to open database file"}; };
-    i64 rows = 0;
-    std::string buf, field;
-    {
-        nb::gil_scoped_release unlocked;
+        return failed(rc);
+    }
+
+    // Opens `path` read-only, values at most `max_value_bytes`, nothing attachable, no trust in the
+    // schema's functions, and Ctrl-C seen while SQLite works between rows (a sort before the first):
+    // a Python signal handler runs every ~100 K virtual machine steps, and an exception stops it.
+    void open(const std::string &path, int max_value_bytes) {
         int rc = api.open_v2(path.c_str(), &db, 0x00000001 /* READONLY */ | kOpenNoMutex, nullptr);
         if (rc != kOk) throw failed(rc);
         api.extended_result_codes(db, 1);
@@ -786,113 +791,146 @@ i64 write_query(const std::string &path, const std::string &sql, int fd, const s
             if (p) api.finalize(p);
             if (rc != kOk && rc != kDone && rc != kRow) throw failed(rc);
         }
-        // Ctrl-C while SQLite works between rows (a sort before the first): a Python signal
-        // handler runs here, every ~100 K virtual machine steps, and an exception stops the statement
-        bool signalled = false;
         api.progress_handler(db, 100000, [](void *flag) -> int {
             nb::gil_scoped_acquire gil;
             if (PyErr_CheckSignals() == 0) return 0;
             *static_cast<bool *>(flag) = true;
             return 1;  // SQLITE_INTERRUPT
         }, &signalled);
-        auto failed_step = [&](int rc) -> SqliteFailure {
-            if (signalled) {
-                nb::gil_scoped_acquire gil;
-                throw nb::python_error();
-            }
-            return failed(rc);
-        };
-        rc = api.prepare_v2(db, sql.c_str(), int(sql.size()), &st, nullptr);
+    }
+
+    void prepare(const std::string &sql) {
+        int rc = api.prepare_v2(db, sql.c_str(), int(sql.size()), &st, nullptr);
         if (rc != kOk) throw failed(rc);
         if (st == nullptr) throw SqliteFailure{kError, "not a statement"};
-        const int ncol = api.column_count(st);
-        std::vector<std::string> names(size_t(std::max(ncol, 0)));
+    }
+};
+
+// How `write_query` spells rows: csv as Python's csv.writer, json/jsonl as json.dumps of
+// {column: value} (display.plain's text for TEXT and BLOB values).
+struct RowFormat {
+    bool csv, json_array;  // json_array: "json" (one array), else "jsonl" (an object a line)
+    bool quote_cr, quote_lone_empty;  // what this Python's csv does (probed by the caller)
+    int ncol = 0;
+    std::vector<std::string> names;
+    std::vector<std::pair<std::string, int>> keys;  // json: `"name": ` and the column it takes
+    std::string field;  // scratch for one value's text
+
+    // The statement's column names; json: a key per distinct name, where it first appears, with
+    // the value of its last column (what {c: v for c, v in zip(columns, row)} makes)
+    void columns(sqlite3_stmt *st) {
+        ncol = api.column_count(st);
+        names.assign(size_t(std::max(ncol, 0)), std::string());
         for (int c = 0; c < ncol; ++c) {
             const char *nm = api.column_name(st, c);
             names[c] = nm ? nm : "";
         }
-        // json: a key per distinct name, where it first appears, with the value of its last column
-        // (what {c: v for c, v in zip(columns, row)} makes)
-        std::vector<std::pair<std::string, int>> keys;
-        if (json) {
-            std::unordered_map<std::string, size_t> at;
-            for (int c = 0; c < ncol; ++c) {
-                auto it = at.find(names[c]);
-                if (it == at.end()) {
-                    at.emplace(names[c], keys.size());
-                    keys.emplace_back(names[c], c);
-                } else {
-                    keys[it->second].second = c;
-                }
-            }
-            for (auto &k : keys) {  // the key's text as JSON once
-                std::string quoted;
-                put_json_string(quoted, k.first);
-                k.first = quoted + ": ";
+        if (csv) return;
+        std::unordered_map<std::string, size_t> at;
+        for (int c = 0; c < ncol; ++c) {
+            auto it = at.find(names[c]);
+            if (it == at.end()) {
+                at.emplace(names[c], keys.size());
+                keys.emplace_back(names[c], c);
+            } else {
+                keys[it->second].second = c;
             }
         }
+        for (auto &k : keys) {  // the key's text as JSON once
+            std::string quoted;
+            put_json_string(quoted, k.first);
+            k.first = quoted + ": ";
+        }
+    }
+
+    void csv_header(std::string &buf) const {
+        for (int c = 0; c < ncol; ++c) {
+            if (c) buf.push_back(',');
+            put_csv_field(buf, names[c], quote_cr);
+        }
+        if (ncol == 1 && names[0].empty() && quote_lone_empty) buf += "\"\"";
+        buf.push_back('\n');
+    }
+
+    // A TEXT or BLOB value: the common case (printable ASCII, nothing to escape) as it is
+    void put_text(const unsigned char *p, int n, std::string &out) {
+        bool simple = true;
+        for (int k = 0; k < n && simple; ++k)
+            simple = p[k] >= 0x20 && p[k] < 0x7F && p[k] != '"' && p[k] != '\\' && p[k] != ',';
+        if (simple && n > 0) {
+            if (!csv) out.push_back('"');
+            out.append(reinterpret_cast<const char *>(p), size_t(n));
+            if (!csv) out.push_back('"');
+            return;
+        }
+        field.clear();
+        if (p) put_plain(field, p, size_t(n));
+        if (!csv) put_json_string(out, field);
+        else if (ncol == 1 && field.empty() && quote_lone_empty) out += "\"\"";
+        else put_csv_field(out, field, quote_cr);
+    }
+
+    void put_value(sqlite3_stmt *st, int c, std::string &out) {
+        switch (api.column_type(st, c)) {
+        case kInteger: {
+            char num[24];  // why to_chars: no string allocated per value
+            auto r = std::to_chars(num, num + sizeof num, api.column_int64(st, c));
+            out.append(num, size_t(r.ptr - num));
+            break;
+        }
+        case kFloat: out += float_text(api.column_double(st, c), !csv); break;
+        case kText:
+        case kBlob:  // the bytes as stored
+            put_text(static_cast<const unsigned char *>(api.column_blob(st, c)), api.column_bytes(st, c), out);
+            break;
+        default:  // NULL
+            if (!csv) out += "null";
+            else if (ncol == 1 && quote_lone_empty) out += "\"\"";
+        }
+    }
+
+    // the current row of `st`, the `index`-th written
+    void put_row(sqlite3_stmt *st, i64 index, std::string &buf) {
         if (csv) {
             for (int c = 0; c < ncol; ++c) {
                 if (c) buf.push_back(',');
-                put_csv_field(buf, names[c], quote_cr);
+                put_value(st, c, buf);
             }
-            if (ncol == 1 && names[0].empty() && quote_lone_empty) buf += "\"\"";
             buf.push_back('\n');
+            return;
         }
-        auto value = [&](int c, std::string &out) {  // returns via out; json strings quoted
-            switch (api.column_type(st, c)) {
-            case kInteger: {
-                char num[24];  // why to_chars: no string allocated per value
-                auto r = std::to_chars(num, num + sizeof num, api.column_int64(st, c));
-                out.append(num, size_t(r.ptr - num));
-                break;
-            }
-            case kFloat: out += float_text(api.column_double(st, c), json); break;
-            case kText:
-            case kBlob: {
-                const auto *p = static_cast<const unsigned char *>(api.column_blob(st, c));  // the bytes as stored
-                const int n = api.column_bytes(st, c);
-                // the common case: printable ASCII with nothing to escape, written as it is
-                bool simple = true;
-                for (int k = 0; k < n && simple; ++k)
-                    simple = p[k] >= 0x20 && p[k] < 0x7F && p[k] != '"' && p[k] != '\\' && p[k] != ',';
-                if (simple && n > 0) {
-                    if (json) out.push_back('"');
-                    out.append(reinterpret_cast<const char *>(p), size_t(n));
-                    if (json) out.push_back('"');
-                    break;
-                }
-                field.clear();
-                if (p) put_plain(field, p, size_t(n));
-                if (json) put_json_string(out, field);
-                else if (ncol == 1 && field.empty() && quote_lone_empty) out += "\"\"";
-                else put_csv_field(out, field, quote_cr);
-                break;
-            }
-            default:  // NULL
-                if (json) out += "null";
-                else if (ncol == 1 && quote_lone_empty) out += "\"\"";
-            }
-        };
+        buf += json_array ? (index ? ",\n {" : "[\n {") : "{";
+        for (size_t k = 0; k < keys.size(); ++k) {
+            if (k) buf += ", ";
+            buf += keys[k].first;
+            put_value(st, keys[k].second, buf);
+        }
+        buf += json_array ? "}" : "}\n";
+    }
+};
+
+// Runs `sql` (one statement the caller checked is read-only) on the store at `path`, opened
+// read-only, and writes its rows to `fd` as csv, json or jsonl; at most `limit` rows (-1: all).
+// Returns the number of rows. Ctrl-C is seen every 1024 rows (KeyboardInterrupt).
+i64 write_query(const std::string &path, const std::string &sql, int fd, const std::string &format, i64 limit,
+                int max_value_bytes, bool quote_cr, bool quote_lone_empty) {
+    if (!api_loaded) throw std::runtime_error("write_query: store_db_load() was not called");
+    if (format != "csv" && format != "json" && format != "jsonl") throw nb::value_error("format: csv, json or jsonl");
+    RowFormat f{format == "csv", format == "json", quote_cr, quote_lone_empty};
+    QueryConn q;
+    i64 rows = 0;
+    std::string buf;
+    {
+        nb::gil_scoped_release unlocked;
+        q.open(path, max_value_bytes);
+        q.prepare(sql);
+        f.columns(q.st);
+        if (f.csv) f.csv_header(buf);
         while (limit < 0 || rows < limit) {
-            rc = api.step(st);
+            const int rc = api.step(q.st);
             if (rc == kDone) break;
-            if (rc != kRow) throw failed_step(rc);
-            if (json) {
-                buf += format == "json" ? (rows ? ",\n {" : "[\n {") : "{";
-                for (size_t k = 0; k < keys.size(); ++k) {
-                    if (k) buf += ", ";
-                    buf += keys[k].first;
-                    value(keys[k].second, buf);
-                }
-                buf += format == "json" ? "}" : "}\n";
-            } else {
-                for (int c = 0; c < ncol; ++c) {
-                    if (c) buf.push_back(',');
-                    value(c, buf);
-                }
-                buf.push_back('\n');
-            }
+            if (rc != kRow) throw q.failed_step(rc);
+            f.put_row(q.st, rows, buf);
             ++rows;
             if (buf.size() >= (1u << 20)) write_all(fd, buf);
             if ((rows & 1023) == 0) {
@@ -900,7 +938,7 @@ i64 write_query(const std::string &path, const std::string &sql, int fd, const s
                 if (PyErr_CheckSignals() != 0) throw nb::python_error();
             }
         }
-        if (format == "json") buf += rows ? "\n]\n" : "[]\n";
+        if (f.json_array) buf += rows ? "\n]\n" : "[]\n";
         write_all(fd, buf);
     }
     return rows;

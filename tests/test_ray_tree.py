@@ -100,7 +100,16 @@ def test_a_node_removed_while_counting_changes_nothing(three_nodes, corpus, loca
         if (event["stage"] == "counting" and event.get("done") and not removed
                 and len({e["done"] for e in events if e["stage"] == "counting" and e.get("done")}) >= 8):
             removed.append(workers[0])
+            # the whole machine goes: its raylet, and the workers under it (a killed raylet's
+            # workers may otherwise finish their calls before they notice, and lose nothing)
+            raylet = workers[0].all_processes["raylet"][0].process.pid
+            below = _descendants(raylet) if sys.platform.startswith("linux") else {}
             cluster.remove_node(workers[0], allow_graceful=False)
+            for pid, _ in below:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
 
     # no flush before the end (a loaded machine counts slowly enough for a timed flush to take
     # the removed node's units first): what it held is lost and must be counted again

@@ -750,6 +750,115 @@ void write_all(int fd, std::string &buf) {
     buf.clear();
 }
 
+// Opens the store at `path` read-only for write_query, with its limits and pragmas, into `db`
+// (which the caller closes, also when this throws).
+void open_query_db(const std::string &path, int max_value_bytes, sqlite3 *&db) {
+    auto failed = [&](int rc) { return SqliteFailure{rc, db ? api.errmsg(db) : "unable to open database file"}; };
+    int rc = api.open_v2(path.c_str(), &db, 0x00000001 /* READONLY */ | kOpenNoMutex, nullptr);
+    if (rc != kOk) throw failed(rc);
+    api.extended_result_codes(db, 1);
+    api.limit(db, 0 /* SQLITE_LIMIT_LENGTH */, max_value_bytes);
+    api.limit(db, 7 /* SQLITE_LIMIT_ATTACHED */, 0);
+    for (const char *pragma : {"PRAGMA trusted_schema = OFF", "PRAGMA query_only = ON", "PRAGMA busy_timeout = 10000"}) {
+        sqlite3_stmt *p = nullptr;
+        rc = api.prepare_v2(db, pragma, -1, &p, nullptr);
+        if (rc == kOk) rc = api.step(p);
+        if (p) api.finalize(p);
+        if (rc != kOk && rc != kDone && rc != kRow) throw failed(rc);
+    }
+}
+
+// How write_query spells a statement's rows: csv (a header line, then csv.writer's fields) or
+// json / jsonl (an object per row, as json.dumps writes {column: value}).
+struct RowFormat {
+    sqlite3_stmt *st;
+    bool csv, json_array, quote_cr, quote_lone_empty;
+    int ncol;
+    std::vector<std::string> names;
+    // json: a key per distinct name, where it first appears, with the value of its last column
+    // (what {c: v for c, v in zip(columns, row)} makes); the key's text as JSON once
+    std::vector<std::pair<std::string, int>> keys;
+    std::string field;
+
+    RowFormat(sqlite3_stmt *statement, const std::string &format, bool qcr, bool qle)
+        : st(statement), csv(format == "csv"), json_array(format == "json"), quote_cr(qcr),
+          quote_lone_empty(qle), ncol(api.column_count(statement)) {
+        names.resize(size_t(std::max(ncol, 0)));
+        for (int c = 0; c < ncol; ++c) {
+            const char *nm = api.column_name(st, c);
+            names[c] = nm ? nm : "";
+        }
+        if (csv) return;
+        std::unordered_map<std::string, size_t> at;
+        for (int c = 0; c < ncol; ++c) {
+            auto it = at.find(names[c]);
+            if (it == at.end()) {
+                at.emplace(names[c], keys.size());
+                keys.emplace_back(names[c], c);
+            } else {
+                keys[it->second].second = c;
+            }
+        }
+        for (auto &k : keys) {
+            std::string quoted;
+            put_json_string(quoted, k.first);
+            k.first = quoted + ": ";
+        }
+    }
+
+    // csv's header line (json has none)
+    void header(std::string &buf) const {
+        if (!csv) return;
+        for (int c = 0; c < ncol; ++c) {
+            if (c) buf.push_back(',');
+            put_csv_field(buf, names[c], quote_cr);
+        }
+        if (ncol == 1 && names[0].empty() && quote_lone_empty) buf += "\"\"";
+        buf.push_back('\n');
+    }
+
+    // column c of the current row, appended to out (json strings quoted)
+    void value(int c, std::string &out) {
+        switch (api.column_type(st, c)) {
+        case kInteger: out += std::to_string(api.column_int64(st, c)); break;
+        case kFloat: out += float_text(api.column_double(st, c), !csv); break;
+        case kText:
+        case kBlob: {
+            const auto *p = static_cast<const unsigned char *>(api.column_blob(st, c));  // the bytes as stored
+            const int n = api.column_bytes(st, c);
+            field.clear();
+            if (p) put_plain(field, p, size_t(n));
+            if (!csv) put_json_string(out, field);
+            else if (ncol == 1 && field.empty() && quote_lone_empty) out += "\"\"";
+            else put_csv_field(out, field, quote_cr);
+            break;
+        }
+        default:  // NULL
+            if (!csv) out += "null";
+            else if (ncol == 1 && quote_lone_empty) out += "\"\"";
+        }
+    }
+
+    // the current row, the `index`-th (from 0), appended to buf
+    void row(std::string &buf, i64 index) {
+        if (csv) {
+            for (int c = 0; c < ncol; ++c) {
+                if (c) buf.push_back(',');
+                value(c, buf);
+            }
+            buf.push_back('\n');
+            return;
+        }
+        buf += json_array ? (index ? ",\n {" : "[\n {") : "{";
+        for (size_t k = 0; k < keys.size(); ++k) {
+            if (k) buf += ", ";
+            buf += keys[k].first;
+            value(keys[k].second, buf);
+        }
+        buf += json_array ? "}" : "}\n";
+    }
+};
+
 // Runs `sql` (one statement the caller checked is read-only) on the store at `path`, opened
 // read-only, and writes its rows to `fd` as csv, json or jsonl; at most `limit` rows (-1: all).
 // Returns the number of rows. Ctrl-C is seen every 1024 rows (KeyboardInterrupt).
@@ -757,7 +866,6 @@ i64 write_query(const std::string &path, const std::string &sql, int fd, const s
                 int max_value_bytes, bool quote_cr, bool quote_lone_empty) {
     if (!api_loaded) throw std::runtime_error("write_query: store_db_load() was not called");
     if (format != "csv" && format != "json" && format != "jsonl") throw nb::value_error("format: csv, json or jsonl");
-    const bool csv = format == "csv", json = !csv;
     sqlite3 *db = nullptr;
     sqlite3_stmt *st = nullptr;
     struct Closer {
@@ -770,21 +878,10 @@ i64 write_query(const std::string &path, const std::string &sql, int fd, const s
     } closer{db, st};
     auto failed = [&](int rc) { return SqliteFailure{rc, db ? api.errmsg(db) : "unable to open database file"}; };
     i64 rows = 0;
-    std::string buf, field;
+    std::string buf;
     {
         nb::gil_scoped_release unlocked;
-        int rc = api.open_v2(path.c_str(), &db, 0x00000001 /* READONLY */ | kOpenNoMutex, nullptr);
-        if (rc != kOk) throw failed(rc);
-        api.extended_result_codes(db, 1);
-        api.limit(db, 0 /* SQLITE_LIMIT_LENGTH */, max_value_bytes);
-        api.limit(db, 7 /* SQLITE_LIMIT_ATTACHED */, 0);
-        for (const char *pragma : {"PRAGMA trusted_schema = OFF", "PRAGMA query_only = ON", "PRAGMA busy_timeout = 10000"}) {
-            sqlite3_stmt *p = nullptr;
-            rc = api.prepare_v2(db, pragma, -1, &p, nullptr);
-            if (rc == kOk) rc = api.step(p);
-            if (p) api.finalize(p);
-            if (rc != kOk && rc != kDone && rc != kRow) throw failed(rc);
-        }
+        open_query_db(path, max_value_bytes, db);
         // Ctrl-C while SQLite works between rows (a sort before the first): a Python signal
         // handler runs here, every ~100 K virtual machine steps, and an exception stops the statement
         bool signalled = false;
@@ -801,82 +898,16 @@ i64 write_query(const std::string &path, const std::string &sql, int fd, const s
             }
             return failed(rc);
         };
-        rc = api.prepare_v2(db, sql.c_str(), int(sql.size()), &st, nullptr);
+        int rc = api.prepare_v2(db, sql.c_str(), int(sql.size()), &st, nullptr);
         if (rc != kOk) throw failed(rc);
         if (st == nullptr) throw SqliteFailure{kError, "not a statement"};
-        const int ncol = api.column_count(st);
-        std::vector<std::string> names(size_t(std::max(ncol, 0)));
-        for (int c = 0; c < ncol; ++c) {
-            const char *nm = api.column_name(st, c);
-            names[c] = nm ? nm : "";
-        }
-        // json: a key per distinct name, where it first appears, with the value of its last column
-        // (what {c: v for c, v in zip(columns, row)} makes)
-        std::vector<std::pair<std::string, int>> keys;
-        if (json) {
-            std::unordered_map<std::string, size_t> at;
-            for (int c = 0; c < ncol; ++c) {
-                auto it = at.find(names[c]);
-                if (it == at.end()) {
-                    at.emplace(names[c], keys.size());
-                    keys.emplace_back(names[c], c);
-                } else {
-                    keys[it->second].second = c;
-                }
-            }
-            for (auto &k : keys) {  // the key's text as JSON once
-                std::string quoted;
-                put_json_string(quoted, k.first);
-                k.first = quoted + ": ";
-            }
-        }
-        if (csv) {
-            for (int c = 0; c < ncol; ++c) {
-                if (c) buf.push_back(',');
-                put_csv_field(buf, names[c], quote_cr);
-            }
-            if (ncol == 1 && names[0].empty() && quote_lone_empty) buf += "\"\"";
-            buf.push_back('\n');
-        }
-        auto value = [&](int c, std::string &out) {  // returns via out; json strings quoted
-            switch (api.column_type(st, c)) {
-            case kInteger: out += std::to_string(api.column_int64(st, c)); break;
-            case kFloat: out += float_text(api.column_double(st, c), json); break;
-            case kText:
-            case kBlob: {
-                const auto *p = static_cast<const unsigned char *>(api.column_blob(st, c));  // the bytes as stored
-                const int n = api.column_bytes(st, c);
-                field.clear();
-                if (p) put_plain(field, p, size_t(n));
-                if (json) put_json_string(out, field);
-                else if (ncol == 1 && field.empty() && quote_lone_empty) out += "\"\"";
-                else put_csv_field(out, field, quote_cr);
-                break;
-            }
-            default:  // NULL
-                if (json) out += "null";
-                else if (ncol == 1 && quote_lone_empty) out += "\"\"";
-            }
-        };
+        RowFormat out(st, format, quote_cr, quote_lone_empty);
+        out.header(buf);
         while (limit < 0 || rows < limit) {
             rc = api.step(st);
             if (rc == kDone) break;
             if (rc != kRow) throw failed_step(rc);
-            if (json) {
-                buf += format == "json" ? (rows ? ",\n {" : "[\n {") : "{";
-                for (size_t k = 0; k < keys.size(); ++k) {
-                    if (k) buf += ", ";
-                    buf += keys[k].first;
-                    value(keys[k].second, buf);
-                }
-                buf += format == "json" ? "}" : "}\n";
-            } else {
-                for (int c = 0; c < ncol; ++c) {
-                    if (c) buf.push_back(',');
-                    value(c, buf);
-                }
-                buf.push_back('\n');
-            }
+            out.row(buf, rows);
             ++rows;
             if (buf.size() >= (1u << 20)) write_all(fd, buf);
             if ((rows & 1023) == 0) {

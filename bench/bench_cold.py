@@ -1,4 +1,4 @@
-"""Cold start, measured: whole processes, as a CS336 student or a script runs them (issue 13).
+"""Cold start, measured: whole processes, as a CS336 student or a script runs them.
 
     python bench/bench_cold.py --repeat 15 [--python CMD]
 

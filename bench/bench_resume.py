@@ -1,4 +1,4 @@
-"""Where a resume's time goes (issue 13): a store killed at half of counting or of merging,
+"""Where a resume's time goes: a store killed at half of counting or of merging,
 resumed in this process with its phases, its native reads and each checkpoint statement timed.
 
 The killed store is made once, as ``bench_scale.py``'s kill runs make theirs (a training process

@@ -1,4 +1,4 @@
-"""OpenWebText scale (issue 13): a multi-GB OWT-like corpus -> 32K, whole, and resumed after kills.
+"""OpenWebText scale: a multi-GB OWT-like corpus -> 32K, whole, and resumed after kills.
 
 Runs, each as a fresh training process (``--python`` runs it; by default this interpreter):
 

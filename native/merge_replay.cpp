@@ -171,6 +171,7 @@ void MergeEngine::forget_stored_pairs() {
 // come back under a later rank (a merge whose bytes are an existing token reuses that id), so
 // each pair keeps its ranks in a chain. Why here, not apply() per merge: no pair counts, lists
 // or heap are kept up to date through the replay, and words are independent, so two threads
+// take half the arena each (they write only their own words).
 void MergeEngine::replay_words(const std::vector<u32> &log, u32 base) {
     const ReplayLog ranks(log, base);
     auto run = [&](size_t from, size_t to, std::vector<u32> &changed) {

@@ -72,7 +72,7 @@ def test_ruff_finds_nothing():
 
 
 #: The longest function train.py may hold, in lines from ``def`` to its end, its docstring aside
-#: (issue 10: "train.py reads top to bottom as the numbered steps its docstring lists, each a
+#: (the rule: "train.py reads top to bottom as the numbered steps its docstring lists, each a
 #: function of <= 40 lines"). A docstring is documentation, not recipe: ``train``'s lists its 22 arguments.
 RECIPE_MOST_LINES = 40
 

@@ -76,7 +76,7 @@ _ONIG_LACKS = set(regex.findall(r"[\p{L}\p{N}]", _ALL_CHARS)) - set("".join(onig
 
 
 def test_gpt2_files_lack_new_letters(tmp_path):
-    """Why the gpt2 files are exact only without such characters (README): transformers'
+    """Why the gpt2 files are exact only without such characters (docs/tokenizer.md): transformers'
     GPT2Tokenizer splits with ByteLevel's built-in regex, the hf export with the rewrite."""
     src = tmp_path / "train.txt"
     src.write_text(_NUMBERS, encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Decoding inputs (issue 11, throughput): the fast gzip inflater (ISA-L's igzip, the ``gzip``
+"""Decoding inputs: the fast gzip inflater (ISA-L's igzip, the ``gzip``
 extra) and its standard-library fallback give the same bytes and the same one-line errors."""
 
 from __future__ import annotations

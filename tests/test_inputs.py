@@ -1,4 +1,4 @@
-"""Input kinds (issue 11): text, jsonl and parquet files, compressed or not, standard input and
+"""Input kinds: text, jsonl and parquet files, compressed or not, standard input and
 Python iterables all train exactly as the same documents written as one text file with
 ``<|endoftext|>`` between them; each kind resumes after a kill; bad records are one line
 naming the file and the line / row group, exit 2, and the store keeps its last checkpoint."""

@@ -1,6 +1,6 @@
 """The native scanner and counter (bpe_store._core) against the `regex` specification.
 
-The contract (DESIGN.md, Semantics): native pre-tokens == ``regex.finditer(GPT2_PATTERN, text)``
+The contract (docs/design.md, Semantics): native pre-tokens == ``regex.finditer(GPT2_PATTERN, text)``
 on every valid UTF-8 input, native word counts == ``pretokenize.count_words``, and training gives
 the same merges whatever the thread count or chunk size.
 """

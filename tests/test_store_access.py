@@ -1,4 +1,4 @@
-"""Opening a store from anywhere, by anyone who may read it, alongside a trainer (issue 9).
+"""Opening a store from anywhere, by anyone who may read it, alongside a trainer.
 
 * any file name (``#``, ``?``, ``%``, spaces, non-ASCII) opens exactly that file;
 * the reading commands work on a read-only file, directory or mount, and for a user who may

@@ -1,5 +1,5 @@
 """A store may come from someone else: opening it never runs its code, hangs or fails with a
-crash; a refused resume writes nothing; ``bpe-store sql`` changes and creates nothing (issue 9).
+crash; a refused resume writes nothing; ``bpe-store sql`` changes and creates nothing.
 """
 
 from __future__ import annotations

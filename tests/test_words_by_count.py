@@ -1,4 +1,4 @@
-"""``top_words`` and ``show words`` on a big store: the ``words_by_count`` index (issue 13).
+"""``top_words`` and ``show words`` on a big store: the ``words_by_count`` index.
 
 The index is built when counting ends on a store of ``WORDS_BY_COUNT_MIN`` words or more; the
 tests lower that threshold so a small corpus crosses it. With the index or without, the views and

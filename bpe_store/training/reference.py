@@ -2,7 +2,7 @@
 
 It is the oracle of the differential tests; nothing fast may disagree with it. Every step is
 recomputed from scratch so that each line can be checked by eye against the contract in
-DESIGN.md (section Semantics):
+docs/design.md (section Semantics):
 
 1. pre-tokenize (split at specials, GPT-2 pattern) and count words as UTF-8 bytes; a word longer
    than ``max_pretoken_bytes`` counts as pieces of at most that many bytes, cut greedily at

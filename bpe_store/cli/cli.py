@@ -1020,7 +1020,7 @@ def report(
 
     \b
     Example: bpe-store report run.db --held-out valid.txt -o report.html
-    Example: bpe-store report run.db --held-out valid.txt --compare cl100k_base.tiktoken.gz -o report.html
+    Example: bpe-store report run.db --compare cl100k_base.tiktoken.gz -o report.html
     """
     from ..inspection.report import write_report
 

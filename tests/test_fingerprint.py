@@ -214,3 +214,21 @@ def test_native_utf8_check_equals_decode_around_vector_blocks():
                     if _native_utf8_valid(s) != decodes(s):
                         wrong.append(s)
     assert not wrong, wrong[:5]
+
+
+def test_downgrade_keeps_an_xxh3_digest_that_no_sha256_equals(corpus, tmp_path):
+    from alembic import command
+
+    from bpe_store import Store
+    from bpe_store.store import migrate
+
+    db = tmp_path / "d.db"
+    train([corpus], db, 300, SPECIAL)
+    [(_, _, _, digest, _)] = _sources(db)
+    with Store.open(db) as store:
+        command.downgrade(migrate.alembic_config(store.conn), "v0_3_0_next_pairs")
+        store.conn.commit()
+        assert store.sql("SELECT sha256 FROM sources").fetchall() == [(f"{DEFAULT_HASH}:{digest}",)]
+        command.upgrade(migrate.alembic_config(store.conn), "head")
+        store.conn.commit()
+    assert _sources(db)[0][3:] == (f"{DEFAULT_HASH}:{digest}", "sha256")  # refused if touched, as before

@@ -11,7 +11,8 @@ of the blocks' digests; ``bpe_store.counting.fingerprint``): the same pass check
 UTF-8 and costs about what reading it does. The column ``sha256`` becomes ``digest`` and a new
 column ``hash`` names the function. Older stores' rows are SHA-256 digests: they get ``hash =
 'sha256'`` and a resume still checks an input against its SHA-256. Streams (standard input, an
-iterable) keep SHA-256 of the prefix counted, ``hash = 'sha256'``.
+iterable) keep SHA-256 of the prefix counted, ``hash = 'sha256'``. A downgrade keeps another
+hash's digest prefixed with its name (``xxh3_128_8MiB:...``), which no SHA-256 equals.
 """
 
 import sqlalchemy as sa
@@ -30,9 +31,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    bind = op.get_bind()
-    if bind.execute(sa.text("SELECT count(*) FROM sources WHERE hash != 'sha256'")).scalar():
-        raise RuntimeError("this store's inputs are fingerprinted with another hash than SHA-256, which "
-                           "the older schema cannot say: it cannot be downgraded")
+    # The older schema holds SHA-256 only. Another hash's digest keeps its name as a prefix, so it
+    # never equals a SHA-256: an older bpe_store refuses a resume whose input's modification time
+    # moved (it would digest the file and compare), and resumes one whose time did not, as before.
+    # Why not digest the inputs here: a migration must not read gigabytes of corpus.
+    op.execute("UPDATE sources SET digest = hash || ':' || digest WHERE hash != 'sha256'")
     op.execute("ALTER TABLE sources DROP COLUMN hash")
     op.execute("ALTER TABLE sources RENAME COLUMN digest TO sha256")

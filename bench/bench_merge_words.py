@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import subprocess
 import sys
@@ -136,6 +135,7 @@ def make_packed(n: int, seed: int = 0, s: float = 1.1, part: int = 4_000_000) ->
 def make_store(db: Path, n: int, vocab_size: int) -> None:
     """A store whose counting is done and whose words are the synthetic ones."""
     from bpe_store._core import WordCounter
+
     from bpe_store._version import __version__
     from bpe_store.counting.count import scan_source
     from bpe_store.counting.pretokenize import GPT2_PATTERN

@@ -106,9 +106,10 @@ def _input_state(path: str, size: int, mtime_ns: int) -> str:
 
 
 def _inputs(store: Store) -> list[Row]:
-    """The run's inputs: path, size, fingerprint (``digest`` by ``hash``), kind, and ``state`` (``_input_state``, or ``stream``
-    for standard input and an iterable, whose ``size``, ``digest`` and ``documents`` say how much
-    of the stream has been counted: a resume skips that much of the stream given again)."""
+    """The run's inputs: path, size, fingerprint (``digest`` by ``hash``), kind, and ``state``
+    (``_input_state``, or ``stream`` for standard input and an iterable, whose ``size``, ``digest``
+    and ``documents`` say how much of the stream has been counted: a resume skips that much of the
+    stream given again)."""
     out = []
     for r in store.sql("SELECT * FROM sources ORDER BY id").mappings():
         stream = r["path"] in (STDIN, ITERABLE)

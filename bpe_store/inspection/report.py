@@ -566,8 +566,8 @@ def render_html(data: dict[str, Any]) -> str:
     stages = data["stages"]
     stage_rows = [[ph, _dur(v["elapsed_s"]), v["checkpoints"], f"{v['write_s']:.2f} s"]
                   for ph, v in sorted(data["stages"]["by_phase"].items())]
-    inputs = [[f"<code>{_e(i['path'])}</code>", format_bytes(i["size"]), f"<code>{_e(i['hash'])} {_e(i['digest'][:16])}</code>",
-               _e(i["state"])] for i in st["inputs"]]
+    inputs = [[f"<code>{_e(i['path'])}</code>", format_bytes(i["size"]),
+               f"<code>{_e(i['hash'])} {_e(i['digest'][:16])}</code>", _e(i["state"])] for i in st["inputs"]]
     params = [["vocabulary size", f"{st['vocab_size']:,} (merges {st['merges_done']:,} / {st['merges_target']:,})"],
               ["special tokens", _e(", ".join(st["special_tokens"]) or "none")],
               ["pattern", _pattern_cell(st)],

@@ -825,12 +825,6 @@ class Store:
         """``{chunk id: source id}`` of every work unit."""
         return dict(self.sql("SELECT id, source_id FROM chunks").fetchall())
 
-    def set_input_mtimes(self, mtimes: dict[int, int]) -> None:
-        """Record inputs' new modification times (``{source id: mtime_ns}``): a resume found their
-        content unchanged, so counting goes on checking them against these (one transaction)."""
-        with self.transaction():
-            self.executemany("UPDATE sources SET mtime_ns = ? WHERE id = ?", [(t, i) for i, t in mtimes.items()])
-
     def chunks(self) -> list[Chunk]:
         return [Chunk(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6]) for r in
                 self.sql('SELECT id, source_id, start, "end", counted, kind, part FROM chunks ORDER BY id')]

@@ -157,6 +157,8 @@ class _Job:
     #: the last counting flush's native counter when that flush makes the store's words exactly its
     #: rows (ids 1, 2, ... in its order): ``_pairs`` builds the engine from it while it is written
     fresh_words: WordCounter | None = None
+    #: inputs a resume found touched but unchanged: ``{source id: modification time now}``
+    touched: dict[int, int] = dataclasses.field(default_factory=dict)
     #: one event at a time reaches ``progress`` (``_heartbeat`` calls it from its own thread)
     _emit_lock: threading.Lock = dataclasses.field(init=False, default_factory=threading.Lock)
     #: ``(time.monotonic(), event)`` of the last event reported
@@ -431,7 +433,7 @@ def _plan(job: _Job) -> Engine | None:
         return None
     try:
         store.check_plan()
-        grow = _same_inputs(store, job.paths, job.params)
+        grow = _same_inputs(store, job.paths, job.params, job.touched)
         merger = _preflight(job, store, grow)
         if grow:
             store.set_vocab_size(job.params.vocab_size)  # continue to a larger vocabulary
@@ -498,13 +500,14 @@ def _open_for_training(db: Path, paths: Sequence[FileInput | Stream], invalid_ut
     return None
 
 
-def _same_inputs(store: Store, paths: Sequence[FileInput | Stream], params: RunParams) -> bool:
+def _same_inputs(store: Store, paths: Sequence[FileInput | Stream], params: RunParams,
+                 touched: dict[int, int] | None = None) -> bool:
     """Refuse a resume whose parameters or inputs differ from the store's, saying what differs.
 
-    Writes nothing but the new modification times of inputs whose content a resume found the
-    same; returns whether ``params`` asks for a larger vocabulary than the store's."""
+    Writes nothing; returns whether ``params`` asks for a larger vocabulary than the store's.
+    ``touched`` gets ``{source id: modification time}`` of the inputs whose time moved but whose
+    content is the store's: counting checks them against that time (``_CountWriter``)."""
     old = store.params()
-    touched: dict[int, int] = {}
     diffs = _param_diffs(old, params) + _input_diffs(store, paths, touched)
     if diffs:
         raise ResumeMismatch(f"{store.path} was started with other parameters or inputs: "
@@ -514,8 +517,6 @@ def _same_inputs(store: Store, paths: Sequence[FileInput | Stream], params: RunP
             f"{store.path} trains to vocab size {old.vocab_size}; a smaller one ({params.vocab_size}) "
             f"is a prefix of it: use `bpe-store export --vocab-size {params.vocab_size}` "
             "(or --restart to start over)")
-    if touched:  # the same content: counting now checks the inputs against this time (see _CountWriter)
-        store.set_input_mtimes(touched)
     return params.vocab_size > old.vocab_size
 
 
@@ -849,6 +850,8 @@ class _CountWriter:
         units, so a write during or before one shows in it (``changed_since_planned``)."""
         if self._sources is None:  # fixed while files are counted: read once
             self._sources, self._source_of = self.job.store.sources(), self.job.store.unit_sources()
+            for sid, mtime in self.job.touched.items():  # verified by the resume: their time now
+                self._sources[sid] = dataclasses.replace(self._sources[sid], mtime_ns=mtime)
         sources = self._sources
         for sid in sorted({self._source_of[cid] for cid, _ in marks}):
             why = changed_since_planned(sources[sid])

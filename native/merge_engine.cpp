@@ -23,7 +23,7 @@ nb::dict MergeEngine::pair_counts() {
     Busy busy(this);
     nb::dict d;
     for (u32 s = 0; s < slots_.size(); ++s)
-        if (slots_[s].count > 0) d[nb::make_tuple(slots_[s].left, slots_[s].right)] = nb::int_(slots_[s].count);
+        if (slots_[s].count > 0) d[nb::make_tuple(u32(slots_[s].left), u32(slots_[s].right))] = nb::int_(i64(slots_[s].count));
     return d;
 }
 

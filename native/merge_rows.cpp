@@ -150,7 +150,7 @@ nb::tuple MergeEngine::take_changes() {
         words[nb::int_(w)] = toks;
     }
     for (u32 s : take_changed_pairs()) {
-        pairs[nb::make_tuple(slots_[s].left, slots_[s].right)] = nb::int_(slots_[s].count);
+        pairs[nb::make_tuple(u32(slots_[s].left), u32(slots_[s].right))] = nb::int_(i64(slots_[s].count));
         slots_[s].stored = slots_[s].count;
     }
     return nb::make_tuple(words, pairs);

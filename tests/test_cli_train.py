@@ -79,10 +79,11 @@ def test_several_files_directories_and_globs_are_recorded(tmp_path):
     r = run("train", data, "--glob", "**/*.txt", "--db", db, "--vocab-size", "300", "--special", SPECIAL, "--quiet")
     assert r.exit_code == 0, r.output
     with sqlite3.connect(db) as con:
-        rows = con.execute("SELECT path, size, sha256 FROM sources ORDER BY id").fetchall()
+        rows = con.execute("SELECT path, size, digest FROM sources ORDER BY id").fetchall()
+        assert {h for (h,) in con.execute("SELECT hash FROM sources")} == {"xxh3_128_8MiB"}
     assert [Path(p).relative_to(data).as_posix() for p, _, _ in rows] == ["a.txt", "b.txt", "more/c.txt"]
     assert [s for _, s, _ in rows] == [len(parts[1]), len(parts[0]), len(parts[2])]
-    assert all(len(h) == 64 for _, _, h in rows)
+    assert all(len(h) == 32 for _, _, h in rows)
     # the same inputs given as a quoted glob plus a file resume the same run
     again = run("train", str(data / "[ab].txt"), data / "more" / "c.txt", "--db", db, "--vocab-size", "300",
                 "--special", SPECIAL, "--quiet")

@@ -105,20 +105,28 @@ def test_one_flush_and_many_flushes_train_the_same(tmp_path, engine):
             sorted((w, c, t) for _, w, c, t in b.load_word_rows())
 
 
-# -- the native UTF-8 check of scan_source, block by block --------------------------------------
+# -- the UTF-8 check of scan_source's fingerprint, block by block ----------------------------------
 
 _SAMPLES = [b"", b"abc", "héllo wörld ✓ 𝄞 текст 中文".encode(), b"\xff", b"a\xc3", b"\xc3(", b"\xe2\x82",
             b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf", b"\xef\xbb\xbfBOM\r\n\r",
-            "𝄞".encode()[:3] + b"x", b"\x80abc"]
+            "𝄞".encode()[:3] + b"x", b"\x80abc", b"\x80\x80\x80\x80a", b"a\xf0\x9d\x84"]
 
 
-@pytest.mark.skipif(not native_counts(GPT2_PATTERN), reason="native core not built")
+def _tree_digest(data: bytes, block: int) -> str:
+    """``xxh3_128_8MiB`` as its definition says (with ``block`` for the 8 MiB)."""
+    import xxhash
+
+    parts = b"".join(xxhash.xxh3_128_digest(data[i:i + block]) for i in range(0, len(data), block))
+    return xxhash.xxh3_128_hexdigest(parts + len(data).to_bytes(8, "little"))
+
+
 @pytest.mark.parametrize("block", [1, 2, 3, 4, 5, 7, 64])
-def test_native_fingerprint_judges_utf8_like_decode_at_any_block_size(tmp_path, block):
+@pytest.mark.parametrize("hash_name,threads", [("xxh3_128_8MiB", 1), ("xxh3_128_8MiB", 3), ("sha256", 1)])
+def test_fingerprint_judges_utf8_like_decode_at_any_block_size(tmp_path, block, hash_name, threads):
     import hashlib
     import random
 
-    from bpe_store.counting.count import _fingerprint_native
+    from bpe_store.counting.fingerprint import digest_file
 
     rng = random.Random(block)
     alphabet = "aé✓𝄞中\\n".encode() + bytes([0x80, 0xBF, 0xC3, 0xE2, 0xF0, 0xFF, 0xED, 0xA0])
@@ -130,13 +138,18 @@ def test_native_fingerprint_judges_utf8_like_decode_at_any_block_size(tmp_path, 
     path = tmp_path / "f.bin"
     for data in cases:
         path.write_bytes(data)
+        digest = hashlib.sha256(data).hexdigest() if hash_name == "sha256" else _tree_digest(data, block)
         try:
             data.decode("utf-8")
-            expect = hashlib.sha256(data).hexdigest()
+            expect = digest
         except UnicodeDecodeError:
             expect = None
         with open(path, "rb") as f:
-            assert _fingerprint_native(path, f, block) == expect, (data, block)
+            got = digest_file(path, f.fileno(), len(data), hash_name, True, block=block, threads=threads)
+            assert got == expect, (data, block)
+            # unchecked: the digest whatever the bytes
+            assert digest_file(path, f.fileno(), len(data), hash_name, False, block=block,
+                               threads=threads) == digest
 
 
 # -- opening a store without Alembic --------------------------------------------------------------

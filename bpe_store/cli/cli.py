@@ -699,7 +699,7 @@ def _status_lines(st: dict) -> Iterator[str]:
             kind += f" ({i['compression']})"
         docs = "" if i.get("documents") is None else f"  {i['documents']} documents"
         counted = " counted" if i["state"] == "stream" else ""
-        yield (f"  {i['path']}{kind}  {format_bytes(i['size'])}{counted}{docs}  sha256 {i['sha256'][:12]}"
+        yield (f"  {i['path']}{kind}  {format_bytes(i['size'])}{counted}{docs}  {i['hash']} {i['digest'][:12]}"
                f"  {i['state']}")
     options = "".join(f", {name} {st[key]}" for name, key in (("min frequency", "min_frequency"),
                                                                  ("max token length", "max_token_length"))

@@ -489,7 +489,8 @@ def text_blocks(read: Callable[[int], bytes], special_tokens: Sequence[str], pat
     stays bounded by about twice ``block_size`` + ``max_pretoken_bytes``. Without any cut rule
     (a user's own pattern and no special tokens) the text is one block. ``ends``, when given,
     receives each block's end offset (for streams)."""
-    from .count import _native_utf8_valid, _utf8_tail, cut_context
+    from .count import _native_utf8_valid, cut_context
+    from .fingerprint import utf8_tail
     from .pretokenize import native_scanner, native_splitter
 
     scanned = native_scanner(pattern) != ""  # a scan from a block start can find a cut
@@ -523,7 +524,7 @@ def text_blocks(read: Callable[[int], bytes], special_tokens: Sequence[str], pat
         nonlocal scan_at
         data = bytes(buf)
         if not eof:
-            data = data[: len(data) - _utf8_tail(data)]
+            data = data[: len(data) - utf8_tail(data)]
         q = -1
         if _native_utf8_valid is not None and _native_utf8_valid(data):  # see count._cut_in_scan
             q = splitter.scan_cut(data, block_size, max_pretoken_bytes or 0, 0 if eof else back + 16)
@@ -885,7 +886,7 @@ class Stream:
 
     def source(self) -> Source:
         """The ``sources`` row of a stream not read yet."""
-        return Source(self.name, 0, 0, hashlib.sha256().hexdigest(), self.format, "none", self.text_field, 0)
+        return Source(self.name, 0, 0, hashlib.sha256().hexdigest(), self.format, "none", self.text_field, 0, "sha256")
 
     def blocks(self, resume: Source, special_tokens: Sequence[str], pattern: str, invalid_utf8: str,
                block_size: int, max_pretoken_bytes: int | None = None) -> Iterator[tuple[bytes, StreamPosition]]:
@@ -903,7 +904,7 @@ class Stream:
                 break
             sha.update(data)
             skip -= len(data)
-        if skip > 0 or sha.hexdigest() != resume.sha256:
+        if skip > 0 or sha.hexdigest() != resume.digest:
             raise ResumeMismatch(
                 f"the stream given is not the one this store was counting: its first {resume.size} bytes "
                 f"differ from those counted ({resume.documents or 0} documents); give the same stream "
@@ -955,7 +956,7 @@ class Stream:
             sha.update(b)
             nbytes += len(b)
             if n <= skip:
-                if n == skip and sha.hexdigest() != resume.sha256:
+                if n == skip and sha.hexdigest() != resume.digest:
                     mismatch = True
                     break
                 continue

@@ -13,14 +13,16 @@ from dataclasses import dataclass
 class Source:
     """One input as it was when the run started, and how it is read (``bpe_store.counting.inputs``).
 
-    For a stream (stdin, a Python iterable) ``size``, ``sha256`` and ``documents`` describe what
-    has been counted so far: a resume skips that much of the stream given again."""
+    ``digest`` is its fingerprint by ``hash`` (``bpe_store.counting.fingerprint``). For a stream
+    (stdin, a Python iterable) ``size``, ``digest`` (SHA-256) and ``documents`` describe what has
+    been counted so far: a resume skips that much of the stream given again."""
 
     path: str
     size: int
     mtime_ns: int
-    sha256: str
+    digest: str
     format: str = "text"
     compression: str = "none"
     text_field: str | None = None
     documents: int | None = None
+    hash: str = "sha256"

@@ -106,14 +106,17 @@ def _input_state(path: str, size: int, mtime_ns: int) -> str:
 
 
 def _inputs(store: Store) -> list[Row]:
-    """The run's inputs: path, size, SHA-256, kind, and ``state`` (``_input_state``, or ``stream``
-    for standard input and an iterable, whose ``size``, ``sha256`` and ``documents`` say how much
-    of the stream has been counted: a resume skips that much of the stream given again)."""
+    """The run's inputs: path, size, fingerprint (``digest`` by ``hash``), kind, and ``state``
+    (``_input_state``, or ``stream`` for standard input and an iterable, whose ``size``, ``digest``
+    and ``documents`` say how much of the stream has been counted: a resume skips that much of the
+    stream given again)."""
     out = []
     for r in store.sql("SELECT * FROM sources ORDER BY id").mappings():
         stream = r["path"] in (STDIN, ITERABLE)
-        # r.get: a store older than v0_3_0_input_kinds has neither kinds nor document counts
-        out.append({"path": r["path"], "size": r["size"], "sha256": r["sha256"],
+        # r.get: a store older than v0_3_0_input_kinds has neither kinds nor document counts, one older
+        # than v0_3_0_source_digest a column sha256 and no hash
+        out.append({"path": r["path"], "size": r["size"], "digest": r.get("digest", r.get("sha256")),
+                    "hash": r.get("hash", "sha256"),
                     "format": r.get("format", "text"), "compression": r.get("compression", "none"),
                     "text_field": r.get("text_field"), "documents": r.get("documents"),
                     "state": "stream" if stream else _input_state(r["path"], r["size"], r["mtime_ns"])})

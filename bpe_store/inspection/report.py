@@ -566,8 +566,8 @@ def render_html(data: dict[str, Any]) -> str:
     stages = data["stages"]
     stage_rows = [[ph, _dur(v["elapsed_s"]), v["checkpoints"], f"{v['write_s']:.2f} s"]
                   for ph, v in sorted(data["stages"]["by_phase"].items())]
-    inputs = [[f"<code>{_e(i['path'])}</code>", format_bytes(i["size"]), f"<code>{_e(i['sha256'][:16])}</code>",
-               _e(i["state"])] for i in st["inputs"]]
+    inputs = [[f"<code>{_e(i['path'])}</code>", format_bytes(i["size"]),
+               f"<code>{_e(i['hash'])} {_e(i['digest'][:16])}</code>", _e(i["state"])] for i in st["inputs"]]
     params = [["vocabulary size", f"{st['vocab_size']:,} (merges {st['merges_done']:,} / {st['merges_target']:,})"],
               ["special tokens", _e(", ".join(st["special_tokens"]) or "none")],
               ["pattern", _pattern_cell(st)],
@@ -663,7 +663,7 @@ as the store splits them (␣ is a space; other escapes as in <code>bpe-store sh
 
 <section id="facts"><h2>The run</h2>
 <h3>Parameters</h3>{_table(["", ""], params)}
-<h3>Inputs</h3>{_table(["path", "size", "sha256", "now"], inputs)}
+<h3>Inputs</h3>{_table(["path", "size", "fingerprint", "now"], inputs)}
 <h3>Time per stage and checkpoints</h3>
 {_table(["stage", "training time", "checkpoints", "writing them"], stage_rows, {2, 3})}
 <p class="note">Training time is summed over sessions (a resume adds to it); "pairs and merging" includes

@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ..counting.count import PackedCounts
+from ..counting.fingerprint import HASHES
 from ..counting.sources import Source
 from ..errors import StoreError
 from ..interrupts import CtrlC, sqlite_call
@@ -774,10 +775,10 @@ class Store:
                      (params.pattern, json.dumps(list(params.special_tokens)), params.vocab_size,
                       params.invalid_utf8, chunk_size, t, t, version, params.min_frequency,
                       params.max_token_length, params.max_pretoken_bytes))
-            self.executemany("INSERT INTO sources (id, path, size, mtime_ns, sha256, format, compression,"
-                             " text_field, documents) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             [(i, s.path, s.size, s.mtime_ns, s.sha256, s.format, s.compression, s.text_field,
-                               s.documents) for i, s in enumerate(sources)])
+            self.executemany("INSERT INTO sources (id, path, size, mtime_ns, digest, format, compression,"
+                             " text_field, documents, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             [(i, s.path, s.size, s.mtime_ns, s.digest, s.format, s.compression, s.text_field,
+                               s.documents, s.hash) for i, s in enumerate(sources)])
             # (source, start, end) or (source, start, end, kind, part)
             self.executemany('INSERT INTO chunks (source_id, start, "end", kind, part) VALUES (?, ?, ?, ?, ?)',
                              [c if len(c) == 5 else (*c, "range", None) for c in chunks])
@@ -817,8 +818,12 @@ class Store:
                          max_pretoken_bytes=r.get("max_pretoken_bytes"))
 
     def sources(self) -> list[Source]:
-        return [Source(*r) for r in self.sql("SELECT path, size, mtime_ns, sha256, format, compression,"
-                                             " text_field, documents FROM sources ORDER BY id")]
+        return [Source(*r) for r in self.sql("SELECT path, size, mtime_ns, digest, format, compression,"
+                                             " text_field, documents, hash FROM sources ORDER BY id")]
+
+    def unit_sources(self) -> dict[int, int]:
+        """``{chunk id: source id}`` of every work unit."""
+        return dict(self.sql("SELECT id, source_id FROM chunks").fetchall())
 
     def chunks(self) -> list[Chunk]:
         return [Chunk(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6]) for r in
@@ -829,7 +834,8 @@ class Store:
         numbers belong, negative sizes, a chunk outside its input)."""
         bad_sources, bad_chunks = self.sql(
             "SELECT (SELECT count(*) FROM sources WHERE typeof(path) != 'text' OR typeof(size) != 'integer'"
-            " OR size < 0 OR typeof(mtime_ns) != 'integer' OR typeof(sha256) != 'text'"
+            " OR size < 0 OR typeof(mtime_ns) != 'integer' OR typeof(digest) != 'text'"
+            f" OR hash NOT IN ({', '.join(repr(h) for h in HASHES)})"
             " OR format NOT IN ('text', 'jsonl', 'parquet', 'iterable')"
             " OR compression NOT IN ('none', 'gz', 'zst', 'bz2', 'xz')),"
             ' (SELECT count(*) FROM chunks c WHERE typeof(start) != \'integer\' OR typeof("end") != \'integer\''
@@ -996,7 +1002,7 @@ class Store:
                           [(n, cid) for cid, n in chunk_done])
             if stream_at is not None:
                 m = stream_at
-                w.execute("UPDATE sources SET size = ?, sha256 = ?, documents = ? WHERE id = ?",
+                w.execute("UPDATE sources SET size = ?, digest = ?, documents = ? WHERE id = ?",
                           (m.bytes, m.sha256, m.documents, m.source_id))
                 w.execute('UPDATE chunks SET "end" = ?, counted = ?, pretokens = coalesce(pretokens, 0) + ?'
                           " WHERE id = ?", (m.bytes, int(m.finished), m.pretokens, m.chunk_id))

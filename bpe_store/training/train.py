@@ -57,6 +57,7 @@ from ..counting.count import (
     scan_source,
     ticking,
 )
+from ..counting.fingerprint import changed_since_planned
 from ..counting.inputs import (
     DEFAULT_TEXT_FIELD,
     STDIN,
@@ -156,6 +157,8 @@ class _Job:
     #: the last counting flush's native counter when that flush makes the store's words exactly its
     #: rows (ids 1, 2, ... in its order): ``_pairs`` builds the engine from it while it is written
     fresh_words: WordCounter | None = None
+    #: inputs a resume found touched but unchanged: ``{source id: modification time now}``
+    touched: dict[int, int] = dataclasses.field(default_factory=dict)
     #: one event at a time reaches ``progress`` (``_heartbeat`` calls it from its own thread)
     _emit_lock: threading.Lock = dataclasses.field(init=False, default_factory=threading.Lock)
     #: ``(time.monotonic(), event)`` of the last event reported
@@ -430,7 +433,7 @@ def _plan(job: _Job) -> Engine | None:
         return None
     try:
         store.check_plan()
-        grow = _same_inputs(store, job.paths, job.params)
+        grow = _same_inputs(store, job.paths, job.params, job.touched)
         merger = _preflight(job, store, grow)
         if grow:
             store.set_vocab_size(job.params.vocab_size)  # continue to a larger vocabulary
@@ -497,12 +500,15 @@ def _open_for_training(db: Path, paths: Sequence[FileInput | Stream], invalid_ut
     return None
 
 
-def _same_inputs(store: Store, paths: Sequence[FileInput | Stream], params: RunParams) -> bool:
+def _same_inputs(store: Store, paths: Sequence[FileInput | Stream], params: RunParams,
+                 touched: dict[int, int] | None = None) -> bool:
     """Refuse a resume whose parameters or inputs differ from the store's, saying what differs.
 
-    Writes nothing; returns whether ``params`` asks for a larger vocabulary than the store's."""
+    Writes nothing; returns whether ``params`` asks for a larger vocabulary than the store's.
+    ``touched`` gets ``{source id: modification time}`` of the inputs whose time moved but whose
+    content is the store's: counting checks them against that time (``_CountWriter``)."""
     old = store.params()
-    diffs = _param_diffs(old, params) + _input_diffs(store, paths)
+    diffs = _param_diffs(old, params) + _input_diffs(store, paths, touched)
     if diffs:
         raise ResumeMismatch(f"{store.path} was started with other parameters or inputs: "
                              + "; ".join(diffs) + ". Use the same command, or --restart to start over")
@@ -531,14 +537,17 @@ def _param_diffs(old: RunParams, params: RunParams) -> list[str]:
     return diffs
 
 
-def _input_diffs(store: Store, paths: Sequence[FileInput | Stream]) -> list[str]:
-    """How the inputs ``paths`` differ from those the store was started with."""
+def _input_diffs(store: Store, paths: Sequence[FileInput | Stream],
+                 touched: dict[int, int] | None = None) -> list[str]:
+    """How the inputs ``paths`` differ from those the store was started with. An input whose
+    modification time changed is digested again; if its content is the same, ``touched`` gets
+    ``{source id: its modification time now}``."""
     sources = store.sources()
     given = [p.name if isinstance(p, Stream) else str(p.path.resolve()) for p in paths]
     if [s.path for s in sources] != given:
         return [f"inputs {[s.path for s in sources]} -> {given}"]
     diffs = same_kind_diffs(sources, paths)
-    for s in sources:
+    for i, s in enumerate(sources):
         if s.format == "iterable" or s.path == STDIN:
             continue  # a stream: checked as it is read again (see inputs.Stream)
         p = Path(s.path)
@@ -548,8 +557,11 @@ def _input_diffs(store: Store, paths: Sequence[FileInput | Stream]) -> list[str]
         st = p.stat()
         if st.st_size != s.size:
             diffs.append(f"{s.path} changed size ({s.size} -> {st.st_size} bytes)")
-        elif st.st_mtime_ns != s.mtime_ns and scan_source(p, "replace").sha256 != s.sha256:
-            diffs.append(f"{s.path} changed content (sha256 {s.sha256[:12]}...)")
+        elif st.st_mtime_ns != s.mtime_ns:  # touched: digested again, with the store's hash
+            if scan_source(p, "replace", s.hash).digest != s.digest:
+                diffs.append(f"{s.path} changed content ({s.hash} {s.digest[:12]}...)")
+            elif touched is not None:
+                touched[i] = st.st_mtime_ns
     return diffs
 
 
@@ -801,6 +813,8 @@ class _CountWriter:
         self.job, self.total, self.background, self.by_bytes = job, total, background, by_bytes
         self.write_s = 0.0  # how long the last flush took
         self.flushed_at = done  # bytes counted when the last flush began (or this session began)
+        self._sources: list[Source] | None = None  # the store's inputs, and each unit's input id
+        self._source_of: dict[int, int] = {}
 
     def due(self, last_flush: float, done: int) -> bool:
         """Whether to flush now (never while one is in flight): ``count_flush_seconds`` after the
@@ -830,6 +844,23 @@ class _CountWriter:
         wait = max(self.job.count_flush_seconds, 2 * self.write_s)
         return time.monotonic() - last_flush >= wait
 
+    def check_inputs(self, marks: list[tuple[int, int]]) -> None:
+        """Refuse to commit units read from an input file that changed since it was planned (or
+        since a resume found its content the same): the stat comes after every read of those
+        units, so a write during or before one shows in it (``changed_since_planned``)."""
+        if self._sources is None:  # fixed while files are counted: read once
+            self._sources, self._source_of = self.job.store.sources(), self.job.store.unit_sources()
+            for sid, mtime in self.job.touched.items():  # verified by the resume: their time now
+                self._sources[sid] = dataclasses.replace(self._sources[sid], mtime_ns=mtime)
+        sources = self._sources
+        for sid in sorted({self._source_of[cid] for cid, _ in marks}):
+            why = changed_since_planned(sources[sid])
+            if why is not None:
+                raise InputError(f"{sources[sid].path} changed while training: {why}. The counts read from it "
+                                 f"since the last checkpoint were not kept; {self.job.store.path} keeps "
+                                 "what was committed before. Put the file back as it was to resume, or "
+                                 "--restart to count it again")
+
     def write(self, delta: Counter[bytes] | WordCounter, marks: list[tuple[int, int]]) -> None:
         t0 = time.monotonic()
         self.job.store.add_word_counts(delta, marks, self.job.elapsed())
@@ -844,6 +875,7 @@ class _CountWriter:
         """Write ``delta`` and ``marks``: in the background unless ``wait`` (or there is no background)."""
         job = self.job
         job.writes.wait()
+        self.check_inputs(marks)
         self.flushed_at = done
         job.emit(stage="writing", phase="counting", done=done, total=self.total, words=len(delta), final=final)
         if final and hasattr(delta, "row_stream") and job.store.words_are_next_flush():
@@ -887,7 +919,7 @@ def _count_stream(job: _Job, stream: Stream, chunk) -> None:
     results = count_blocks_ordered(ticking(blocks, min(flush_seconds, 1.0) or 0.05), job.workers,
                                    params.special_tokens, params.pattern, documents=stream.format != "text",
                                    max_pretoken_bytes=params.max_pretoken_bytes)
-    at = (source.size, source.documents or 0, source.sha256)
+    at = (source.size, source.documents or 0, source.digest)
     delta = new_word_counts(native)
     pretokens = 0
 

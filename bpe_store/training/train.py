@@ -913,6 +913,13 @@ def _count_stream(job: _Job, stream: Stream, chunk) -> None:
                     raise Interrupted(
                         f"stopped while counting {stream.name}; {store.path} holds its first {at[1]} documents "
                         f"({at[0]} bytes): give the same stream again to resume from there")
+        if source.size and at[0] == source.size:
+            # the store cannot know how long the stream was when it was counted before: say that this
+            # one brought nothing new, in case the rest of a longer stream is missing from it
+            job.emit(stage="warning", phase="counting", done=at[0], total=None, documents=at[1],
+                     message=f"warning: {stream.name} ended where the part counted before ends ({at[0]} bytes, "
+                             f"{at[1]} documents): nothing new was read. If it was longer when it was counted, "
+                             "the rest is missing from this run: train again with --restart and the whole stream")
         flush(True)
     finally:
         results.close()

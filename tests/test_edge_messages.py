@@ -89,3 +89,34 @@ def test_ctrl_c_in_a_reading_command_says_nothing_changed(trained_store, monkeyp
     monkeypatch.setattr(store_mod.Store, "open", classmethod(lambda cls, *a, **k: ctrl_c()))
     r = run(*[a.format(db=trained_store) for a in args])
     assert r.exit_code == 130 and r.stderr == said, r.stderr
+
+
+def test_a_stream_given_again_that_ends_at_the_counted_part_is_warned_about(tmp_path, capsys):
+    import sqlite3
+
+    from test_refused_resume import STREAM, docs, stopped_iterator_run
+
+    from bpe_store import train_from_iterator
+    from bpe_store.cli.cli import StopOnSignal
+    from bpe_store.inspection.progress import Silent
+
+    db = tmp_path / "run.db"
+    documents = docs()
+    stopped_iterator_run(db, documents, 70)
+    con = sqlite3.connect(db)
+    (counted,) = con.execute("SELECT documents FROM sources").fetchone()
+    con.close()
+    events: list[dict] = []
+    train_from_iterator(iter(documents[:counted]), db, progress=events.append, **STREAM)
+    [warning] = [e for e in events if e["stage"] == "warning"]
+    assert f"ended where the part counted before ends ({warning['done']} bytes, {counted} documents)" \
+        in warning["message"] and "--restart" in warning["message"]
+    # the command line shows it even with --quiet
+    StopOnSignal().watch(Silent())(warning)
+    assert capsys.readouterr().err == warning["message"] + "\n"
+    # a stream that brings more is not warned about
+    other = tmp_path / "other.db"
+    stopped_iterator_run(other, documents, 70)
+    events.clear()
+    train_from_iterator(iter(documents), other, progress=events.append, **STREAM)
+    assert not [e for e in events if e["stage"] == "warning"]

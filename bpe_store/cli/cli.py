@@ -456,9 +456,17 @@ class StopOnSignal:
                     "(press Ctrl-C again to stop at once)", {"stage": "stopping", "signal": self.signal_name})
 
     def watch(self, reporter: Any) -> Any:
-        """A progress callable: ``reporter``, preceded by the stop notice once a signal came."""
+        """A progress callable: ``reporter``, preceded by the stop notice once a signal came; a
+        ``warning`` event is a note (printed on stderr even by the quiet reporter)."""
+        from ..inspection.progress import Silent
+
         def progress(event: dict) -> None:
             self.note_stopping()
+            if event.get("stage") == "warning":  # a message for the person: shown even with --quiet
+                if isinstance(reporter, Silent):
+                    typer.echo(event["message"], err=True)
+                reporter.note(event["message"], event)
+                return
             reporter(event)
 
         return progress

@@ -117,7 +117,7 @@ class Silent(Reporter):
 #: JSON progress writes at most one line per this many seconds, milestones aside (``JsonLines``).
 JSON_INTERVAL_S = 0.5
 #: Stages a JSON line is always written for: each happens once or twice a run.
-MILESTONES = frozenset({"plan", "pairs", "loading", "done", "interrupted"})
+MILESTONES = frozenset({"plan", "pairs", "loading", "done", "interrupted", "warning"})
 
 
 class JsonLines(Reporter):

@@ -929,8 +929,7 @@ def _count_stream(job: _Job, stream: Stream, chunk) -> None:
         job.emit(stage="checkpoint", phase="counting", done=at[0], total=None, documents=at[1])
 
     try:
-        last_flush = time.monotonic()
-        flushed = at
+        last_flush, flushed = time.monotonic(), at
         for pos, counts, n in results:
             if pos is not None:
                 add_counts(delta, counts)
@@ -945,9 +944,21 @@ def _count_stream(job: _Job, stream: Stream, chunk) -> None:
                     raise Interrupted(
                         f"stopped while counting {stream.name}; {store.path} holds its first {at[1]} documents "
                         f"({at[0]} bytes): give the same stream again to resume from there")
+        _warn_if_nothing_new(job, stream.name, source, at)
         flush(True)
     finally:
         results.close()
+
+
+def _warn_if_nothing_new(job: _Job, name: str, source: Source, at: tuple[int, int, str]) -> None:
+    """A ``warning`` event when a stream given again ended exactly where the part counted before
+    ends (``at``: bytes, documents, SHA-256 read). The store cannot know how long the stream was
+    when it was counted: if it was longer, its rest is missing from this run."""
+    if source.size and at[0] == source.size:
+        job.emit(stage="warning", phase="counting", done=at[0], total=None, documents=at[1],
+                 message=f"warning: {name} ended where the part counted before ends ({at[0]} bytes, "
+                         f"{at[1]} documents): nothing new was read. If it was longer when it was counted, "
+                         "the rest is missing from this run: train again with --restart and the whole stream")
 
 
 def _byte_vocab(n_specials: int) -> list[bytes | None]:

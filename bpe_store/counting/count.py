@@ -521,6 +521,11 @@ class FlushBuffer:
         """Whether any unit was added since the last ``take``."""
         return bool(self._marks)
 
+    def words(self) -> int:
+        """The distinct words held (what the buffer's memory grows with)."""
+        with self._lock:
+            return len(self._counts)
+
 
 def add_counts(total: Counter[bytes] | WordCounter, counts: dict[bytes, int] | ChunkCounts | bytes) -> None:
     """The reduce step in memory: ``total += counts`` (native code when the core is built)."""

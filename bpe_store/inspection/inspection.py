@@ -193,11 +193,18 @@ def _db_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
 
 
-def _wal_note(wal: Row) -> str | None:
+def _wal_note(wal: Row, last_write_deferred: bool) -> str | None:
+    notes = []
     if wal["wal_blocked"]:
-        return (f"{wal['wal_frames_pending']} WAL frames not yet copied into the store: a reader holds an "
-                "old snapshot (or a checkpoint is being copied right now), so the WAL cannot be emptied")
-    return None
+        notes.append(f"{wal['wal_frames_pending']} WAL frames not yet copied into the store: a reader holds an "
+                     "old snapshot (or a checkpoint is being copied right now), so the WAL cannot be emptied; "
+                     "meanwhile a trainer writes only its merge logs and defers full checkpoints and counting "
+                     "flushes")
+    if last_write_deferred:
+        notes.append("the run finished while a reader held an old snapshot, so its last checkpoint only logged "
+                     "the merges: the result is complete, and the same train command drops the working state "
+                     "(pair counts, words' tokens) a finished run does not keep")
+    return "; ".join(notes) or None
 
 
 def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
@@ -241,9 +248,12 @@ def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
             "created_at": run["created_at"], "updated_at": run["updated_at"],
             "bpe_store_version": run["bpe_store_version"],
         }
+        # a finished run that kept its working state: its last checkpoint was deferred (wal_watch)
+        last_write_deferred = (run["phase"] == "done" and run.get("state_merges") is not None
+                               and run["state_merges"] < merges_done)
     info["db_bytes"] = _db_bytes(p)
     info.update(wal_state(p))
-    info["wal_note"] = _wal_note(info)
+    info["wal_note"] = _wal_note(info, last_write_deferred)
     info["held"] = held
     info["holder"] = _holder(held, sessions)
     info["sessions"] = sessions

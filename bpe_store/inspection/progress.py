@@ -3,7 +3,9 @@
 ``train()`` calls its ``progress`` callable with events such as
 ``{"stage": "merging", "done": 1200, "total": 31744, "merge": ["t", "he", 5121]}``; the stages
 are plan, counting, pairs, loading (a resume reading the store back), merging, writing (a
-checkpoint is being written: ``words``, ``final``) and checkpoint (see ``bpe_store.training.train``). A reporter adds
+checkpoint is being written: ``words``, ``final``), checkpoint (see ``bpe_store.training.train``),
+merge_log, and deferred (a write put off while a reader pins the WAL: ``what``, ``waiting``, see
+``bpe_store.training.wal_watch``). A reporter adds
 what a person wants to know (speed, ETA) and shows it:
 
 * ``JsonLines``: one JSON object per event on a stream, always with the keys ``stage``, ``done``,
@@ -117,7 +119,7 @@ class Silent(Reporter):
 #: JSON progress writes at most one line per this many seconds, milestones aside (``JsonLines``).
 JSON_INTERVAL_S = 0.5
 #: Stages a JSON line is always written for: each happens once or twice a run.
-MILESTONES = frozenset({"plan", "pairs", "loading", "done", "interrupted", "warning"})
+MILESTONES = frozenset({"plan", "pairs", "loading", "done", "interrupted", "warning", "deferred"})
 
 
 class JsonLines(Reporter):
@@ -286,6 +288,12 @@ class Bars(Reporter):
             what = "final checkpoint" if event.get("final") else "checkpoint"
             words = event.get("words", 0)  # none: the end of merging (merges only)
             self._say(f"writing {what} ({words:,} words)" if words else f"writing {what}", phase)
+        elif stage == "deferred":  # see bpe_store.training.wal_watch
+            what = event.get("what", "checkpoint")
+            then = ("waiting for it to leave" if event.get("waiting")
+                    else "only merge logs are written meanwhile" if phase == "merging" else "kept in memory")
+            self._say(f"{what} deferred: a reader holds an old snapshot (WAL "
+                      f"{format_bytes(event.get('wal_bytes') or 0)}); {then}", phase)
         elif stage == "checkpoint":
             at = time.strftime("%H:%M:%S")
             what = (f"{event.get('done')} merges" if phase == "merging"

@@ -102,6 +102,8 @@ BUSY_TIMEOUT_MS = 10_000
 #: The WAL is truncated to this size whenever it is reset (``PRAGMA journal_size_limit``); after
 #: every write transaction a TRUNCATE checkpoint empties it unless a reader still needs it.
 WAL_SIZE_LIMIT = 64 << 20
+#: Milliseconds ``Store.wal_blocked_now`` lets a reader finish before it counts as pinning the WAL.
+WAL_READER_WAIT_MS = 200
 #: The training lock: an open-file-description (OFD) write lock on this one byte of the store
 #: file. Why a byte lock and not flock: ``status`` can *ask* who holds it (F_OFD_GETLK) without
 #: taking any lock, so a probe can never make a trainer starting at that instant fail. The byte
@@ -741,16 +743,17 @@ class Store:
             exc.bpe_store_timeout = self._guard.seconds  # type: ignore[attr-defined]
         return _sqlite_error(self.path, exc)
 
-    def _truncate_wal(self) -> None:
+    def _truncate_wal(self, wait_ms: int = 0) -> None:
         """After a write: copy the WAL into the store and truncate it, unless a reader still
         reads an older snapshot from it; ``self.wal`` says which (``wal_blocked``) and its size.
 
-        Why busy_timeout 0 here: a TRUNCATE checkpoint otherwise waits (up to busy_timeout) for
-        readers to move on; training must not wait for a reader, it tries again next time."""
+        Why busy_timeout 0 here (``wait_ms``): a TRUNCATE checkpoint otherwise waits (up to
+        busy_timeout) for readers to move on; training must not wait for a reader, it tries again
+        next time."""
         if self.readonly:
             return
         try:
-            self.db.execute("PRAGMA busy_timeout = 0")
+            self.db.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
             busy, log, done = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         except sqlite3.Error:
             busy, log, done = 1, -1, -1
@@ -759,6 +762,28 @@ class Store:
         wal = Path(f"{self.path}-wal")
         size = wal.stat().st_size if wal.exists() else 0
         self.wal = {"wal_bytes": size, "wal_blocked": bool(busy) or done < log}
+
+    def wal_blocked_now(self, probe: bool = True) -> bool:
+        """Whether a reader pins the WAL now, measured, not guessed: a TRUNCATE checkpoint attempt
+        (which empties the WAL if the reader has left) leaves frames uncopied or reports busy.
+
+        Why ``probe``: a reader that began on an empty WAL reads the store file itself and shows
+        in no checkpoint until something is written; so when the WAL is empty, one tiny write (the
+        run's ``updated_at``, a page or two) is made and its own checkpoint attempt measured. The
+        trainer asks before each write it can defer (a counting flush, a full checkpoint)."""
+        if self.readonly:
+            return False
+        # Why wait a little when the WAL was free: short readers (``status``, one ``sql`` query)
+        # come and go all the time, and only one that stays may defer anything; once a reader is
+        # seen to stay, checks do not wait (each merge batch asks).
+        wait = 0 if self.wal["wal_blocked"] else WAL_READER_WAIT_MS
+        self._truncate_wal(wait)
+        if self.wal["wal_blocked"] or not probe or self.wal["wal_bytes"] > 0:
+            return self.wal["wal_blocked"]
+        with self.transaction():  # a tiny write; its commit runs _truncate_wal, measured again below
+            self.sql("UPDATE run SET updated_at = ? WHERE id = 1", (now(),))
+        self._truncate_wal(wait)
+        return self.wal["wal_blocked"]
 
     # -- run parameters and inputs -------------------------------------------------------------
 
@@ -1097,19 +1122,31 @@ class Store:
             err = store_db.to_sqlite_error(exc)
             raise self._error(err) from err
 
-    def start_merging(self, pairs: PairCounts, elapsed_s: float) -> None:
-        """One transaction: counting is over; write the initial pair counts and move to merging."""
+    def start_merging(self, pairs: PairCounts | None, elapsed_s: float) -> None:
+        """One transaction: counting is over; write the initial pair counts and move to merging.
+
+        ``pairs`` None (a reader pins the WAL): no pair rows (and no ``words_by_count`` index) are
+        written, only the move to merging; ``pair_counts`` stays empty (``pairs_merges`` NULL while
+        merging), which a resume recounts from the words (``train._load_engine``) and the first
+        full checkpoint fills (the engine's ``forget_stored_pairs``)."""
         with self.transaction():
             self.sql("DELETE FROM pair_counts")
-            self.executemany('INSERT INTO pair_counts ("left", "right", count) VALUES (?, ?, ?)',
-                             [(a, b, c) for (a, b), c in pairs.items()])
-            self.sql("UPDATE run SET phase = 'merging', state_merges = 0, pairs_merges = 0, updated_at = ?"
-                     " WHERE id = 1", (now(),))
-            if self.sql("SELECT coalesce(max(id), 0) FROM words").scalar() >= WORDS_BY_COUNT_MIN:
-                self.sql(WORDS_BY_COUNT.replace("INDEX", "INDEX IF NOT EXISTS", 1))
+            if pairs is not None:
+                self.executemany('INSERT INTO pair_counts ("left", "right", count) VALUES (?, ?, ?)',
+                                 [(a, b, c) for (a, b), c in pairs.items()])
+            self.sql("UPDATE run SET phase = 'merging', state_merges = 0, pairs_merges = ?, updated_at = ?"
+                     " WHERE id = 1", (None if pairs is None else 0, now()))
+            if pairs is not None:
+                self._index_words_by_count()
             self.add_checkpoint_row("merging", 0, elapsed_s, None)
         self._words = None  # counting is over; free the map
         self._fresh_rows = None
+
+    def _index_words_by_count(self, w: BulkWriter | None = None) -> None:
+        """Build ``words_by_count`` if the store is big enough and lacks it (see WORDS_BY_COUNT)."""
+        w = w or BulkWriter(self, None)
+        if w.execute("SELECT coalesce(max(id), 0) FROM words")[0][0] >= WORDS_BY_COUNT_MIN:
+            w.execute(WORDS_BY_COUNT.replace("INDEX", "INDEX IF NOT EXISTS", 1))
 
     # -- merging -------------------------------------------------------------------------------
 
@@ -1207,6 +1244,8 @@ class Store:
             # shorter than checkpoint_seconds) the UPDATE would scan every word for nothing.
             if drop_state and w.execute("SELECT coalesce(state_merges, 1) FROM run WHERE id = 1")[0][0] != 0:
                 w.execute("UPDATE words SET tokens = NULL WHERE tokens IS NOT NULL")
+            if drop_state:
+                self._index_words_by_count(w)  # when the start of merging could not (start_merging)
             for (statement, bulk), rows in zip(_MERGE_CHECKPOINT, (
                     merges, new_vocab, word_rows, pair_deletes, pair_updates, pair_inserts)):
                 if not len(rows):

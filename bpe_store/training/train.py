@@ -84,6 +84,7 @@ from .options import (
     check_run_options,
     check_trainer_options,
 )
+from .wal_watch import DEFERRED_COUNT_WORDS, WalWatch
 
 #: A checkpoint is written after this many seconds of merging (and when merging ends): the most
 #: a kill can lose. ``checkpoint_merges`` also caps a batch when given; by default it is None,
@@ -165,6 +166,21 @@ class _Job:
     _last_event: tuple[float, dict] = dataclasses.field(init=False, default=(0.0, {}))
     #: what the progress callable raised on the heartbeat's thread, raised again on the main one
     _emit_error: BaseException | None = dataclasses.field(init=False, default=None)
+    #: merging began while a reader pinned the WAL: the store holds no pair counts yet (``_pairs``)
+    pairs_unwritten: bool = False
+    #: merges learnt but not in the store yet, left by a deferred checkpoint to the next log
+    unlogged: list = dataclasses.field(default_factory=list)
+    #: time.monotonic() of the last merge write (a log or a checkpoint): the next log is due
+    #: MERGE_LOG_SECONDS after it
+    logged_at: float = 0.0
+    _watch: WalWatch | None = dataclasses.field(init=False, default=None)
+
+    @property
+    def watch(self) -> WalWatch:
+        """Whether a reader pins the store's WAL, asked before each write training may defer."""
+        if self._watch is None:
+            self._watch = WalWatch(self.store, self.emit, self.stopping)
+        return self._watch
 
     def emit(self, **event) -> None:
         """Report a progress event, if anyone listens."""
@@ -576,13 +592,24 @@ def _preflight(job: _Job, store: Store, grow: bool) -> Engine | None:
             raise StoreError(f"{store.path}: the store is inconsistent (counting, but it holds merges); "
                              "start over with --restart")
         return None
-    if run["phase"] == "merging" or grow:
+    if run["phase"] == "merging" or grow or last_checkpoint_deferred(store):
         # a resume reads the words back and checks them: say so, it can take seconds
         job.emit(stage="loading", phase="merging", total=params.num_merges,
                  done=store.sql("SELECT count(*) FROM merges").scalar(),
                  words=store.sql("SELECT count(*) FROM words").scalar())
         return _load_engine(store, params, job.engine)
     return None
+
+
+def last_checkpoint_deferred(store: Store) -> bool:
+    """Whether the run finished while a reader pinned the WAL, so that its last checkpoint only
+    logged the merges (see wal_watch): ``words.tokens`` and ``pair_counts`` still reflect fewer
+    merges than the log holds. The same command writes that checkpoint (``_merge``). (A store
+    upgraded from before merge logs has ``state_merges`` equal to its merges.)"""
+    if store.run_row()["phase"] != "done":
+        return False
+    state = store.state_merges()
+    return state is not None and state < store.sql("SELECT count(*) FROM merges").scalar()
 
 
 def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engine:
@@ -619,6 +646,8 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
     del rows
     if state is None and not merger.rewrite_pairs:  # a finished run kept at most its top pairs (no merge to replay)
         merger.forget_stored_pairs()
+    elif state is not None and not merger.rewrite_pairs and store.pairs_merges() is None:
+        merger.forget_stored_pairs()  # merging began while a reader pinned the WAL: none written yet
     # Why a digest: SQLite fingerprints pair_counts in one scan, instead of ~1M rows into Python.
     # After a replay the store's pair counts are the words' before it, which the engine no longer
     # holds: they are not checked, and the next checkpoint replaces them all (rewrite_pairs).
@@ -784,12 +813,20 @@ def _count_reduce(job: _Job, results: Iterable, buffer: FlushBuffer, status: Cal
             job.emit(stage="counting", done=done, total=total, **status())
             writer.poll()
             stopping = job.stopping()
-            if buffer and writer.due(last_flush, done) or stopping:
+            if stopping:
+                job.writes.wait()
+                if buffer and job.watch.blocked("counting flush", "counting"):
+                    raise Interrupted(f"stopped while counting; a reader holds an old snapshot of {job.store.path}, "
+                                      "so the counts since its last flush were not written (it keeps the chunks "
+                                      "counted before)")
+            if buffer and writer.flush_now(last_flush, done, buffer) or stopping:
                 writer.flush(*buffer.take(), done, final=False, wait=stopping)
                 last_flush = time.monotonic()
                 if stopping:
                     raise Interrupted(f"stopped while counting; {job.store.path} keeps the counted chunks")
         if buffer:
+            job.writes.wait()
+            job.watch.wait("counting flush", "counting", lost=_COUNTS_LOST)
             writer.flush(*buffer.take(), done, final=True, wait=False)
     finally:
         close = getattr(results, "close", None)
@@ -816,8 +853,21 @@ class _CountWriter:
         self._sources: list[Source] | None = None  # the store's inputs, and each unit's input id
         self._source_of: dict[int, int] = {}
 
+    def flush_now(self, last_flush: float, done: int, buffer: FlushBuffer) -> bool:
+        """Whether to flush now: when ``due`` says so, unless a reader pins the WAL and the buffer
+        holds fewer than ``DEFERRED_COUNT_WORDS`` words (with more, wait for the reader to leave)."""
+        if not self.due(last_flush, done):
+            return False
+        self.job.writes.wait()  # the store's connection is free (a no-op unless count_flush_seconds is 0)
+        if not self.job.watch.blocked("counting flush", "counting"):
+            return True
+        if buffer.words() < DEFERRED_COUNT_WORDS:
+            return False
+        self.job.watch.wait("counting flush", "counting", lost=_COUNTS_LOST)
+        return True
+
     def due(self, last_flush: float, done: int) -> bool:
-        """Whether to flush now (never while one is in flight): ``count_flush_seconds`` after the
+        """Whether a flush is due (never while one is in flight): ``count_flush_seconds`` after the
         last one and no sooner than twice that flush's own time, or once the bytes counted since
         it reach ``COUNT_FLUSH_LOSS`` of the bytes still to count (at least ``COUNT_FLUSH_MIN_BYTES``).
 
@@ -889,6 +939,10 @@ class _CountWriter:
             job.writes.wait()
 
 
+#: What a kill loses while counting waits for a reader to leave.
+_COUNTS_LOST = "the counts since its last flush are not written yet"
+
+
 def _check_something_counted(store: Store, params: RunParams) -> None:
     """Refuse to go on when counting found no pre-token at all (the pattern matches none of the
     text, or there is no text outside the special tokens): training would end with 0 merges.
@@ -937,6 +991,16 @@ def _count_stream(job: _Job, stream: Stream, chunk) -> None:
                 at = (pos.bytes, pos.documents, pos.sha256)
                 job.emit(stage="counting", done=pos.bytes, total=None, documents=pos.documents)
             stopping = job.stopping()
+            if stopping and at != flushed and job.watch.blocked("counting flush", "counting"):
+                raise Interrupted(
+                    f"stopped while counting {stream.name}; a reader holds an old snapshot of {store.path}, so "
+                    f"the counts since its last flush were not written: it holds the stream's first "
+                    f"{flushed[1]} documents ({flushed[0]} bytes)")
+            if (time.monotonic() - last_flush >= flush_seconds and at != flushed and not stopping
+                    and job.watch.blocked("counting flush", "counting")):
+                if len(delta) < DEFERRED_COUNT_WORDS:
+                    continue  # kept in memory while the reader stays
+                job.watch.wait("counting flush", "counting", lost=_COUNTS_LOST)
             if (time.monotonic() - last_flush >= flush_seconds and at != flushed) or stopping:
                 flush(False)
                 delta, pretokens, last_flush, flushed = new_word_counts(native), 0, time.monotonic(), at
@@ -945,6 +1009,7 @@ def _count_stream(job: _Job, stream: Stream, chunk) -> None:
                         f"stopped while counting {stream.name}; {store.path} holds its first {at[1]} documents "
                         f"({at[0]} bytes): give the same stream again to resume from there")
         _warn_if_nothing_new(job, stream.name, source, at)
+        job.watch.wait("counting flush", "counting", lost=_COUNTS_LOST)
         flush(True)
     finally:
         results.close()
@@ -994,8 +1059,17 @@ def _pairs(job: _Job) -> Engine:
     release_free_memory()  # what counting freed would otherwise stay resident through merging
     # written after the last flush, before the first merge checkpoint; the counts are taken now,
     # before merging changes them
-    job.writes.submit(store.start_merging, merger.pair_counts(), job.elapsed())
+    job.writes.submit(_start_merging, job, merger.pair_counts(), job.elapsed(), then=lambda: job.pairs_unwritten
+                      and job.emit(stage="deferred", phase="merging", what="pair counts", waiting=False,
+                                   **store.wal))
     return merger
+
+
+def _start_merging(job: _Job, pairs: dict[tuple[int, int], int], elapsed_s: float) -> None:
+    """The move to merging (on the writes' thread), without the pair counts while a reader pins
+    the WAL (``Store.start_merging``): the first full checkpoint writes them then."""
+    job.pairs_unwritten = job.store.wal_blocked_now()
+    job.store.start_merging(None if job.pairs_unwritten else pairs, elapsed_s)
 
 
 def _merge(job: _Job, engine: Engine | str) -> None:
@@ -1009,12 +1083,14 @@ def _merge(job: _Job, engine: Engine | str) -> None:
     if job.writes.idle():  # else counting just ended: merging starts while its writes finish
         run = store.run_row()
         done_now = store.sql("SELECT count(*) FROM merges").scalar()
-        if run["phase"] == "done" and (run["stop_reason"] == "no_pairs" or done_now >= target):
+        if (run["phase"] == "done" and (run["stop_reason"] == "no_pairs" or done_now >= target)
+                and not last_checkpoint_deferred(store)):
             return  # a finished store: nothing to do (a larger vocab size set phase back to merging)
     merger = _load_engine(store, job.params, engine) if isinstance(engine, str) else engine
+    job.logged_at = time.monotonic()
     while True:
         merges, stopping = _merge_batch(job, merger)
-        if _checkpoint(job, merger, merges) is not None:
+        if _checkpoint(job, merger, merges, stopping) is not None:
             return
         if stopping:
             raise Interrupted(f"stopped after {merger.next_rank} merges; {store.path} holds them")
@@ -1028,12 +1104,14 @@ def _merge_batch(job: _Job, merger: Engine) -> tuple[list, bool]:
     batch = sys.maxsize if job.checkpoint_merges is None else job.checkpoint_merges
     target, tb = job.params.num_merges, merger.token_bytes
     batch_end = time.monotonic() + job.checkpoint_seconds
-    log_at = time.monotonic() + MERGE_LOG_SECONDS
-    merges: list = []
+    log_at = job.logged_at + MERGE_LOG_SECONDS
+    # merges a deferred checkpoint left to the next log (see _checkpoint), then this batch's
+    merges, job.unlogged = job.unlogged, []
+    carried = len(merges)
     logged = 0  # merges[:logged] are in the store
     stopping = False
     while True:
-        remaining = min(target - merger.next_rank, batch - len(merges))
+        remaining = min(target - merger.next_rank, batch - (len(merges) - carried))
         if remaining <= 0 or merger.exhausted:
             break
         sub = merger.step(min(remaining, _SUB_STEP))
@@ -1061,18 +1139,19 @@ def _merge_rows(merger: Engine, merges: list) -> tuple[list[tuple[int, int, int,
             [(first + m.rank, tb[m.left] + tb[m.right]) for m in merges])
 
 
-def _log_merges(job: _Job, merger: Engine, merges: list) -> None:
+def _log_merges(job: _Job, merger: Engine, merges: list, done_reason: str | None = None) -> None:
     """Log ``merges`` in the store: ONE small transaction with their rows and the progress, no word
-    or pair rows (``Store.write_merge_rows(log_only=True)``)."""
+    or pair rows (``Store.write_merge_rows(log_only=True)``); ``done_reason``: and the run's end."""
     job.writes.wait()  # the last counting flush and the start of merging commit before any merge
     merge_rows, vocab_rows = _merge_rows(merger, merges)
     write_s = job.store.write_merge_rows(merge_rows, vocab_rows, (), (), merges_done=merger.next_rank,
-                                         elapsed_s=job.elapsed(), done_reason=None, log_only=True)
+                                         elapsed_s=job.elapsed(), done_reason=done_reason, log_only=True)
+    job.logged_at = time.monotonic()
     job.emit(stage="merge_log", phase="merging", done=merger.next_rank, total=job.params.num_merges,
-             write_s=write_s)
+             write_s=write_s, **job.store.wal)
 
 
-def _checkpoint(job: _Job, merger: Engine, merges: list) -> str | None:
+def _checkpoint(job: _Job, merger: Engine, merges: list, stopping: bool = False) -> str | None:
     """Write a batch's checkpoint: ONE transaction holding its merges, their vocabulary entries,
     the progress and, while merging goes on, the changed words and pair counts; the last one
     drops the merging's working state instead (``Store.write_merge_rows(drop_state=True)``).
@@ -1086,6 +1165,17 @@ def _checkpoint(job: _Job, merger: Engine, merges: list) -> str | None:
     else:
         reason = None
     final = reason is not None
+    if job.watch.blocked("final checkpoint" if final else "checkpoint", "merging"):
+        # only what a resume needs: the merges, and the run's end (see wal_watch); at most one
+        # log every MERGE_LOG_SECONDS, however small the batches (each log grows the WAL)
+        if final or stopping or time.monotonic() >= job.logged_at + MERGE_LOG_SECONDS:
+            _log_merges(job, merger, merges, reason)
+        else:
+            job.unlogged = merges
+        return reason
+    if job.pairs_unwritten and not final:
+        merger.forget_stored_pairs()  # the store holds none: this checkpoint writes them all
+    job.pairs_unwritten = False
     merge_rows, vocab_rows = _merge_rows(merger, merges)
     if final:
         # Why no pair rows and few word rows: a finished run keeps its result (merges, vocab)
@@ -1106,6 +1196,7 @@ def _checkpoint(job: _Job, merger: Engine, merges: list) -> str | None:
         merges_done=merger.next_rank, elapsed_s=job.elapsed(), done_reason=reason, clear_pairs=clear_pairs,
         drop_state=final,
     )
+    job.logged_at = time.monotonic()
     job.emit(stage="checkpoint", phase="merging", done=merger.next_rank, total=target,
              words=len(word_rows), pairs=len(deletes) + len(inserts) + len(updates), write_s=write_s,
              **job.store.wal)  # wal_bytes, wal_blocked: a reader keeping the WAL from being emptied

@@ -1,0 +1,278 @@
+"""A reader holding an old snapshot cannot make the WAL grow without bound (``training.wal_watch``):
+while it pins the WAL, training writes only what a resume needs, and the result is an unblocked
+run's; a kill in that state loses what the docs say; the next write after the reader leaves
+empties the WAL."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from cli_helpers import SPECIAL, env
+from conftest import FIXTURES, stopped_run, store_contents
+
+from bpe_store import Interrupted, Store, read_result, train
+from bpe_store.inspection import inspection
+from bpe_store.training import wal_watch
+
+CORPUS = FIXTURES / "enwiki-1M.txt"
+VOCAB = 1000
+#: Small batches and flushes: without the bound, every one of them would grow the WAL.
+OPTIONS = {"checkpoint_merges": 10, "chunk_size": 64 << 10, "count_flush_seconds": 0, "workers": 2}
+#: The most a blocked WAL may hold in these runs: the probe's page, the start of merging without its
+#: pair counts, and about one merge log a second (a few 16 KiB pages each).
+BOUND = 2 << 20
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory) -> Path:
+    """The same run with no reader."""
+    db = tmp_path_factory.mktemp("clean") / "run.db"
+    train([CORPUS], db, VOCAB, [SPECIAL], **OPTIONS)
+    return db
+
+
+def wal_size(db: Path) -> int:
+    wal = Path(f"{db}-wal")
+    return wal.stat().st_size if wal.exists() else 0
+
+
+class Reader:
+    """A connection holding a read snapshot (``BEGIN; SELECT ...`` left open), as a ``sqlite3``
+    session does, opened by ``hold`` and let go by ``leave``."""
+
+    def __init__(self, db: Path):
+        self.db, self.con = db, None
+
+    def hold(self) -> None:
+        self.con = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, isolation_level=None,
+                                   check_same_thread=False)
+        self.con.execute("BEGIN")
+        self.con.execute("SELECT count(*) FROM merges").fetchone()
+
+    def leave(self) -> None:
+        if self.con is not None:
+            self.con.execute("ROLLBACK")
+            self.con.close()
+            self.con = None
+
+
+def test_a_reader_through_merging_and_the_end_bounds_the_wal_and_changes_no_result(tmp_path, clean):
+    db = tmp_path / "run.db"
+    reader, peak, deferred = Reader(db), [0], []
+
+    def progress(e: dict) -> None:
+        if reader.con is None and e["stage"] == "merging":
+            reader.hold()
+        if reader.con is not None:
+            peak[0] = max(peak[0], wal_size(db))
+        if e["stage"] == "deferred":
+            deferred.append(e["what"])
+
+    try:
+        r = train([CORPUS], db, VOCAB, [SPECIAL], progress=progress, **OPTIONS)
+        with Store.open(clean, readonly=True) as s:
+            assert r.merges == read_result(s).merges
+        assert 0 < peak[0] <= BOUND, peak[0]
+        assert {"checkpoint", "final checkpoint"} <= set(deferred)
+        st = inspection.status(db)
+        assert st["wal_blocked"] and "defers full checkpoints" in st["wal_note"]
+        assert "its last checkpoint only logged the merges" in st["wal_note"]
+        with Store.open(db, readonly=True) as s:  # a finished run, with its working state kept
+            assert s.run_row()["phase"] == "done" and s.state_merges() < len(r.merges)
+    finally:
+        reader.leave()
+    # the same command writes the deferred last checkpoint: the store is an unblocked run's, the WAL empty
+    r = train([CORPUS], db, VOCAB, [SPECIAL], **OPTIONS)
+    assert store_contents(db) == store_contents(clean)
+    assert wal_size(db) == 0
+    assert inspection.status(db)["wal_note"] is None
+
+
+def test_a_reader_through_counting_defers_the_flushes_and_changes_no_result(tmp_path, clean, monkeypatch):
+    monkeypatch.setattr(wal_watch, "REPORT_SECONDS", 0.0)  # a deferred event at every check
+    db = tmp_path / "run.db"
+    reader, peak, waits = Reader(db), [0], [0]
+
+    def progress(e: dict) -> None:
+        if reader.con is None and e["stage"] == "counting" and db.exists():
+            reader.hold()
+        if reader.con is not None:
+            peak[0] = max(peak[0], wal_size(db))
+            if e["stage"] == "deferred" and e["waiting"]:
+                waits[0] += 1
+                if waits[0] == 4:  # counting is over and waits for the reader: let it go
+                    reader.leave()
+
+    try:
+        train([CORPUS], db, VOCAB, [SPECIAL], progress=progress, **OPTIONS)
+    finally:
+        reader.leave()
+    assert waits[0] == 4
+    assert peak[0] <= 64 << 10, peak[0]  # nothing but the probe's page while the reader stayed
+    assert store_contents(db) == store_contents(clean)
+    assert wal_size(db) == 0
+
+
+def test_a_reader_at_the_start_of_merging_leaves_the_pair_counts_to_the_first_checkpoint(tmp_path, clean):
+    """The move to merging is written without its pair counts; a resume from there recounts them,
+    and the first full checkpoint after the reader leaves writes them all."""
+    db = tmp_path / "run.db"
+    reader, stop = Reader(db), threading.Event()
+
+    def progress(e: dict) -> None:
+        if reader.con is None and e["stage"] == "pairs":
+            reader.hold()  # before the start of merging is written
+        if e["stage"] == "merging" and e["done"] >= 30:
+            stop.set()
+
+    try:
+        with pytest.raises(Interrupted):
+            train([CORPUS], db, VOCAB, [SPECIAL], progress=progress, stop=stop, **OPTIONS)
+        with Store.open(db, readonly=True) as s:
+            assert s.run_row()["phase"] == "merging" and s.state_merges() == 0
+            assert s.sql("SELECT count(*) FROM pair_counts").scalar() == 0
+            assert s.sql("SELECT count(*) FROM merges").scalar() >= 30  # logged
+    finally:
+        reader.leave()
+    train([CORPUS], db, VOCAB, [SPECIAL], **OPTIONS)
+    assert store_contents(db) == store_contents(clean)
+
+
+# -- kills while a reader pins the WAL -------------------------------------------------------------
+
+#: ``train`` with OPTIONS in a subprocess, its progress as JSON lines on stderr; argv: the store,
+#: and the seconds between merge logs (so that merging this small corpus takes several).
+TRAIN = ("import sys; from bpe_store import train; from bpe_store.inspection.progress import JsonLines; "
+         "import bpe_store.training.train as t; t.MERGE_LOG_SECONDS = float(sys.argv[2]); "
+         f"train([{str(CORPUS)!r}], sys.argv[1], {VOCAB}, [{SPECIAL!r}], progress=JsonLines(sys.stderr), "
+         f"**{OPTIONS!r})")
+
+
+def _started(db: Path, log_seconds: float = 1.0, **extra_env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", TRAIN, str(db), str(log_seconds)], stderr=subprocess.PIPE,
+                            text=True, env={**env(), **extra_env})
+
+
+def _until(proc: subprocess.Popen, seen) -> str:
+    """Read ``proc``'s stderr until a line ``seen`` accepts; that line."""
+    lines = []
+    while line := proc.stderr.readline():
+        lines.append(line)
+        if seen(line):
+            return line
+    proc.wait()
+    pytest.fail("never seen; it said:\n" + "".join(lines[-20:]))
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stderr.close()
+
+
+def test_a_kill_while_merging_under_a_reader_loses_only_the_unlogged_merges(tmp_path, clean):
+    db = tmp_path / "run.db"
+    stopped_run(CORPUS, db, VOCAB, [SPECIAL], 50, **OPTIONS)
+    with Store.open(db, readonly=True) as s:
+        before = s.sql("SELECT count(*) FROM merges").scalar()
+    reader = Reader(db)
+    reader.hold()
+    # the second merge log under the reader: a kill inside its transaction, the first one committed
+    proc = _started(db, 0.001, BPE_STORE_TEST_PAUSE="merge_log:2")
+    try:
+        _until(proc, lambda ln: "paused at merge_log:2" in ln)
+        _kill(proc)
+        assert wal_size(db) <= BOUND
+        with Store.open(db, readonly=True) as s:  # a kill keeps every committed log: the first one
+            logged = s.sql("SELECT count(*) FROM merges").scalar()
+            assert logged > before
+            assert s.sql("SELECT merges_done FROM checkpoints ORDER BY id DESC LIMIT 1").scalar() == logged
+            assert s.state_merges() == before  # no full checkpoint while the reader stayed
+    finally:
+        reader.leave()
+        if proc.poll() is None:
+            _kill(proc)
+    r = subprocess.run([sys.executable, "-c", TRAIN, str(db), "1"], capture_output=True, text=True, env=env(),
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert store_contents(db) == store_contents(clean)
+    assert wal_size(db) == 0
+
+
+def test_a_kill_while_counting_waits_for_a_reader_loses_only_the_unflushed_counts(tmp_path, clean):
+    db = tmp_path / "run.db"
+    stop = threading.Event()
+
+    def first_flush(e: dict) -> None:
+        if e["stage"] == "checkpoint" and e.get("phase") == "counting":
+            stop.set()
+
+    with pytest.raises(Interrupted):
+        train([CORPUS], db, VOCAB, [SPECIAL], progress=first_flush, stop=stop, **OPTIONS)
+    with Store.open(db, readonly=True) as s:
+        flushed = s.sql("SELECT count(*) FROM chunks WHERE counted = 1").scalar()
+        total = s.sql("SELECT count(*) FROM chunks").scalar()
+    assert 0 < flushed < total
+    reader = Reader(db)
+    reader.hold()
+    proc = _started(db)
+    try:
+        # counting the rest, nothing flushed: at its end it waits for the reader
+        _until(proc, lambda ln: '"stage": "deferred"' in ln and '"waiting": true' in ln)
+        _kill(proc)
+        with Store.open(db, readonly=True) as s:  # the kill lost the counting since the reader came
+            assert s.run_row()["phase"] == "counting"
+            assert s.sql("SELECT count(*) FROM chunks WHERE counted = 1").scalar() == flushed
+        assert wal_size(db) <= 64 << 10
+    finally:
+        reader.leave()
+        if proc.poll() is None:
+            _kill(proc)
+    r = subprocess.run([sys.executable, "-c", TRAIN, str(db), "1"], capture_output=True, text=True, env=env(),
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert store_contents(db) == store_contents(clean)
+
+
+# -- a larger run, a reader in every phase (slow) --------------------------------------------------
+
+@pytest.mark.slow
+def test_readers_through_every_phase_of_a_larger_run_keep_the_wal_under_256_mb(tmp_path, monkeypatch):
+    """enwiki-100M: a reader from the start of counting, which waits for it 20 s at its end, then
+    another from the start of merging to the end. Without the bound this run's WAL reached GBs."""
+    from conftest import shared_file
+
+    monkeypatch.setattr(wal_watch, "REPORT_SECONDS", 0.0)
+    corpus = shared_file("enwiki-100M.txt")
+    options = {"checkpoint_merges": 50, "count_flush_seconds": 0.5, "chunk_size": 1 << 20}
+    db = tmp_path / "run.db"
+    reader, peak, waits, phases = Reader(db), [0], [0], set()
+
+    def progress(e: dict) -> None:
+        if reader.con is None and db.exists() and e["stage"] in ("counting", "merging") and e["stage"] not in phases:
+            phases.add(e["stage"])
+            reader.hold()
+        if reader.con is not None:
+            peak[0] = max(peak[0], wal_size(db))
+            if e["stage"] == "deferred" and e["waiting"]:
+                waits[0] += 1
+                if waits[0] == int(20 / wal_watch.WAIT_POLL_SECONDS):
+                    reader.leave()
+
+    try:
+        r = train([corpus], db, 4000, [SPECIAL], progress=progress, **options)
+    finally:
+        reader.leave()
+    assert phases == {"counting", "merging"} and waits[0] >= 40
+    assert peak[0] <= 256 << 20, peak[0]
+    train([corpus], db, 4000, [SPECIAL], **options)  # the deferred last checkpoint
+    clean = tmp_path / "clean.db"
+    assert train([corpus], clean, 4000, [SPECIAL]).merges == r.merges
+    assert store_contents(db) == store_contents(clean)

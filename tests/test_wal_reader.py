@@ -5,7 +5,6 @@ empties the WAL."""
 
 from __future__ import annotations
 
-import json
 import signal
 import sqlite3
 import subprocess
@@ -137,8 +136,9 @@ def test_a_reader_at_the_start_of_merging_leaves_the_pair_counts_to_the_first_ch
             train([CORPUS], db, VOCAB, [SPECIAL], progress=progress, stop=stop, **OPTIONS)
         with Store.open(db, readonly=True) as s:
             assert s.run_row()["phase"] == "merging" and s.state_merges() == 0
-            assert s.sql("SELECT count(*) FROM pair_counts").scalar() == 0
+            assert s.sql("SELECT count(*) FROM pair_counts").scalar() == 0 and s.pairs_merges() is None
             assert s.sql("SELECT count(*) FROM merges").scalar() >= 30  # logged
+        assert "left to the first full checkpoint" in inspection.status(db)["pairs"]["note"]
     finally:
         reader.leave()
     train([CORPUS], db, VOCAB, [SPECIAL], **OPTIONS)

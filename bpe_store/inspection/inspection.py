@@ -286,6 +286,9 @@ def pairs_state(store: Store) -> Row:
         if run["phase"] == "counting":
             state["note"] = ("no pair counts yet: the store is still counting (pairs are counted when "
                              "counting is over)")
+        elif run["phase"] == "merging" or run.get("state_merges") is not None:
+            state["note"] = ("no pair counts yet: merging began while a reader held an old snapshot, so "
+                             "they were left to the first full checkpoint")
         else:
             state["note"] = ("this store holds no pair counts: an older bpe_store finished it and kept "
                              "none (continuing it to a larger --vocab-size keeps them)")

@@ -119,6 +119,34 @@ def test_a_reader_through_counting_defers_the_flushes_and_changes_no_result(tmp_
     assert wal_size(db) == 0
 
 
+def test_a_reader_while_a_stream_is_counted_defers_its_flushes(tmp_path, monkeypatch):
+    from bpe_store import train_from_iterator
+
+    monkeypatch.setattr(wal_watch, "REPORT_SECONDS", 0.0)
+    docs = CORPUS.read_text(encoding="utf-8").split(SPECIAL)
+    db, clean_db = tmp_path / "run.db", tmp_path / "clean.db"
+    options = {"count_flush_seconds": 0, "chunk_size": 16 << 10}
+    train_from_iterator(docs, clean_db, 400, [SPECIAL], **options)
+    reader, peak, waits = Reader(db), [0], [0]
+
+    def progress(e: dict) -> None:
+        if reader.con is None and e["stage"] == "counting" and db.exists():
+            reader.hold()
+        if reader.con is not None:
+            peak[0] = max(peak[0], wal_size(db))
+            if e["stage"] == "deferred" and e["waiting"]:
+                waits[0] += 1
+                if waits[0] == 3:
+                    reader.leave()
+
+    try:
+        train_from_iterator(docs, db, 400, [SPECIAL], progress=progress, **options)
+    finally:
+        reader.leave()
+    assert waits[0] == 3 and peak[0] <= 64 << 10, (waits, peak)
+    assert store_contents(db) == store_contents(clean_db)
+
+
 def test_a_reader_at_the_start_of_merging_leaves_the_pair_counts_to_the_first_checkpoint(tmp_path, clean):
     """The move to merging is written without its pair counts; a resume from there recounts them,
     and the first full checkpoint after the reader leaves writes them all."""

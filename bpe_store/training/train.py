@@ -644,10 +644,8 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
         raise StoreError(f"{store.path}: the store is inconsistent (word {word} does not "
                          "spell its bytes); start over with --restart")
     del rows
-    if state is None and not merger.rewrite_pairs:  # a finished run kept at most its top pairs (no merge to replay)
+    if not merger.rewrite_pairs and (state is None or store.pairs_merges() is None):  # top pairs only, or none
         merger.forget_stored_pairs()
-    elif state is not None and not merger.rewrite_pairs and store.pairs_merges() is None:
-        merger.forget_stored_pairs()  # merging began while a reader pinned the WAL: none written yet
     # Why a digest: SQLite fingerprints pair_counts in one scan, instead of ~1M rows into Python.
     # After a replay the store's pair counts are the words' before it, which the engine no longer
     # holds: they are not checked, and the next checkpoint replaces them all (rewrite_pairs).
@@ -990,18 +988,7 @@ def _count_stream(job: _Job, stream: Stream, chunk) -> None:
                 pretokens += n
                 at = (pos.bytes, pos.documents, pos.sha256)
                 job.emit(stage="counting", done=pos.bytes, total=None, documents=pos.documents)
-            stopping = job.stopping()
-            if stopping and at != flushed and job.watch.blocked("counting flush", "counting"):
-                raise Interrupted(
-                    f"stopped while counting {stream.name}; a reader holds an old snapshot of {store.path}, so "
-                    f"the counts since its last flush were not written: it holds the stream's first "
-                    f"{flushed[1]} documents ({flushed[0]} bytes)")
-            if (time.monotonic() - last_flush >= flush_seconds and at != flushed and not stopping
-                    and job.watch.blocked("counting flush", "counting")):
-                if len(delta) < DEFERRED_COUNT_WORDS:
-                    continue  # kept in memory while the reader stays
-                job.watch.wait("counting flush", "counting", lost=_COUNTS_LOST)
-            if (time.monotonic() - last_flush >= flush_seconds and at != flushed) or stopping:
+            if _stream_flush_now(job, stream, last_flush, job.stopping(), at, flushed, len(delta)):
                 flush(False)
                 delta, pretokens, last_flush, flushed = new_word_counts(native), 0, time.monotonic(), at
                 if job.stopping():
@@ -1024,6 +1011,26 @@ def _warn_if_nothing_new(job: _Job, name: str, source: Source, at: tuple[int, in
                  message=f"warning: {name} ended where the part counted before ends ({at[0]} bytes, "
                          f"{at[1]} documents): nothing new was read. If it was longer when it was counted, "
                          "the rest is missing from this run: train again with --restart and the whole stream")
+
+
+def _stream_flush_now(job: _Job, stream: Stream, last_flush: float, stopping: bool, at: tuple[int, int, str],
+                      flushed: tuple[int, int, str], words: int) -> bool:
+    """Whether a stream's counts are flushed now: ``count_flush_seconds`` after the last flush
+    (``flushed``: where it stood) if there is more (``at``), or on a stop; unless a reader pins the
+    WAL: the counts (``words`` of them) are then kept in memory up to ``DEFERRED_COUNT_WORDS`` words
+    (then it waits for the reader), and a stop raises Interrupted, saying what it loses."""
+    due = time.monotonic() - last_flush >= job.count_flush_seconds and at != flushed
+    if not (at != flushed and (due or stopping)) or not job.watch.blocked("counting flush", "counting"):
+        return due or stopping
+    if stopping:
+        raise Interrupted(
+            f"stopped while counting {stream.name}; a reader holds an old snapshot of {job.store.path}, so "
+            f"the counts since its last flush were not written: it holds the stream's first "
+            f"{flushed[1]} documents ({flushed[0]} bytes)")
+    if words < DEFERRED_COUNT_WORDS:
+        return False  # kept in memory while the reader stays
+    job.watch.wait("counting flush", "counting", lost=_COUNTS_LOST)
+    return True
 
 
 def _byte_vocab(n_specials: int) -> list[bytes | None]:
@@ -1151,6 +1158,20 @@ def _log_merges(job: _Job, merger: Engine, merges: list, done_reason: str | None
              write_s=write_s, **job.store.wal)
 
 
+def _checkpoint_deferred(job: _Job, merger: Engine, merges: list, reason: str | None, stopping: bool) -> bool:
+    """Whether a reader pins the WAL, so that the checkpoint is deferred: then only what a resume
+    needs is written (see wal_watch): the merges, and the run's end (``reason``), in a log; at most
+    one log every ``MERGE_LOG_SECONDS`` however small the batches (each log grows the WAL), the
+    merges otherwise left to the next (``job.unlogged``)."""
+    if not job.watch.blocked("checkpoint" if reason is None else "final checkpoint", "merging"):
+        return False
+    if reason is not None or stopping or time.monotonic() >= job.logged_at + MERGE_LOG_SECONDS:
+        _log_merges(job, merger, merges, reason)
+    else:
+        job.unlogged = merges
+    return True
+
+
 def _checkpoint(job: _Job, merger: Engine, merges: list, stopping: bool = False) -> str | None:
     """Write a batch's checkpoint: ONE transaction holding its merges, their vocabulary entries,
     the progress and, while merging goes on, the changed words and pair counts; the last one
@@ -1165,13 +1186,7 @@ def _checkpoint(job: _Job, merger: Engine, merges: list, stopping: bool = False)
     else:
         reason = None
     final = reason is not None
-    if job.watch.blocked("final checkpoint" if final else "checkpoint", "merging"):
-        # only what a resume needs: the merges, and the run's end (see wal_watch); at most one
-        # log every MERGE_LOG_SECONDS, however small the batches (each log grows the WAL)
-        if final or stopping or time.monotonic() >= job.logged_at + MERGE_LOG_SECONDS:
-            _log_merges(job, merger, merges, reason)
-        else:
-            job.unlogged = merges
+    if _checkpoint_deferred(job, merger, merges, reason, stopping):
         return reason
     if job.pairs_unwritten and not final:
         merger.forget_stored_pairs()  # the store holds none: this checkpoint writes them all

@@ -103,7 +103,7 @@ BUSY_TIMEOUT_MS = 10_000
 #: every write transaction a TRUNCATE checkpoint empties it unless a reader still needs it.
 WAL_SIZE_LIMIT = 64 << 20
 #: Milliseconds ``Store.wal_blocked_now`` lets a reader finish before it counts as pinning the WAL.
-WAL_READER_WAIT_MS = 200
+WAL_READER_WAIT_MS = 100
 #: The training lock: an open-file-description (OFD) write lock on this one byte of the store
 #: file. Why a byte lock and not flock: ``status`` can *ask* who holds it (F_OFD_GETLK) without
 #: taking any lock, so a probe can never make a trainer starting at that instant fail. The byte
@@ -745,44 +745,45 @@ class Store:
 
     def _truncate_wal(self, wait_ms: int = 0) -> None:
         """After a write: copy the WAL into the store and truncate it, unless a reader still
-        reads an older snapshot from it; ``self.wal`` says which (``wal_blocked``) and its size.
+        reads an older snapshot from it; ``self.wal`` says which (``wal_blocked``: frames the
+        checkpoint could not copy, pinned by such a reader) and its size.
 
         Why busy_timeout 0 here (``wait_ms``): a TRUNCATE checkpoint otherwise waits (up to
         busy_timeout) for readers to move on; training must not wait for a reader, it tries again
-        next time."""
+        next time. (A reader of the newest snapshot only keeps the WAL from being reset: its frames
+        are all copied, nothing is pinned.)"""
         if self.readonly:
             return
         try:
             self.db.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
-            busy, log, done = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            _busy, log, done = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         except sqlite3.Error:
-            busy, log, done = 1, -1, -1
+            log, done = 1, 0  # not even tried: count it as pinned
         finally:
             self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         wal = Path(f"{self.path}-wal")
         size = wal.stat().st_size if wal.exists() else 0
-        self.wal = {"wal_bytes": size, "wal_blocked": bool(busy) or done < log}
+        self.wal = {"wal_bytes": size, "wal_blocked": done < log}
 
     def wal_blocked_now(self, probe: bool = True) -> bool:
-        """Whether a reader pins the WAL now, measured, not guessed: a TRUNCATE checkpoint attempt
-        (which empties the WAL if the reader has left) leaves frames uncopied or reports busy.
+        """Whether a reader pins the WAL now, measured, not guessed: after a TRUNCATE checkpoint
+        attempt (which empties the WAL if no reader needs it) frames are left uncopied.
 
-        Why ``probe``: a reader that began on an empty WAL reads the store file itself and shows
-        in no checkpoint until something is written; so when the WAL is empty, one tiny write (the
-        run's ``updated_at``, a page or two) is made and its own checkpoint attempt measured. The
-        trainer asks before each write it can defer (a counting flush, a full checkpoint)."""
+        Why ``probe``: a reader that began on an empty WAL, or on the newest snapshot, pins nothing
+        until something is written; so unless frames are pinned already, one tiny write (the run's
+        ``updated_at``, a page or two) is made and its own checkpoint attempt measured. Why wait
+        ``WAL_READER_WAIT_MS``: short readers (``status``, one ``sql`` query, a script polling the
+        store) come and go all the time; only one that stays may defer anything. The trainer asks
+        before each write it can defer (a counting flush, a full checkpoint), at most about once a
+        second while a reader stays (``wal_watch``)."""
         if self.readonly:
             return False
-        # Why wait a little when the WAL was free: short readers (``status``, one ``sql`` query)
-        # come and go all the time, and only one that stays may defer anything; once a reader is
-        # seen to stay, checks do not wait (each merge batch asks).
-        wait = 0 if self.wal["wal_blocked"] else WAL_READER_WAIT_MS
-        self._truncate_wal(wait)
-        if self.wal["wal_blocked"] or not probe or self.wal["wal_bytes"] > 0:
+        self._truncate_wal(WAL_READER_WAIT_MS)
+        if self.wal["wal_blocked"] or not probe:
             return self.wal["wal_blocked"]
         with self.transaction():  # a tiny write; its commit runs _truncate_wal, measured again below
             self.sql("UPDATE run SET updated_at = ? WHERE id = 1", (now(),))
-        self._truncate_wal(wait)
+        self._truncate_wal(WAL_READER_WAIT_MS)
         return self.wal["wal_blocked"]
 
     # -- run parameters and inputs -------------------------------------------------------------

@@ -37,6 +37,9 @@ DEFERRED_COUNT_WORDS = 4_000_000
 WAIT_POLL_SECONDS = 0.5
 #: Seconds between repeated ``deferred`` events about the same write.
 REPORT_SECONDS = 5.0
+#: While a reader pins the WAL, seconds between checks whether it left (each may wait
+#: ``store.WAL_READER_WAIT_MS``): merging asks at every batch, which may be many a second.
+RECHECK_SECONDS = 1.0
 
 
 class WalWatch:
@@ -45,10 +48,13 @@ class WalWatch:
     def __init__(self, store: Store, emit: Callable[..., None], stopping: Callable[[], bool]):
         self.store, self.emit, self.stopping = store, emit, stopping
         self._reported: dict[str, float] = {}  # what -> when last reported
+        self._pinned_at: float | None = None  # when a check last found the WAL pinned
 
     def blocked(self, what: str, phase: str) -> bool:
         """Whether ``what`` (a write) must be deferred now; reported when it is."""
-        if not self.store.wal_blocked_now():
+        if self._pinned_at is None or time.monotonic() - self._pinned_at >= RECHECK_SECONDS:
+            self._pinned_at = time.monotonic() if self.store.wal_blocked_now() else None
+        if self._pinned_at is None:
             self._reported.pop(what, None)
             return False
         self._report(what, phase, waiting=False)
@@ -63,6 +69,7 @@ class WalWatch:
                 raise Interrupted(f"stopped while a reader held an old snapshot of {self.store.path}; {lost}")
             time.sleep(WAIT_POLL_SECONDS)
         self._reported.pop(what, None)
+        self._pinned_at = None
 
     def _report(self, what: str, phase: str, waiting: bool) -> None:
         clock = time.monotonic()

@@ -33,9 +33,11 @@ from pathlib import Path
 _PAUSE_SECONDS = 120
 
 
-def _start_time(pid: int) -> int | None:
-    """Process ``pid``'s start time in clock ticks since boot (``/proc/PID/stat`` field 22); None
-    when it cannot be read (no such process, no ``/proc``, hidden by the mount's ``hidepid``)."""
+def proc_stat(pid: int) -> tuple[bytes, int, int] | None:
+    """``(state, parent pid, start time in clock ticks since boot)`` of process ``pid``
+    (``/proc/PID/stat`` fields 3, 4 and 22; the start time tells it from a later process given
+    the same pid); None when it cannot be read (no such process, no ``/proc``, hidden by the
+    mount's ``hidepid``)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
@@ -44,9 +46,15 @@ def _start_time(pid: int) -> int | None:
     # the command name (field 2) is in parentheses and may hold spaces or ')': split after the last
     fields = stat[stat.rfind(b")") + 2:].split()
     try:
-        return int(fields[19])  # field 22 of the whole line is the 20th after the name
+        return fields[0], int(fields[1]), int(fields[19])
     except (IndexError, ValueError):
         return None
+
+
+def _start_time(pid: int) -> int | None:
+    """Process ``pid``'s start time in clock ticks since boot, or None (see ``proc_stat``)."""
+    st = proc_stat(pid)
+    return None if st is None else st[2]
 
 
 #: This process's (pid, start time) and the middle of its temporaries' names; recomputed after a fork.

@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+from ..temporaries import proc_stat
+
 #: Seconds between two looks at the driver's descendants.
 POLL_S = 0.2
 #: Seconds between SIGTERM and SIGKILL of what is left.
@@ -40,16 +42,8 @@ Proc = tuple[int, int]
 def _stat(pid: int) -> tuple[int, int] | None:
     """``(parent pid, start time)`` of ``pid`` from /proc, or None when it is gone (or a zombie,
     dead and waiting for its parent to collect it)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # the command name (field 2) is in parentheses and may hold spaces or parentheses itself
-    fields = data[data.rfind(b")") + 2:].split()
-    if fields[0] == b"Z":
-        return None
-    return int(fields[1]), int(fields[19])  # fields 4 (ppid) and 22 (starttime)
+    st = proc_stat(pid)
+    return None if st is None or st[0] == b"Z" else (st[1], st[2])
 
 
 def _children_map() -> dict[int, list[Proc]]:

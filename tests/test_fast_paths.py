@@ -17,7 +17,8 @@ from bpe_store._version import __version__
 from bpe_store.counting.count import WordCounter, count_chunk_native, native_counts
 from bpe_store.counting.pretokenize import GPT2_PATTERN
 from bpe_store.counting.sources import Source
-from bpe_store.store.store import RunParams, Store
+from bpe_store.store.params import RunParams
+from bpe_store.store.store import Store
 
 
 def _new_store(tmp_path, n_chunks: int = 3) -> Store:

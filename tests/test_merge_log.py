@@ -24,7 +24,8 @@ from test_merge_engine import KINDS, SPECIALS, byte_vocab, listed, needs_native,
 from bpe_store import train
 from bpe_store.inspection.inspection import splitter
 from bpe_store.store import migrate
-from bpe_store.store.store import Store, unpack_tokens
+from bpe_store.store.counting_rows import unpack_tokens
+from bpe_store.store.store import Store
 from bpe_store.training.merge import new_engine, replay_ranks, replay_word
 
 train_module = importlib.import_module("bpe_store.training.train")  # the package's ``train`` is the function

@@ -44,7 +44,7 @@ def _encode_source(files: "list[Path]", tokenizer: "Optional[Path]", pattern: "O
     """``(store or None, text files, Tokenizer or None)`` from ``encode``'s arguments: the first
     file is the store unless ``--tokenizer`` gives a ranks file; every mix-up is a clear error."""
     from ..errors import InputError
-    from ..store.store import SQLITE_MAGIC
+    from ..store.connection import SQLITE_MAGIC
 
     if tokenizer is None:
         if pattern is not None or special:

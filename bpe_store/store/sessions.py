@@ -17,7 +17,8 @@ import socket
 import sys
 
 from ..errors import Interrupted
-from .store import Store, now
+from .connection import now
+from .store import Store
 
 
 def begin(store: Store) -> int | None:

@@ -72,8 +72,12 @@ from ..counting.pretokenize import GPT2_PATTERN, describe_pattern, resolve_patte
 from ..counting.sources import Source
 from ..errors import ArgumentTypeError, InputError, Interrupted, ResumeMismatch, StoreError, path_argument
 from ..store import sessions
+from ..store.connection import _sqlite_error, is_db_error
+from ..store.counting_rows import StreamMark
+from ..store.files import _remove_files
+from ..store.params import RunParams
 from ..store.result import TrainResult, read_result, result_check
-from ..store.store import RunParams, Store, StreamMark, _remove_files, _sqlite_error, is_db_error
+from ..store.store import Store
 from ..temporaries import new_dir, remove_stale
 from .merge import Engine, new_engine, release_free_memory, uses_native
 from .options import (

@@ -68,7 +68,7 @@ def install_timers() -> None:
     import bpe_store.store.bulk as bulk
     import bpe_store.store.store as store
 
-    train_mod = importlib.import_module("bpe_store.training.train")  # `bpe_store.train` the attribute is the function
+    train_mod = importlib.import_module("bpe_store.training.merge_step")
 
     def timed(owner: object, name: str) -> None:
         fn = getattr(owner, name)

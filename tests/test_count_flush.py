@@ -391,7 +391,7 @@ def simulated_losses(monkeypatch, total: int, rate: float = 64e6, write: tuple[f
     import importlib
     from types import SimpleNamespace
 
-    train_module = importlib.import_module("bpe_store.training.train")  # the module (bpe_store.train is the function)
+    train_module = importlib.import_module("bpe_store.training.count_step")
 
     clock = [0.0]
     monkeypatch.setattr(train_module.time, "monotonic", lambda: clock[0])
@@ -424,7 +424,7 @@ def test_a_kill_in_the_middle_of_counting_loses_at_most_a_tenth_of_the_counting_
 
 
 def test_late_in_counting_a_kill_loses_at_most_about_two_small_flushes(monkeypatch):
-    from bpe_store.training.train import COUNT_FLUSH_MIN_BYTES
+    from bpe_store.training.count_step import COUNT_FLUSH_MIN_BYTES
 
     total = 12 * 10**9
     lost = max(lost for done, lost in simulated_losses(monkeypatch, total) if done > 0.6 * total)

@@ -240,7 +240,7 @@ def test_a_corrupt_store_in_a_checkpoint_is_the_same_error_on_both_paths(trained
 def test_a_resume_reads_the_words_into_the_engine_without_a_tuple_per_word(trained_store, tmp_path):
     from bpe_store import _core
     from bpe_store.training.merge import NativeMergeEngine
-    from bpe_store.training.train import _load_engine
+    from bpe_store.training.merge_step import _load_engine
 
     db = tmp_path / "run.db"
     shutil.copy(trained_store, db)

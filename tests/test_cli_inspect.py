@@ -14,11 +14,11 @@ import pytest
 from cli_helpers import SPECIAL, cli_cmd, env, run
 from conftest import SMALL_TEXT
 
-from bpe_store.errors import StoreError
+from bpe_store.errors import Interrupted, StoreError
 from bpe_store.inspection import inspection
 from bpe_store.store import migrate
 from bpe_store.store.store import Store
-from bpe_store.training.train import Interrupted, read_result, train
+from bpe_store.training.train import read_result, train
 
 VOCAB = 400
 TARGET = VOCAB - 257

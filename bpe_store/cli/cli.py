@@ -608,7 +608,7 @@ def train(
     if "-" in inputs:
         if len(inputs) > 1:
             raise InputError("- (standard input) must be the only input")
-        from ..counting.inputs import Stream
+        from ..counting.streams import Stream
 
         files: Any = Stream.stdin(fmt, text_field)
     else:

@@ -135,7 +135,8 @@ def register(app: typer.Typer) -> None:
 
         Example: bpe-store encode --tokenizer cl100k_base.tiktoken --pattern cl100k train.txt -o train.npy
         """
-        from ..counting.inputs import STDIN, Stream
+        from ..counting.inputs import STDIN
+        from ..counting.streams import Stream
         from ..tokenizer.token_files import val_path
         from .cli import expand_inputs
 

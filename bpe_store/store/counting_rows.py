@@ -21,7 +21,7 @@ from .connection import BUSY_TIMEOUT_MS, WAL_SIZE_LIMIT, now
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._core import WordIds, WordRows
-    from ..counting.count import WordCounter
+    from ..counting.native import WordCounter
 
 #: A counting flush's count deltas ``(delta, id)``. Why bulk: per row, the statement ran with the
 #: GIL held from the first row to the last (binding Python tuples), ~850 K rows a flush at 12 GB,

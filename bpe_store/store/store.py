@@ -86,7 +86,7 @@ from .schema_check import check_schema
 if TYPE_CHECKING:  # pragma: no cover
     from sqlalchemy.engine import Connection
 
-    from ..counting.count import WordCounter
+    from ..counting.native import WordCounter
 
 
 class Store(RunRows, CountingRows, MergingRows):

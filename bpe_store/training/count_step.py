@@ -13,25 +13,20 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from ..counting.count import (
     FlushBuffer,
-    WordCounter,
     add_counts,
-    count_blocks_ordered,
     count_chunk_native_task,
     count_chunk_task,
-    count_chunks_threaded,
     count_unit_task,
-    count_units_threaded,
     native_counts,
     new_word_counts,
     release_chunk_memory,
-    ticking,
 )
-from ..counting.inputs import (
-    Stream,
-    unit_of,
-)
+from ..counting.inputs import unit_of
+from ..counting.native import WordCounter
+from ..counting.parallel import count_blocks_ordered, count_chunks_threaded, count_units_threaded, ticking
 from ..counting.pretokenize import describe_pattern
 from ..counting.sources import Source
+from ..counting.streams import Stream
 from ..errors import InputError, Interrupted
 from ..store.counting_rows import StreamMark
 from ..store.params import RunParams

@@ -16,13 +16,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from ..counting.count import (
-    WordCounter,
-)
-from ..counting.inputs import (
-    FileInput,
-    Stream,
-)
+from ..counting.inputs import FileInput
+from ..counting.native import WordCounter
+from ..counting.streams import Stream
 from ..store.connection import _sqlite_error, is_db_error
 from ..store.params import RunParams
 from ..store.store import Store

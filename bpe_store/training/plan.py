@@ -12,20 +12,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .._version import __version__
-from ..counting.count import (
-    scan_source,
-)
-from ..counting.inputs import (
-    STDIN,
-    FileInput,
-    Stream,
-    file_input,
-    plan_units,
-    same_kind_diffs,
-    scan_input,
-)
+from ..counting.fingerprint import scan_source
+from ..counting.inputs import STDIN, FileInput, file_input
+from ..counting.planning import plan_units, same_kind_diffs, scan_input
 from ..counting.pretokenize import resolve_pattern
 from ..counting.sources import Source
+from ..counting.streams import Stream
 from ..errors import ArgumentTypeError, InputError, ResumeMismatch, StoreError, path_argument
 from ..store.files import _remove_files
 from ..store.params import RunParams

@@ -33,14 +33,10 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from ..counting.count import (
-    DEFAULT_CHUNK_SIZE,
-)
-from ..counting.inputs import (
-    DEFAULT_TEXT_FIELD,
-    Stream,
-)
+from ..counting.chunks import DEFAULT_CHUNK_SIZE
+from ..counting.inputs import DEFAULT_TEXT_FIELD
 from ..counting.pretokenize import GPT2_PATTERN
+from ..counting.streams import Stream
 from ..errors import ArgumentTypeError, path_argument
 from ..store import sessions
 from ..store.result import TrainResult, read_result

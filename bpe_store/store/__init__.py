@@ -1,7 +1,8 @@
 """The store: one SQLite file that holds a run's whole state, and the code that reads and writes it.
 
-Owns the connection, the schema and its migrations, and the rows (a few statements still live
-with their callers: training's ``train`` and inspection's ``report``). From the top:
+Owns the connection, the schema and its migrations, and the rows: training and the report read and
+write the store only through its methods (inspection's ``status``/``show``/``why`` still run their
+read-only queries themselves). From the top:
 
 - ``check`` every check of a store at once (``db check``); ``sessions`` the log of runs; ``result``
   a store's (vocab, merges), checked (``TrainResult``, ``read_result``).

@@ -143,6 +143,27 @@ class CountingRows:
     def _words_empty(self) -> bool:
         return self.sql("SELECT NOT EXISTS (SELECT 1 FROM words)").scalar() == 1
 
+    def has_words(self) -> bool:
+        """Whether the store holds a word."""
+        return not self._words_empty()
+
+    def count_words(self) -> int:
+        return self.sql("SELECT count(*) FROM words").scalar()
+
+    def last_word_id(self) -> int:
+        """The largest word id (0 without words): words have the ids 1, 2, ..., so also their number."""
+        return self.sql("SELECT coalesce(max(id), 0) FROM words").scalar()
+
+    def word_id_at(self, index: int) -> int | None:
+        """The id of the ``index``-th word in id order (from 0), as the merge engine numbers them."""
+        return self.sql("SELECT id FROM words ORDER BY id LIMIT 1 OFFSET ?", (index,)).scalar()
+
+    def most_frequent_words(self, min_bytes: int, limit: int) -> Iterable[tuple[bytes, int]]:
+        """``(word, count)`` of the ``limit`` most frequent words of at least ``min_bytes`` bytes,
+        most frequent first (ties by their bytes), read as they are iterated."""
+        return self.sql("SELECT bytes, count FROM words WHERE length(bytes) >= ?"
+                        " ORDER BY count DESC, bytes LIMIT ?", (min_bytes, limit))
+
     def _load_words(self, fresh: Any = None) -> Any:
         """A ``WordIds`` holding the store's words, read in batches (what is read at once, native
         rows or Python tuples, is never more than a batch); from ``fresh``, the native

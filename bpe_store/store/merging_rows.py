@@ -74,6 +74,12 @@ class MergingRows:
         self._words = None  # counting is over; free the map
         self._fresh_rows = None
 
+    def count_merges(self) -> int:
+        return self.sql("SELECT count(*) FROM merges").scalar()
+
+    def has_pair_counts(self) -> bool:
+        return bool(self.sql("SELECT EXISTS (SELECT 1 FROM pair_counts)").scalar())
+
     def load_merges(self) -> list[tuple[int, int, int, int, int]]:
         """``[(rank, left, right, token, count)]`` in rank order."""
         return self.sql('SELECT rank, "left", "right", token, count FROM merges ORDER BY rank').fetchall()

@@ -123,6 +123,11 @@ class RunRows:
         v = self.sql("SELECT elapsed_s FROM checkpoints ORDER BY id DESC LIMIT 1").scalar()
         return float(v or 0.0)
 
+    def checkpoint_stages(self) -> list[tuple[str, int, float, float]]:
+        """``(phase, checkpoints, the last's training time, seconds spent writing)`` per phase."""
+        return self.sql("SELECT phase, count(*), max(elapsed_s), coalesce(sum(write_s), 0) FROM checkpoints"
+                        " GROUP BY phase").fetchall()
+
     def add_checkpoint_row(self, phase: str, merges_done: int, elapsed_s: float, write_s: float | None,
                            writer: BulkWriter | None = None, merge_digest: str = digest.EMPTY) -> None:
         """The ``checkpoints`` row of a write (inside its transaction; ``writer``: its bulk writer),

@@ -268,7 +268,7 @@ def _check_something_counted(store: Store, params: RunParams) -> None:
     same command fails the same way at once, without counting again; another pattern needs
     ``--restart``.
     """
-    if store.sql("SELECT EXISTS (SELECT 1 FROM words)").scalar():
+    if store.has_words():
         return
     raise InputError(
         f"nothing to train on: the pattern {describe_pattern(params.pattern)} matches none of the "

@@ -69,8 +69,7 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
     # the merges logged after the last full checkpoint: the words' tokens and pair counts are older
     # None: a finished run's store, whose words are read as their bytes (see KEEP_WORD_TOKENS)
     state = store.state_merges()
-    if (state is None and store.pairs_merges() is None
-            and store.sql("SELECT EXISTS (SELECT 1 FROM pair_counts)").scalar()):
+    if state is None and store.pairs_merges() is None and store.has_pair_counts():
         raise StoreError(f"{store.path}: the store is inconsistent (pair counts in a finished run's store "
                          "that kept none); start over with --restart")
     if state is not None and not 0 <= state <= len(merges):
@@ -86,7 +85,7 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
     except (TypeError, ValueError, OverflowError) as exc:  # a count or blob of the wrong type or sign
         raise StoreError(f"{store.path}: the store's words are damaged ({exc}); start over with --restart") from None
     if merger.bad_word >= 0:
-        word = store.sql("SELECT id FROM words ORDER BY id LIMIT 1 OFFSET ?", (merger.bad_word,)).scalar()
+        word = store.word_id_at(merger.bad_word)
         raise StoreError(f"{store.path}: the store is inconsistent (word {word} does not "
                          "spell its bytes); start over with --restart")
     del rows
@@ -109,7 +108,7 @@ def check_words(store: Store) -> str:
     if run["phase"] == "counting":
         return "counting: words are checked against pairs once merging starts"
     _load_engine(store, store.params())
-    n = store.sql("SELECT coalesce(max(id), 0) FROM words").scalar()
+    n = store.last_word_id()
     return f"{n} words spell their bytes under the merges; the pair counts are theirs"
 
 
@@ -160,7 +159,7 @@ def _merge(job: _Job, engine: Engine | str) -> None:
     store, target = job.store, job.params.num_merges
     if job.writes.idle():  # else counting just ended: merging starts while its writes finish
         run = store.run_row()
-        done_now = store.sql("SELECT count(*) FROM merges").scalar()
+        done_now = store.count_merges()
         if run["phase"] == "done" and (run["stop_reason"] == "no_pairs" or done_now >= target):
             return  # a finished store: nothing to do (a larger vocab size set phase back to merging)
     merger = _load_engine(store, job.params, engine) if isinstance(engine, str) else engine

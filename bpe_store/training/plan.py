@@ -212,14 +212,13 @@ def _preflight(job: _Job, store: Store, grow: bool) -> Engine | None:
     run = store.run_row()
     result_check(store, params.special_tokens)
     if run["phase"] == "counting":
-        if store.sql("SELECT count(*) FROM merges").scalar():
+        if store.count_merges():
             raise StoreError(f"{store.path}: the store is inconsistent (counting, but it holds merges); "
                              "start over with --restart")
         return None
     if run["phase"] == "merging" or grow:
         # a resume reads the words back and checks them: say so, it can take seconds
         job.emit(stage="loading", phase="merging", total=params.num_merges,
-                 done=store.sql("SELECT count(*) FROM merges").scalar(),
-                 words=store.sql("SELECT count(*) FROM words").scalar())
+                 done=store.count_merges(), words=store.count_words())
         return _load_engine(store, params, job.engine)
     return None

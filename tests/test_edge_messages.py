@@ -11,14 +11,14 @@ import pytest
 from cli_helpers import SPECIAL, run
 
 from bpe_store import InputError, StoreError, train
-from bpe_store.counting import count
+from bpe_store.counting import fingerprint
 
 
 @pytest.mark.parametrize("invalid_utf8", ["strict", "replace"])
 def test_a_file_that_grows_while_it_is_fingerprinted_is_refused(tmp_path, monkeypatch, invalid_utf8):
     corpus = tmp_path / "growing.txt"
     corpus.write_text("hello world " * 50_000, encoding="utf-8")
-    real_native, real_open = count._fingerprint_native, count.open_regular
+    real_native, real_open = fingerprint._fingerprint_native, fingerprint.open_regular
 
     def grow() -> None:
         with open(corpus, "ab") as f:
@@ -47,9 +47,9 @@ def test_a_file_that_grows_while_it_is_fingerprinted_is_refused(tmp_path, monkey
         def __exit__(self, *exc):
             self.f.close()
 
-    monkeypatch.setattr(count, "_fingerprint_native", native_then_grow)
-    monkeypatch.setattr(count, "open_regular", lambda p: GrowingReader(real_open(p)))
-    monkeypatch.setattr(count, "_READ_BLOCK", 64 << 10)
+    monkeypatch.setattr(fingerprint, "_fingerprint_native", native_then_grow)
+    monkeypatch.setattr(fingerprint, "open_regular", lambda p: GrowingReader(real_open(p)))
+    monkeypatch.setattr(fingerprint, "_READ_BLOCK", 64 << 10)
     with pytest.raises(InputError, match="changed while it was being read .* is it still being written"):
         train([corpus], tmp_path / "run.db", 300, [SPECIAL], invalid_utf8=invalid_utf8)
     assert not (tmp_path / "run.db").exists()

@@ -17,8 +17,6 @@ from typer.core import TyperCommand, TyperGroup
 from ..errors import EXIT_CODES, EXIT_FAILED, EXIT_SIGINT, BpeStoreError
 
 _VERBOSE_KEY = "bpe_store.verbose"
-
-
 _ARGV_KEY = "bpe_store.argv"
 
 

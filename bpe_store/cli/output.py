@@ -56,8 +56,6 @@ def _plain(v: Any) -> Any:
 #: A table's column widths are measured on its first rows only, so ``sql`` can stream the rest:
 #: a later, wider value is printed whole and shifts its line (never cut).
 TABLE_WIDTH_ROWS = 1000
-
-
 #: Rows formatted per write: one ``write`` per row costs more than formatting it.
 _WRITE_BATCH = 1000
 

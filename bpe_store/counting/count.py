@@ -73,7 +73,6 @@ def count_chunk(path: str, start: int, end: int, special_tokens: Sequence[str], 
     return dict(counts), sum(counts.values())
 
 
-
 def _read_chunk(path: str, start: int, end: int) -> bytes:
     with open_regular(path) as f:
         f.seek(start)
@@ -81,7 +80,6 @@ def _read_chunk(path: str, start: int, end: int) -> bytes:
     if len(data) != end - start:
         raise InputError(f"{path}: changed while training (shorter than when the run started)")
     return data
-
 
 
 def count_chunk_native(path: str, start: int, end: int, special_tokens: Sequence[str],
@@ -103,13 +101,11 @@ def count_chunk_native(path: str, start: int, end: int, special_tokens: Sequence
     return _native_count_chunk(data, specials, max_pretoken_bytes or 0, scanner)
 
 
-
 def release_chunk_memory() -> None:
     """Free the memory native counting keeps for its next chunk (``count_chunk_native``): called
     when counting ends, so that merging does not carry it."""
     if _native_release_chunk_memory is not None:
         _native_release_chunk_memory()
-
 
 
 def count_chunk_native_task(args: tuple) -> tuple[int, ChunkCounts, int]:
@@ -118,7 +114,6 @@ def count_chunk_native_task(args: tuple) -> tuple[int, ChunkCounts, int]:
     counts = count_chunk_native(path, start, end, special_tokens, invalid_utf8, max_bytes[0] if max_bytes else None,
                                 pattern)
     return cid, counts, counts.total
-
 
 
 def count_unit_packed(task: tuple) -> tuple[int, bytes, int]:
@@ -156,17 +151,14 @@ def count_unit_counts(task: tuple) -> tuple[int, ChunkCounts | WordCounter | byt
     return cid, _native_pack_counts(words), n
 
 
-
 def new_word_counts(native: bool) -> Counter[bytes] | WordCounter:
     """An empty in-memory reduce buffer: native (``WordCounter``) for native chunk counts."""
     return WordCounter() if native else Counter()
 
 
-
 #: Matches counted at once by ``regex_count_words``: memory for the str objects stays ~4 MB
 #: (not one list of every match of an 8 MB chunk, ~100 MB), and a batch still amortizes a call.
 _REGEX_COUNT_BATCH = 1 << 16
-
 
 
 def regex_count_words(text: str, special_tokens: Sequence[str], pattern: str,
@@ -192,11 +184,9 @@ def regex_count_words(text: str, special_tokens: Sequence[str], pattern: str,
     return split_long_words(Counter(dict(total.items())), max_pretoken_bytes)
 
 
-
 def native_counts(pattern: str) -> bool:
     """Whether ``count_chunk`` counts ``pattern`` natively (GIL released, so threads scale)."""
     return native_scanner(pattern) != "" and _native_count_words is not None
-
 
 
 def count_chunk_task(args: tuple) -> tuple[int, dict[bytes, int], int]:
@@ -207,7 +197,6 @@ def count_chunk_task(args: tuple) -> tuple[int, dict[bytes, int], int]:
     return cid, counts, n
 
 
-
 def _count_into(task: Callable[[tuple], tuple], into: FlushBuffer, t: tuple) -> tuple[int, None, int]:
     """``task(t)``, its counts added into ``into`` on this thread."""
     cid, counts, n = task(t)
@@ -215,12 +204,10 @@ def _count_into(task: Callable[[tuple], tuple], into: FlushBuffer, t: tuple) -> 
     return cid, None, n
 
 
-
 def _block_specials(special_tokens: Sequence[str], documents: bool) -> list[bytes]:
     """The native splitter's specials for a block: with ``DOC_SEP`` when it joins documents."""
 
     return [s.encode("utf-8") for s in special_tokens] + ([DOC_SEP] if documents else [])
-
 
 
 def count_block(block: bytes, special_tokens: Sequence[str], pattern: str,
@@ -231,7 +218,6 @@ def count_block(block: bytes, special_tokens: Sequence[str], pattern: str,
     for doc in block.split(DOC_SEP) if documents else [block]:
         counts.update(regex_count_words(doc.decode("utf-8"), special_tokens, pattern, max_pretoken_bytes))
     return counts
-
 
 
 def _count_unit_native(unit: object, special_tokens: Sequence[str], pattern: str, invalid_utf8: str,
@@ -246,7 +232,6 @@ def _count_unit_native(unit: object, special_tokens: Sequence[str], pattern: str
         n += counts.total
         words.add(counts)
     return words, n
-
 
 
 def count_unit_task(args: tuple) -> tuple[int, dict[bytes, int], int]:

@@ -21,8 +21,6 @@ from ..errors import InputError
 
 #: How much a reader asks a (decompressing) file for at once.
 _READ = 1 << 20
-
-
 _PIP = {"parquet": "pip install 'bpe-store[parquet]'  (pyarrow)",
         "zst": "pip install 'bpe-store[zstd]'  (zstandard)"}
 

@@ -18,8 +18,6 @@ from .native import (
 from .sources import Source
 
 _READ_BLOCK = 16 << 20
-
-
 _FINGERPRINT_BLOCK = 2 << 20
 
 

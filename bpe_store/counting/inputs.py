@@ -36,29 +36,13 @@ from ..errors import InputError
 from .sources import Source
 
 FORMATS = ("text", "jsonl", "parquet")
-
-
-
 COMPRESSIONS = {".gz": "gz", ".zst": "zst", ".bz2": "bz2", ".xz": "xz"}
-
-
-
 _FORMAT_OF_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet",
                      ".pq": "parquet"}
-
-
-
 DEFAULT_TEXT_FIELD = "text"
-
-
-
 #: ``Source.path`` of standard input and of a Python iterable.
 STDIN = "-"
-
-
-
 ITERABLE = "<iterable>"
-
 
 
 @dataclass(frozen=True)
@@ -69,7 +53,6 @@ class FileInput:
     format: str = "text"
     compression: str = "none"
     text_field: str | None = None
-
 
 
 def file_input(path: str | os.PathLike, format: str | None = None,
@@ -90,7 +73,6 @@ def file_input(path: str | os.PathLike, format: str | None = None,
     if not text_field:
         raise InputError("the text field name must not be empty")
     return FileInput(p, format, compression, None if format == "text" else text_field)
-
 
 
 @dataclass(frozen=True)

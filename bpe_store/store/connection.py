@@ -19,10 +19,7 @@ from ..interrupts import CtrlC
 
 #: ``PRAGMA application_id`` of every bpe_store file ("BPE1"): tells our stores from other SQLite files.
 APPLICATION_ID = 0x42504531
-
-
 SQLITE_MAGIC = b"SQLite format 3\x00"
-
 
 #: The page size of a new store (SQLite's default is 4096; a store keeps the size it was made with).
 #: Why 16 KiB: the big writes (counting's flushes into `words`, a merge checkpoint's word tokens and
@@ -34,8 +31,6 @@ PAGE_SIZE = 16384
 
 #: Milliseconds a statement waits for another connection's lock before failing.
 BUSY_TIMEOUT_MS = 10_000
-
-
 #: The WAL is truncated to this size whenever it is reset (``PRAGMA journal_size_limit``); after
 #: every write transaction a TRUNCATE checkpoint empties it unless a reader still needs it.
 WAL_SIZE_LIMIT = 64 << 20
@@ -43,7 +38,6 @@ WAL_SIZE_LIMIT = 64 << 20
 
 def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
-
 
 
 def is_db_error(exc: BaseException) -> bool:

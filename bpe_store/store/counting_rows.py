@@ -35,8 +35,6 @@ _COUNT_DELTAS = ("UPDATE words SET count = count + ? WHERE id = ?",
 
 #: A store of at least this many words is read in two halves at once (``_read_native_words_halves``).
 _PARALLEL_READ_MIN = 1 << 20
-
-
 #: Words a resume's first counting flush reads from the store at a time (``Store._load_words``).
 _WORD_LOAD_BATCH = 1 << 20
 
@@ -48,7 +46,6 @@ def unpack_tokens(blob: bytes) -> list[int]:
     a = array.array("I")
     a.frombytes(blob)
     return a.tolist()
-
 
 
 @dataclass(frozen=True)

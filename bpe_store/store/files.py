@@ -54,7 +54,6 @@ def _remove_files(db: Path) -> None:
             pass
 
 
-
 def _publish(tmp: Path, p: Path, durable: bool = True) -> None:
     """Put the finished ``tmp`` in place as ``p`` (never over a non-empty file) and sync the
     directory, so the new name survives power loss."""

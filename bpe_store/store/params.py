@@ -18,18 +18,12 @@ from ..errors import StoreError
 #: Most special tokens a run may have (a store with more is refused as damaged or hostile: each
 #: becomes an alternative of the special-token regex, and 200 K of them took minutes to compile).
 MAX_SPECIAL_TOKENS = 10_000
-
-
 #: Longest pre-tokenization pattern a store may hold (characters).
 MAX_PATTERN_CHARS = 10_000
-
-
 #: A store's pattern must scan these probes within ``PATTERN_PROBE_SECONDS``: a pattern with
 #: catastrophic backtracking, such as ``(a|aa)+$``, is refused instead of hanging every encode.
 PATTERN_PROBES = ("a" * 40 + "!", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n!", " " * 40 + "!", "1" * 40 + "!",
                   "ab " * 20 + "\u00e9\u4e2d!")
-
-
 PATTERN_PROBE_SECONDS = 1.0
 
 

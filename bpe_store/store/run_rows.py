@@ -31,7 +31,6 @@ class Chunk:
     part: int | None = None
 
 
-
 class RunRows:
     """The run, its inputs and its checkpoints (a part of ``Store``: needs its ``sql`` and transactions)."""
 

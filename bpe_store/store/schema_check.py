@@ -15,11 +15,7 @@ from ..errors import StoreError
 #: that, sorting every word takes < 0.1 s and the index would cost a run more than it saves. A
 #: store's schema may have it or not, from revision ``WORDS_BY_COUNT_SINCE`` on (``check_schema``).
 WORDS_BY_COUNT = "CREATE INDEX words_by_count ON words(count DESC)"
-
-
 WORDS_BY_COUNT_MIN = 1_000_000
-
-
 WORDS_BY_COUNT_SINCE = "v0_3_0_words_by_count"
 
 

@@ -31,22 +31,13 @@ from ..errors import InputError, Interrupted
 from ..store.counting_rows import StreamMark
 from ..store.params import RunParams
 from ..store.store import Store
-
-#: A checkpoint is written after this many seconds of merging (and when merging ends): the most
-#: a kill can lose. ``checkpoint_merges`` also caps a batch when given; by default it is None,
-#: because merges per second vary 100x between engines and corpora, while the cost of a
-#: checkpoint grows with the words a batch touches: with the native engine on enwiki-100M a
 from .job import _Job
 
 #: Counting flushes its counts to the store at most this often (and at the end).
 DEFAULT_COUNT_FLUSH_SECONDS = 10.0
-
-
 #: ... and sooner once it has counted this share of the bytes still to count since the last
 #: flush, and at least ``COUNT_FLUSH_MIN_BYTES`` (see ``_CountWriter.due``): what a kill loses.
 COUNT_FLUSH_LOSS = 0.05
-
-
 COUNT_FLUSH_MIN_BYTES = 256 << 20
 #: While counting, a progress event at least this often (seconds), even when a unit takes longer
 #: (``_heartbeat``).

@@ -23,11 +23,6 @@ from ..store.connection import _sqlite_error, is_db_error
 from ..store.params import RunParams
 from ..store.store import Store
 
-#: A checkpoint is written after this many seconds of merging (and when merging ends): the most
-#: a kill can lose. ``checkpoint_merges`` also caps a batch when given; by default it is None,
-#: because merges per second vary 100x between engines and corpora, while the cost of a
-#: checkpoint grows with the words a batch touches: with the native engine on enwiki-100M a
-
 Progress = Callable[[dict], None]
 
 
@@ -161,8 +156,6 @@ class _Writes:
 
 
 P = ParamSpec("P")
-
-
 R = TypeVar("R")
 
 

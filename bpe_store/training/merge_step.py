@@ -12,11 +12,6 @@ from ..errors import Interrupted, StoreError
 from ..store.params import RunParams
 from ..store.result import result_check
 from ..store.store import Store
-
-#: A checkpoint is written after this many seconds of merging (and when merging ends): the most
-#: a kill can lose. ``checkpoint_merges`` also caps a batch when given; by default it is None,
-#: because merges per second vary 100x between engines and corpora, while the cost of a
-#: checkpoint grows with the words a batch touches: with the native engine on enwiki-100M a
 from .job import _Job
 from .merge import Engine, new_engine, release_free_memory, uses_native
 
@@ -26,8 +21,6 @@ from .merge import Engine, new_engine, release_free_memory, uses_native
 #: checkpoint grows with the words a batch touches: with the native engine on enwiki-100M a
 #: checkpoint every 2000 merges spent 7 s writing for 1 s of merging (bench/RESULTS-merge.md).
 DEFAULT_CHECKPOINT_MERGES: int | None = None
-
-
 DEFAULT_CHECKPOINT_SECONDS = 30.0
 
 
@@ -39,8 +32,6 @@ DEFAULT_CHECKPOINT_SECONDS = 30.0
 #: 4.5 s; counting the pairs after it costs more than at rank 0 (~2.2 s: merged tokens make
 #: millions of distinct pairs).
 MERGE_LOG_SECONDS = 1.0
-
-
 #: A finished run keeps the tokens of at most this many of its most frequent words (those more
 #: frequent than the next one, so that ties never depend on word ids; ``top_words`` shows them,
 #: the others' are NULL): the words people look at, where writing every word's (7.0 M at 12 GB)

@@ -23,11 +23,6 @@ from ..store.files import _remove_files
 from ..store.params import RunParams
 from ..store.result import result_check
 from ..store.store import Store
-
-#: A checkpoint is written after this many seconds of merging (and when merging ends): the most
-#: a kill can lose. ``checkpoint_merges`` also caps a batch when given; by default it is None,
-#: because merges per second vary 100x between engines and corpora, while the cost of a
-#: checkpoint grows with the words a batch touches: with the native engine on enwiki-100M a
 from .job import Progress, _Job
 from .merge import Engine
 from .merge_step import _load_engine

@@ -40,11 +40,6 @@ from ..counting.streams import Stream
 from ..errors import ArgumentTypeError, path_argument
 from ..store import sessions
 from ..store.result import TrainResult, read_result
-
-#: A checkpoint is written after this many seconds of merging (and when merging ends): the most
-#: a kill can lose. ``checkpoint_merges`` also caps a batch when given; by default it is None,
-#: because merges per second vary 100x between engines and corpora, while the cost of a
-#: checkpoint grows with the words a batch touches: with the native engine on enwiki-100M a
 from ..temporaries import new_dir, remove_stale
 from .count_step import DEFAULT_COUNT_FLUSH_SECONDS, _count
 from .job import Progress, _Job, _without_gc_store_errors
@@ -150,7 +145,6 @@ def train(
         return read_result(job.store)                      # 6. done
 
 
-
 @contextlib.contextmanager
 def _session(job: _Job) -> Iterator[None]:
     """Steps 3-6 as one session in the store's history (who trained, when, how it ended); the
@@ -171,7 +165,6 @@ def _session(job: _Job) -> Iterator[None]:
     finally:
         job.writes.close()
         store.close()
-
 
 
 def train_bpe(
@@ -200,7 +193,6 @@ def train_bpe(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         os.close(lock_fd)
-
 
 
 def train_from_iterator(

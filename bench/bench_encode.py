@@ -76,7 +76,7 @@ def child(which: str, args: argparse.Namespace) -> dict:
         # what `bpe-store encode` does: stream the file into an .npy; the text is never all in memory
         import numpy as np
 
-        from bpe_store.cli.cli_tokenize import encode_to_file
+        from bpe_store.tokenizer.token_files import encode_to_file
 
         path = Path(args.corpus) if not args.limit else export / "slice.txt"
         out_npy = export / "ids.npy"

@@ -65,9 +65,10 @@ def copy_store(src: Path, dst: Path) -> None:
 
 def install_timers() -> None:
     """Wrap the resume's heavy calls so each adds its wall and CPU seconds to ``LOG``."""
+    import bpe_store.store.bulk as bulk
     import bpe_store.store.store as store
 
-    train_mod = importlib.import_module("bpe_store.training.train")  # `bpe_store.train` the attribute is the function
+    train_mod = importlib.import_module("bpe_store.training.merge_step")
 
     def timed(owner: object, name: str) -> None:
         fn = getattr(owner, name)
@@ -84,13 +85,13 @@ def install_timers() -> None:
         timed(store.Store, name)
     timed(train_mod, "new_engine")
 
-    executemany = store.BulkWriter.executemany
+    executemany = bulk.BulkWriter.executemany
 
     def statement(self, sql, rows, bulk=None):
         t = time.perf_counter()
         executemany(self, sql, rows, bulk)
         LOG.append(f"  {time.perf_counter() - t:6.2f} s {len(rows):9d} rows  {(bulk or sql)[:70]}")
-    store.BulkWriter.executemany = statement
+    bulk.BulkWriter.executemany = statement
 
     bulk_transaction = store.Store.bulk_transaction
 

@@ -41,20 +41,20 @@ def encode(args: argparse.Namespace) -> None:
 
 
 def count(args: argparse.Namespace) -> None:
-    from bpe_store.counting import count as c
+    from bpe_store.counting import chunks, native
 
     data = Path(args.file).read_bytes()
     specials = [EOT.encode()]
     if args.docs:
         data = data.replace(EOT.encode(), b"\xff")
         specials.append(b"\xff")
-    step = c.DEFAULT_CHUNK_SIZE
+    step = chunks.DEFAULT_CHUNK_SIZE
     chunks = [data[i:i + step] for i in range(0, len(data), step)]  # counts are exact only per chunk; fine for timing
     best = None
     for _ in range(args.repeat):
         t, cpu = time.perf_counter(), _cpu()
         with ThreadPoolExecutor(2) as pool:
-            n = sum(cc.total for cc in pool.map(lambda b: c._native_count_chunk(b, specials, 0), chunks))
+            n = sum(cc.total for cc in pool.map(lambda b: native._native_count_chunk(b, specials, 0), chunks))
         run = (time.perf_counter() - t, _cpu() - cpu)
         best = run if best is None or run[1] < best[1] else best
     print(f"count {args.file}{' as documents' if args.docs else ''}: {n} pre-tokens, best of {args.repeat}: "

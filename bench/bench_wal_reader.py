@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-import bpe_store.training.train as train_module
+import bpe_store.training.merge_step as merge_step
 from bpe_store import train
 
 
@@ -37,7 +37,7 @@ def main() -> None:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     if args.slow_merging:
-        train_module._SUB_STEP = 4  # a progress event every 4 merges
+        merge_step._SUB_STEP = 4  # a progress event every 4 merges
 
     def wal() -> int:
         p = Path(f"{db}-wal")

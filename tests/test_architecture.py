@@ -92,14 +92,17 @@ def test_train_py_functions_are_short():
     assert long == {}, f"functions in train.py longer than {RECIPE_MOST_LINES} lines (docstring aside): {long}"
 
 
-def test_train_py_defines_its_steps_in_the_order_its_docstring_lists():
-    # the module docstring's "N. name  (``function``)" lines are the recipe: numbered 1, 2, 3, ... and
-    # each function (but the last, read_result, imported) defined in train.py in that order
+def test_train_py_lists_its_steps_in_the_order_their_modules_define_them():
+    # train.py's docstring's "N. name  (``function``)" lines are the recipe: numbered 1, 2, 3, ... and
+    # each function (but the last, read_result, imported) defined in the step modules, in that
+    # order: plan, count_step, merge_step, and within each module in the order listed
     tree = ast.parse((PACKAGE / "training" / "train.py").read_text(encoding="utf-8"))
     steps = re.findall(r"^(\d+)\. +\w+ +\(``(\w+)``\)", ast.get_docstring(tree), re.MULTILINE)
     assert [int(n) for n, _ in steps] == list(range(1, len(steps) + 1)) and len(steps) >= 5, steps
-    defined = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
-    local = [name for _, name in steps if name in defined]
-    assert local == [name for _, name in steps][:-1], (steps, defined)
-    assert [defined.index(name) for name in local] == sorted(defined.index(name) for name in local)
-    assert defined.index("train") < defined.index(local[0])  # the recipe first, then its steps
+    modules = ["plan", "count_step", "merge_step"]
+    defined = {m: [node.name for node in ast.parse((PACKAGE / "training" / f"{m}.py").read_text(encoding="utf-8")).body
+                   if isinstance(node, ast.FunctionDef)] for m in modules}
+    where = [(modules.index(m), defined[m].index(name))
+             for _, name in steps[:-1] for m in modules if name in defined[m]]
+    assert len(where) == len(steps) - 1, (steps, defined)
+    assert where == sorted(where), (steps, defined)

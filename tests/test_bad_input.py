@@ -90,9 +90,9 @@ def test_device_input_is_refused(db_path, device):
 def test_input_swapped_for_a_fifo_before_counting_is_refused(tmp_path, corpus, db_path, monkeypatch):
     # the file is checked when the run starts; if a FIFO replaces it before a chunk is read,
     # reading must not block either
-    from bpe_store.counting import count
+    from bpe_store.counting import planning
 
-    real = count.plan_chunks
+    real = planning.plan_chunks
 
     def swap(path, *a, **kw):
         chunks = real(path, *a, **kw)
@@ -100,7 +100,7 @@ def test_input_swapped_for_a_fifo_before_counting_is_refused(tmp_path, corpus, d
         os.mkfifo(path)
         return chunks
 
-    monkeypatch.setattr(count, "plan_chunks", swap)  # inputs.plan_units calls it from count
+    monkeypatch.setattr(planning, "plan_chunks", swap)  # plan_units calls it
     _raises(InputError, "FIFO", [corpus], db_path, 300, SPECIAL)
 
 
@@ -152,9 +152,9 @@ def test_invalid_utf8_says_where(tmp_path, db_path):
 
 
 def test_invalid_utf8_across_read_blocks(tmp_path, db_path, monkeypatch):
-    import bpe_store.counting.count as count
+    import bpe_store.counting.input_checks as input_checks
 
-    monkeypatch.setattr(count, "_READ_BLOCK", 7)
+    monkeypatch.setattr(input_checks, "_READ_BLOCK", 7)
     bad = tmp_path / "bad.txt"
     bad.write_bytes("ab é cd\n".encode() * 3 + b"x\xc3")  # truncated 2-byte sequence at the end
     _raises(InputError, r"invalid UTF-8 at byte 28 \(line 4\)", [bad], db_path, 300, SPECIAL)

@@ -13,7 +13,10 @@ import typer
 from cli_helpers import ROOT, env, run, run_sub
 
 from bpe_store import errors
-from bpe_store.cli.cli import Format, app, expand_inputs, render, resume_command
+from bpe_store.cli.cli import app
+from bpe_store.cli.input_args import expand_inputs
+from bpe_store.cli.output import Format, render
+from bpe_store.cli.train_cmd import resume_command
 
 
 def _commands(group=None, prefix: str = "") -> dict[str, object]:

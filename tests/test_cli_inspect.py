@@ -14,11 +14,11 @@ import pytest
 from cli_helpers import SPECIAL, cli_cmd, env, run
 from conftest import SMALL_TEXT
 
-from bpe_store.errors import StoreError
+from bpe_store.errors import Interrupted, StoreError
 from bpe_store.inspection import inspection
 from bpe_store.store import migrate
 from bpe_store.store.store import Store
-from bpe_store.training.train import Interrupted, read_result, train
+from bpe_store.training.train import read_result, train
 
 VOCAB = 400
 TARGET = VOCAB - 257
@@ -171,9 +171,9 @@ def test_sql_jsonl_and_limits(store_path):
 def test_sql_output_streams_rows_as_it_reads_them(fmt):
     """Rows are written while they are read (the first ones long before the last is read), and
     the output equals the whole-list rendering."""
-    from bpe_store.cli import cli
+    from bpe_store.cli import output
 
-    n = 5 * cli.TABLE_WIDTH_ROWS
+    n = 5 * output.TABLE_WIDTH_ROWS
     read = 0
 
     def rows():
@@ -190,10 +190,10 @@ def test_sql_output_streams_rows_as_it_reads_them(fmt):
             return super().write(text)
 
     out = Out()
-    assert cli.write_rows(out, ["id", "word", "blob"], rows(), cli.Format(fmt)) == n
-    assert min(r for r in read_at_write if r > 0) <= 2 * cli.TABLE_WIDTH_ROWS < n
+    assert output.write_rows(out, ["id", "word", "blob"], rows(), output.Format(fmt)) == n
+    assert min(r for r in read_at_write if r > 0) <= 2 * output.TABLE_WIDTH_ROWS < n
     rows_list = [(i, f"w{i}", b" \xe2" if i % 7 == 0 else None) for i in range(n)]
-    assert out.getvalue().rstrip("\n") == cli.render(["id", "word", "blob"], rows_list, cli.Format(fmt))
+    assert out.getvalue().rstrip("\n") == output.render(["id", "word", "blob"], rows_list, output.Format(fmt))
 
 
 @pytest.mark.slow
@@ -220,7 +220,7 @@ def test_sql_memory_does_not_grow_with_rows(store_path):
 
 
 def test_tables_measure_width_in_terminal_cells():
-    from bpe_store.cli.cli import Format, render
+    from bpe_store.cli.output import Format, render
 
     lines = render(["token", "n"], [("日本語", 1), ("abc", 22), ("e\u0301", 3)], Format.table).splitlines()
     from bpe_store.inspection.display import width

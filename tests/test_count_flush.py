@@ -14,14 +14,16 @@ from collections import Counter
 import pytest
 from conftest import EN, ROOT, RU, fixture_text, kill_when_paused, store_contents
 
-import bpe_store.store.store as store_mod
+import bpe_store.store.counting_rows as counting_rows
 from bpe_store import train
 from bpe_store._version import __version__
 from bpe_store.counting.pretokenize import GPT2_PATTERN
 from bpe_store.counting.sources import Source
 from bpe_store.errors import StoreError
 from bpe_store.store import store_db
-from bpe_store.store.store import PyWordIds, RunParams, Store
+from bpe_store.store.counting_rows import PyWordIds
+from bpe_store.store.params import RunParams
+from bpe_store.store.store import Store
 
 try:
     from bpe_store._core import WordIds
@@ -169,7 +171,7 @@ def test_a_resumed_flush_reads_the_word_map_natively_in_batches_as_sqlite3_does(
             store.add_word_counts(delta, [(k + 1, 1)], 1.0)
         n = store.sql("SELECT count(*) FROM words").scalar()
     assert n > 7 and n % 3 != 0  # several batches, the last one short
-    monkeypatch.setattr(store_mod, "_WORD_LOAD_BATCH", 3)
+    monkeypatch.setattr(counting_rows, "_WORD_LOAD_BATCH", 3)
     loaded = {}
     for native in (True, False):
         monkeypatch.setenv(store_db.ENV, "1" if native else "0")
@@ -389,7 +391,7 @@ def simulated_losses(monkeypatch, total: int, rate: float = 64e6, write: tuple[f
     import importlib
     from types import SimpleNamespace
 
-    train_module = importlib.import_module("bpe_store.training.train")  # the module (bpe_store.train is the function)
+    train_module = importlib.import_module("bpe_store.training.count_step")
 
     clock = [0.0]
     monkeypatch.setattr(train_module.time, "monotonic", lambda: clock[0])
@@ -422,7 +424,7 @@ def test_a_kill_in_the_middle_of_counting_loses_at_most_a_tenth_of_the_counting_
 
 
 def test_late_in_counting_a_kill_loses_at_most_about_two_small_flushes(monkeypatch):
-    from bpe_store.training.train import COUNT_FLUSH_MIN_BYTES
+    from bpe_store.training.count_step import COUNT_FLUSH_MIN_BYTES
 
     total = 12 * 10**9
     lost = max(lost for done, lost in simulated_losses(monkeypatch, total) if done > 0.6 * total)

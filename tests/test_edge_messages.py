@@ -11,14 +11,14 @@ import pytest
 from cli_helpers import SPECIAL, run
 
 from bpe_store import InputError, StoreError, train
-from bpe_store.counting import count
+from bpe_store.counting import input_checks
 
 
 @pytest.mark.parametrize("invalid_utf8", ["strict", "replace"])
 def test_a_file_that_grows_while_it_is_fingerprinted_is_refused(tmp_path, monkeypatch, invalid_utf8):
     corpus = tmp_path / "growing.txt"
     corpus.write_text("hello world " * 50_000, encoding="utf-8")
-    real_digest = count.digest_file
+    real_digest = input_checks.digest_file
 
     def digest_then_grow(*args, **kwargs):  # the file grows while its one read is under way
         digest = real_digest(*args, **kwargs)
@@ -26,7 +26,7 @@ def test_a_file_that_grows_while_it_is_fingerprinted_is_refused(tmp_path, monkey
             f.write(b" and more")
         return digest
 
-    monkeypatch.setattr(count, "digest_file", digest_then_grow)
+    monkeypatch.setattr(input_checks, "digest_file", digest_then_grow)
     with pytest.raises(InputError, match="changed while it was being read .* is it still being written"):
         train([corpus], tmp_path / "run.db", 300, [SPECIAL], invalid_utf8=invalid_utf8)
     assert not (tmp_path / "run.db").exists()
@@ -74,7 +74,7 @@ def test_a_stream_given_again_that_ends_at_the_counted_part_is_warned_about(tmp_
     from test_refused_resume import STREAM, docs, stopped_iterator_run
 
     from bpe_store import train_from_iterator
-    from bpe_store.cli.cli import StopOnSignal
+    from bpe_store.cli.running import StopOnSignal
     from bpe_store.inspection.progress import Silent
 
     db = tmp_path / "run.db"

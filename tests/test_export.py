@@ -150,7 +150,8 @@ def test_refuses_what_loaders_misread():
 
 
 def test_store_still_counting(tmp_path):
-    from bpe_store.store.store import RunParams, Store
+    from bpe_store.store.params import RunParams
+    from bpe_store.store.store import Store
 
     db = tmp_path / "counting.db"
     with Store.create(db) as s:

@@ -187,7 +187,7 @@ def test_native_utf8_check_equals_decode_around_vector_blocks():
     """The native check (32 bytes at a time where the CPU has AVX2) judges every 2-byte string,
     and 3-byte ones after each kind of lead byte, as the strict decoder does, wherever they sit
     against its 32-byte blocks (the last block is padded, so the end of the input is one too)."""
-    from bpe_store.counting.count import _native_utf8_valid
+    from bpe_store.counting.native import _native_utf8_valid
 
     if _native_utf8_valid is None:
         pytest.skip("native core not built")

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpe_store.counting.inputs import DOC_SEP, jsonl_lines_documents, parse_lines
+from bpe_store.counting.jsonl import jsonl_lines_documents, parse_lines
+from bpe_store.counting.pretokenize import DOC_SEP
 from bpe_store.errors import InputError
 
 _core = pytest.importorskip("bpe_store._core")

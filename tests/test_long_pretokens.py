@@ -16,8 +16,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from bpe_store import ResumeMismatch, Store, train
-from bpe_store.counting import count as count_mod
-from bpe_store.counting.count import count_chunk, plan_chunks
+from bpe_store.counting import chunks as chunks_mod
+from bpe_store.counting.chunks import plan_chunks
+from bpe_store.counting.count import count_chunk
 from bpe_store.counting.pretokenize import GPT2_PATTERN, count_words, split_long_pretoken
 from bpe_store.errors import InputError
 from bpe_store.training.options import DEFAULT_MAX_PRETOKEN_BYTES
@@ -73,7 +74,7 @@ def test_native_counting_splits_as_the_spec(parts, m):
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(runs, st.integers(4, 24), st.integers(1, 80), st.integers(2, 64))
 def test_counts_do_not_depend_on_chunk_size(tmp_path, monkeypatch, parts, m, chunk_size, window):
-    monkeypatch.setattr(count_mod, "_SEARCH_WINDOW", window)  # so the fallback scan is exercised
+    monkeypatch.setattr(chunks_mod, "_SEARCH_WINDOW", window)  # so the fallback scan is exercised
     text = text_of(parts)
     data = text.encode()
     assume(data)
@@ -94,7 +95,7 @@ def test_counts_do_not_depend_on_chunk_size(tmp_path, monkeypatch, parts, m, chu
 @needs_native
 def test_a_long_run_is_cut_into_bounded_chunks(tmp_path, monkeypatch):
     # before: no boundary inside a run of letters, so one chunk held the whole run
-    monkeypatch.setattr(count_mod, "_SEARCH_WINDOW", 1000)
+    monkeypatch.setattr(chunks_mod, "_SEARCH_WINDOW", 1000)
     data = ("x " + "é" * 50_000 + "a" * 33_333 + ". " * 10).encode()
     path = tmp_path / "c.txt"
     path.write_bytes(data)

@@ -9,7 +9,6 @@ leave the store as an uninterrupted run's.
 
 from __future__ import annotations
 
-import importlib
 import random
 import sqlite3
 import sys
@@ -24,10 +23,10 @@ from test_merge_engine import KINDS, SPECIALS, byte_vocab, listed, needs_native,
 from bpe_store import train
 from bpe_store.inspection.inspection import splitter
 from bpe_store.store import migrate
-from bpe_store.store.store import Store, unpack_tokens
+from bpe_store.store.counting_rows import unpack_tokens
+from bpe_store.store.store import Store
+from bpe_store.training import merge_step as train_module
 from bpe_store.training.merge import new_engine, replay_ranks, replay_word
-
-train_module = importlib.import_module("bpe_store.training.train")  # the package's ``train`` is the function
 
 
 def built(word_counts: dict[bytes, int], kind: str, merges: list, k: int):
@@ -168,7 +167,7 @@ def test_a_damaged_merge_log_is_refused(kind):
 RUNNER = """
 import importlib, sys
 from bpe_store import train
-t = importlib.import_module("bpe_store.training.train")
+t = importlib.import_module("bpe_store.training.merge_step")
 t.MERGE_LOG_SECONDS = 0.0  # a log after every sub-step of merges
 train([sys.argv[1]], sys.argv[2], 600, ["<|endoftext|>"], workers=2, chunk_size=50_000,
       checkpoint_seconds=600.0, checkpoint_merges={every}, engine={engine!r})

@@ -15,7 +15,7 @@ from conftest import EN, RU, SMALL_TEXT, fixture_text, kill_when_paused, store_c
 
 from bpe_store import Interrupted, train
 from bpe_store.store.store import Store
-from bpe_store.training import train as train_module
+from bpe_store.training import merge_step as train_module
 from bpe_store.training.merge import native_available, new_engine
 
 VOCAB = 420
@@ -152,7 +152,7 @@ def store_phase(db: Path) -> str:
 KILLED_RUNNER = """
 import importlib, sys
 from bpe_store import train
-importlib.import_module("bpe_store.training.train").MERGE_LOG_SECONDS = 0.0  # a log after every sub-step
+importlib.import_module("bpe_store.training.merge_step").MERGE_LOG_SECONDS = 0.0  # a log after every sub-step
 train([sys.argv[1]], sys.argv[2], 600, ["<|endoftext|>"], checkpoint_seconds=600.0)
 """
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bpe_store import InputError, ResumeMismatch, train
-from bpe_store.counting.count import plan_chunks
+from bpe_store.counting.chunks import plan_chunks
 from bpe_store.counting.pretokenize import (
     CL100K_PATTERN,
     GPT2_PATTERN,

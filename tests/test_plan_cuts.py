@@ -1,5 +1,5 @@
 """Planning's chunk cuts: looking at the first bytes after a target before reading the whole search
-window finds the very cut the whole window finds (``count._first_cut_near``)."""
+window finds the very cut the whole window finds (``chunks._first_cut_near``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from bpe_store.counting import count
+from bpe_store.counting import chunks
 from bpe_store.counting.pretokenize import GPT2_PATTERN, native_splitter, resolve_pattern
 
 
@@ -25,7 +25,7 @@ def test_first_look_finds_the_cut_of_the_whole_window(tmp_path, monkeypatch, pat
             for chunk_size in (100, 1000, 7777):
                 plans = []
                 for look in (0, 16, 4 << 10):  # 0: no first look, the whole window only
-                    monkeypatch.setattr(count, "_FIRST_LOOK", look)
-                    plans.append(count.plan_chunks(path, size, specials, pattern, chunk_size, 64))
+                    monkeypatch.setattr(chunks, "_FIRST_LOOK", look)
+                    plans.append(chunks.plan_chunks(path, size, specials, pattern, chunk_size, 64))
                 assert plans[0] == plans[1] == plans[2], (specials, chunk_size)
                 assert len(plans[0]) > 1

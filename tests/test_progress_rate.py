@@ -12,7 +12,7 @@ from conftest import EN, fixture_text
 
 from bpe_store import train
 from bpe_store.inspection.progress import JSON_INTERVAL_S, JsonLines
-from bpe_store.training import train as train_module
+from bpe_store.training import count_step as train_module
 
 
 class Clock:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import ROOT, SPECIAL, cli_cmd, env, json_lines
 
-from bpe_store.cli.cli import _ray_flag_args
+from bpe_store.cli.train_cmd import _ray_flag_args
 from bpe_store.counting.pretokenize import GPT2_PATTERN
 from bpe_store.store.store import Store
 from bpe_store.training.train import read_result, train

@@ -66,7 +66,7 @@ def test_regex_counting_uses_threads_not_processes(tmp_path, monkeypatch):
         seen.add(threading.current_thread().name)
         return real(args)
 
-    monkeypatch.setattr(sys.modules["bpe_store.training.train"], "count_chunk_task", spy)
+    monkeypatch.setattr(sys.modules["bpe_store.training.count_step"], "count_chunk_task", spy)
     r = train([corpus], tmp_path / "run.db", 280, [EOT], pattern=GPT4, workers=2, chunk_size=100_000)
     assert any(n.startswith("bpe-count") for n in seen)
     want = train_from_counts(count_words(text, [EOT], GPT4), 280 - 257)

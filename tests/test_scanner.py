@@ -20,9 +20,11 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bpe_store import _core
-from bpe_store.counting.count import add_counts, count_chunk, count_chunks_threaded, native_counts
+from bpe_store.counting.count import add_counts, count_chunk, native_counts
+from bpe_store.counting.parallel import count_chunks_threaded
 from bpe_store.counting.pretokenize import GPT2_PATTERN, count_words
-from bpe_store.training.train import Interrupted, train
+from bpe_store.errors import Interrupted
+from bpe_store.training.train import train
 
 GPT2 = regex.compile(GPT2_PATTERN)
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3

@@ -15,7 +15,7 @@ from cli_helpers import SPECIAL, cli_cmd, env, run
 from conftest import SMALL_TEXT
 
 from bpe_store import train
-from bpe_store.cli.cli import Format, write_rows
+from bpe_store.cli.output import Format, write_rows
 from bpe_store.inspection import inspection
 
 

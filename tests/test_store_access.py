@@ -25,8 +25,8 @@ from cli_helpers import SPECIAL, cli_cmd, env, run
 from conftest import ROOT, shared_file, tmpfs
 
 from bpe_store import Store, StoreError, Tokenizer, train
+from bpe_store.errors import Interrupted
 from bpe_store.inspection import inspection
-from bpe_store.training.train import Interrupted
 
 VOCAB = 300
 

@@ -17,7 +17,7 @@ from cli_helpers import SPECIAL, cli_cmd, env
 
 from bpe_store import Store, StoreError, train
 from bpe_store.store import migrate, schemas
-from bpe_store.store.store import APPLICATION_ID, PAGE_SIZE
+from bpe_store.store.connection import APPLICATION_ID, PAGE_SIZE
 
 VOCAB = 300
 
@@ -171,7 +171,7 @@ def test_a_store_appears_under_its_name_already_in_wal_mode(tmp_path, monkeypatc
 
 
 def train_params():
-    from bpe_store.store.store import RunParams
+    from bpe_store.store.params import RunParams
 
     return RunParams("x", (SPECIAL,), VOCAB)
 

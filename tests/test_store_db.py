@@ -14,9 +14,10 @@ from test_merge_engine import listed
 
 from bpe_store import train
 from bpe_store.errors import StoreError
+from bpe_store.store import bulk, connection, counting_rows, merging_rows, store_db
 from bpe_store.store import store as store_mod
-from bpe_store.store import store_db
-from bpe_store.store.store import BulkWriter, Store
+from bpe_store.store.bulk import BulkWriter
+from bpe_store.store.store import Store
 from bpe_store.training.merge import native_available, new_engine
 
 pytestmark = pytest.mark.skipif(not native_available(), reason="the native core is not built here")
@@ -202,7 +203,8 @@ def test_a_full_disk_in_a_checkpoint_is_the_same_error_on_both_paths(trained_sto
 
 
 def test_a_locked_store_in_a_checkpoint_is_the_same_error_on_both_paths(trained_store, tmp_path, monkeypatch):
-    monkeypatch.setattr(store_mod, "BUSY_TIMEOUT_MS", 50)
+    for mod in (connection, store_mod):  # each connection the checkpoint may use
+        monkeypatch.setattr(mod, "BUSY_TIMEOUT_MS", 50)
     holders = []
 
     def lock(store: Store) -> None:
@@ -238,7 +240,7 @@ def test_a_corrupt_store_in_a_checkpoint_is_the_same_error_on_both_paths(trained
 def test_a_resume_reads_the_words_into_the_engine_without_a_tuple_per_word(trained_store, tmp_path):
     from bpe_store import _core
     from bpe_store.training.merge import NativeMergeEngine
-    from bpe_store.training.train import _load_engine
+    from bpe_store.training.merge_step import _load_engine
 
     db = tmp_path / "run.db"
     shutil.copy(trained_store, db)
@@ -266,7 +268,7 @@ def test_a_big_store_is_read_in_two_halves_into_the_same_engine(trained_store, t
     shutil.copy(trained_store, db)
     replay_engines = []
     for limit in (1 << 40, 2):
-        monkeypatch.setattr(store_mod, "_PARALLEL_READ_MIN", limit)
+        monkeypatch.setattr(counting_rows, "_PARALLEL_READ_MIN", limit)
         with Store.open(db) as store:
             rows = store.load_word_rows(packed=True)
             assert len(rows) == store.sql("SELECT count(*) FROM words").scalar()
@@ -365,7 +367,7 @@ def test_an_io_error_maps_as_the_drivers_does():
     """SQLITE_IOERR_* (e.g. 266, IOERR_READ) is an OperationalError keeping its extended code, and
     the store's one-line error says what SQLite said."""
     from bpe_store import _core
-    from bpe_store.store.store import _sqlite_error
+    from bpe_store.store.connection import _sqlite_error
 
     err = store_db.to_sqlite_error(_core.SqliteError(266, "disk I/O error"))
     assert type(err) is sqlite3.OperationalError and err.sqlite_errorcode == 266
@@ -509,7 +511,7 @@ def test_a_lookup_scan_updates_what_update_from_updates(tmp_path, changed):
     ndb.bulk("UPDATE t SET a = r.p1 FROM bpe_store_rows AS r WHERE t.id = r.p2", rows)
     want = con.execute("SELECT id, a, b FROM t ORDER BY id").fetchall()
     con.execute("UPDATE t SET a = NULL")
-    ndb.bulk(store_mod._WORD_TOKENS[2].replace("words", "t").replace("tokens", "a"), rows)
+    ndb.bulk(merging_rows._WORD_TOKENS[2].replace("words", "t").replace("tokens", "a"), rows)
     assert con.execute("SELECT id, a, b FROM t ORDER BY id").fetchall() == want
     # out of a scan's order (descending, repeated, missing keys): found by search, the same rows
     if rows:
@@ -559,7 +561,7 @@ def test_flushes_and_checkpoints_write_the_same_store_with_the_lookup_scan_or_up
     monkeypatch.setenv(store_db.ENV, "0")
     train([corpus], tmp_path / "fallback.db", 400, SPECIAL, **kw)
     monkeypatch.setenv(store_db.ENV, "1")
-    monkeypatch.setattr(store_mod, "_WORDS_SCAN_SHARE", share)
+    monkeypatch.setattr(bulk, "_WORDS_SCAN_SHARE", share)
     bulks = []
     real = BulkWriter.executemany
 
@@ -570,5 +572,5 @@ def test_flushes_and_checkpoints_write_the_same_store_with_the_lookup_scan_or_up
     monkeypatch.setattr(BulkWriter, "executemany", spy)
     train([corpus], tmp_path / "native.db", 400, SPECIAL, **kw)
     form = 2 if share else 1
-    assert store_mod._COUNT_DELTAS[form] in bulks and store_mod._WORD_TOKENS[form] in bulks
+    assert counting_rows._COUNT_DELTAS[form] in bulks and merging_rows._WORD_TOKENS[form] in bulks
     assert tables(tmp_path / "native.db") == tables(tmp_path / "fallback.db")

@@ -53,7 +53,7 @@ HOSTILE_SCHEMA = {
     "recursive view": ("DROP VIEW progress; CREATE VIEW progress AS WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL "
                        "SELECT i + 1 FROM r) SELECT count(*) AS phase FROM r", "view 'progress' is not bpe_store's"),
     "index": ("CREATE INDEX words_by_bytes ON words(bytes)", "extra index 'words_by_bytes'"),
-    # the one optional index (store.WORDS_BY_COUNT), but not as bpe_store builds it
+    # the one optional index (schema_check.WORDS_BY_COUNT), but not as bpe_store builds it
     "altered optional index": ("CREATE INDEX words_by_count ON words(count) WHERE count > 1",
                                "index 'words_by_count' is not bpe_store's"),
     "altered table": ("DROP TABLE checkpoints; CREATE TABLE checkpoints (id INTEGER PRIMARY KEY, x)",
@@ -324,7 +324,7 @@ def test_ctrl_c_inside_a_sqlite_callback_is_an_interrupt(pristine, monkeypatch, 
     """A SIGINT noticed while SQLite runs one of our callbacks (the sqlite3 module swallows an
     exception raised there): still exit 130, not ``sql``'s read-only refusal (the authorizer
     turned a KeyboardInterrupt into SQLITE_DENY) nor a query that goes on."""
-    from bpe_store.store import store as store_module
+    from bpe_store.store import connection as store_module
 
     cls = inspection._ReadOnlyAuthorizer if callback == "authorizer" else store_module._Guard
     original = cls.__call__

@@ -178,7 +178,7 @@ def test_a_reader_at_the_start_of_merging_leaves_the_pair_counts_to_the_first_ch
 #: ``train`` with OPTIONS in a subprocess, its progress as JSON lines on stderr; argv: the store,
 #: and the seconds between merge logs (so that merging this small corpus takes several).
 TRAIN = ("import sys; from bpe_store import train; from bpe_store.inspection.progress import JsonLines; "
-         "import bpe_store.training.train as t; t.MERGE_LOG_SECONDS = float(sys.argv[2]); "
+         "import bpe_store.training.merge_step as t; t.MERGE_LOG_SECONDS = float(sys.argv[2]); "
          f"train([{str(CORPUS)!r}], sys.argv[1], {VOCAB}, [{SPECIAL!r}], progress=JsonLines(sys.stderr), "
          f"**{OPTIONS!r})")
 

@@ -16,8 +16,9 @@ import pytest
 from cli_helpers import SPECIAL
 from conftest import FIXTURES, SMALL_TEXT
 
+from bpe_store.errors import StoreError
 from bpe_store.inspection import inspection
-from bpe_store.store import migrate, store
+from bpe_store.store import merging_rows, migrate
 from bpe_store.store.store import Store
 from bpe_store.training.train import train
 
@@ -39,7 +40,7 @@ def stores(tmp_path_factory) -> tuple[Path, Path]:
     small, big = (tmp_path_factory.mktemp(n) / "run.db" for n in ("small", "big"))
     train([SMALL_TEXT], small, VOCAB, [SPECIAL])
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(store, "WORDS_BY_COUNT_MIN", 100)
+        mp.setattr(merging_rows, "WORDS_BY_COUNT_MIN", 100)
         train([SMALL_TEXT], big, VOCAB, [SPECIAL])
     return small, big
 
@@ -102,7 +103,7 @@ def test_a_wrong_index_of_that_name_is_refused(stores, tmp_path):
     con = sqlite3.connect(db)
     con.executescript("DROP INDEX words_by_count; CREATE INDEX words_by_count ON words(count)")
     con.close()
-    with pytest.raises(store.StoreError, match="index 'words_by_count' is not bpe_store's"):
+    with pytest.raises(StoreError, match="index 'words_by_count' is not bpe_store's"):
         Store.open(db)
 
 
@@ -118,7 +119,7 @@ def test_an_upgrade_builds_the_index_for_a_big_store_past_counting(tmp_path):
     con = sqlite3.connect(db)
     first = con.execute("SELECT max(id) FROM words").fetchone()[0] + 1
     con.executemany("INSERT INTO words (id, bytes, count) VALUES (?, ?, ?)",
-                    ((i, b"w%d" % i, i % 7 + 1) for i in range(first, store.WORDS_BY_COUNT_MIN + 1)))
+                    ((i, b"w%d" % i, i % 7 + 1) for i in range(first, merging_rows.WORDS_BY_COUNT_MIN + 1)))
     con.commit()
     con.close()
     with Store.open(db, allow_old=True) as s:

@@ -19,6 +19,9 @@ TYPE_CHECKING = False  # not typing's (its import costs more than this module)
 if TYPE_CHECKING:
     import regex
 
+#: Separates documents inside a block: never part of valid UTF-8, so no text can contain it. Counting
+#: splits at it as at a special token, so no pre-token crosses a document boundary.
+DOC_SEP = b"\xff"
 #: The GPT-2 pre-tokenization pattern, exactly as CS336 and tiktoken's r50k use it.
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 #: GPT-4's pattern: tiktoken's ``cl100k_base`` (tiktoken_ext/openai_public.py), verbatim.

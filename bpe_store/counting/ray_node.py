@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import os
 
-from .count import FlushBuffer, WordCounter, count_unit_counts
+from .count import FlushBuffer, count_unit_counts
+from .native import WordCounter
 
 
 class NodeCounter:

@@ -32,7 +32,8 @@ from ..errors import InputError, StoreError
 from ..interrupts import sqlite_call
 from ..store import migrate
 from ..store.check import history_problems
-from ..store.store import Store, wal_state
+from ..store.files import wal_state
+from ..store.store import Store
 from ..training.merge import word_splitter
 
 #: ``show`` tables: what each lists, in which order (ties broken as the trainer breaks them).

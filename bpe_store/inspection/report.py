@@ -354,15 +354,13 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
         # the most frequent words (a word of fewer bytes cannot take MANY_TOKENS tokens), split
         # under every merge (a finished store keeps no words' tokens), up to SPLIT_WORDS of them
         split_rows: list[tuple[bytes, int, list[int]]] = []
-        for w, c in store.sql("SELECT bytes, count FROM words WHERE length(bytes) >= ?"
-                              " ORDER BY count DESC, bytes LIMIT ?", (MANY_TOKENS, SPLIT_SCAN)):
+        for w, c in store.most_frequent_words(MANY_TOKENS, SPLIT_SCAN):
             ids_ = split(w)
             if len(ids_) >= MANY_TOKENS:
                 split_rows.append((w, c, ids_))
                 if len(split_rows) == SPLIT_WORDS:
                     break
-        stages = store.sql("SELECT phase, count(*), max(elapsed_s), coalesce(sum(write_s), 0) FROM checkpoints"
-                           " GROUP BY phase").fetchall()
+        stages = store.checkpoint_stages()
     if held_out is not None:
         p = Path(held_out)
         if not p.is_file():

@@ -17,7 +17,8 @@ import socket
 import sys
 
 from ..errors import Interrupted
-from .store import Store, now
+from .connection import now
+from .store import Store
 
 
 def begin(store: Store) -> int | None:
@@ -25,7 +26,7 @@ def begin(store: Store) -> int | None:
     session id. (The trainer holds the store's lock, so no other session takes the id meanwhile.)"""
     from .._version import __version__
 
-    merges = store.sql("SELECT count(*) FROM merges").scalar()
+    merges = store.count_merges()
     session = store.sql("SELECT coalesce(max(id), 0) + 1 FROM sessions").scalar()
     store.defer_write(
         "INSERT INTO sessions (id, pid, host, argv, bpe_store_version, started_at, merges_start)"

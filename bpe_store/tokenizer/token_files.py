@@ -37,7 +37,8 @@ from .outfiles import new_files
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..counting.inputs import FileInput, Stream
+    from ..counting.inputs import FileInput
+    from ..counting.streams import Stream
     from .tokenizer import Tokenizer
 
 NANOGPT_SUFFIX = ".bin"
@@ -221,7 +222,10 @@ def encode_to_file(db: str | Path | None, inputs: Sequence[str | Path | FileInpu
     import numpy as np
 
     # imported here: the CLI imports this module for every command (bz2, lzma, ... cost ~35 ms)
-    from ..counting.inputs import DOC_SEP, FileInput, Stream, file_input, has_documents, input_blocks
+    from ..counting.inputs import FileInput, file_input
+    from ..counting.pretokenize import DOC_SEP
+    from ..counting.streams import Stream
+    from ..counting.whole_inputs import has_documents, input_blocks
     from .tokenizer import Tokenizer
 
     out = Path(out)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 
 from ..counting.pretokenize import PATTERNS
 from ..errors import InputError, text_argument
-from ..store.store import MAX_SPECIAL_TOKENS, RunParams
+from ..store.params import MAX_SPECIAL_TOKENS, RunParams
 from .merge import ENGINES, native_available
 
 #: Token ids are uint32 (the merge engine and ``words.tokens`` hold them so) and 0xFFFFFFFF marks

@@ -11,7 +11,7 @@ defer, it asks (``WalWatch.blocked``: measured by a checkpoint attempt, see
   (``WalWatch.wait``). A kill then loses what was counted since the last flush;
 * the start of merging writes the move to merging without the pair counts (recounted from the
   words by a resume, written by the first full checkpoint);
-* merging goes on logging its merges (a few KB each, ``train.MERGE_LOG_SECONDS``), and writes a
+* merging goes on logging its merges (a few KB each, ``merge_step.MERGE_LOG_SECONDS``), and writes a
   log of the batch's merges in place of each full checkpoint; a kill loses what it loses
   otherwise (the merges since the last log), a resume replays more logged merges;
 * the last checkpoint of a finished run logs the last merges and the run's end only: the result

@@ -1,0 +1,71 @@
+"""How ``train`` and ``encode`` name their inputs: files, directories (``--glob``), quoted globs and
+``-``, expanded in order; the ``--format`` and ``--invalid-utf8`` choices.
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+from collections.abc import Sequence
+from enum import Enum
+from pathlib import Path
+
+from ..errors import InputError
+
+
+class InvalidUtf8(str, Enum):
+    strict = "strict"
+    replace = "replace"
+
+
+class InputFormat(str, Enum):
+    text = "text"
+    jsonl = "jsonl"
+    parquet = "parquet"
+
+
+def _is_glob(arg: str) -> bool:
+    return any(ch in arg for ch in "*?[")
+
+
+def _skip(p: Path, root: Path, db: Path) -> bool:
+    """Hidden files and the store's own files are never inputs."""
+    if any(part.startswith(".") for part in p.relative_to(root).parts):
+        return True
+    return p.resolve() in {Path(f"{db.resolve()}{s}") for s in ("", "-wal", "-shm", "-journal")}
+
+
+def expand_inputs(args: Sequence[str], pattern: str, db: Path) -> list[Path]:
+    """Files to train on, in a stable order: a file as given, a directory's files matching
+    ``pattern`` (sorted), a quoted glob's matches (sorted); duplicates dropped."""
+    out: list[Path] = []
+    for arg in args:
+        p = Path(arg)
+        if p.is_dir():
+            found = sorted(f for f in p.glob(pattern) if f.is_file() and not _skip(f, p, db))
+            if not found:
+                raise InputError(f"{arg}: no file matching {pattern!r} in this directory (see --glob)")
+        elif _is_glob(arg) and not p.exists():
+            found = sorted(Path(f) for f in _glob.glob(arg, recursive=True) if Path(f).is_file())
+            if not found:
+                raise InputError(f"{arg}: no file matches this pattern")
+        elif not p.exists():
+            raise InputError(f"{p}: no such file")  # before any progress line: one line, as for every error
+        else:
+            found = [p]
+        out.extend(found)
+    seen: set[Path] = set()
+    unique = []
+    for p in out:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    return unique
+
+
+def complete_pattern(incomplete: str) -> list[tuple[str, str]]:
+    """Shell completion of ``--pattern``: the pattern names (a regex of one's own is typed)."""
+    from ..counting.pretokenize import PATTERNS, describe_pattern
+
+    return [(name, f"{describe_pattern(regex)}'s pattern") for name, regex in PATTERNS.items()
+            if name.startswith(incomplete)]

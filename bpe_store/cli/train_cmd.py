@@ -1,0 +1,198 @@
+"""``bpe-store train``: its inputs (globs expanded), options, Ray address, and how a stopped run
+says what it saved and the command that resumes it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from ..errors import BpeStoreError, InputError
+from ..inspection.progress import Reporter
+from .app import _ARGV_KEY, _Command, _set_verbose, _verbose_option, app
+from .input_args import InputFormat, InvalidUtf8, complete_pattern, expand_inputs
+from .running import ProgressMode, StopOnSignal, _reporter
+
+
+class EngineName(str, Enum):
+    auto = "auto"
+    native = "native"
+    python = "python"
+
+
+def resume_command(ctx: typer.Context) -> str:
+    """The command that resumes this run: this one, less ``--restart`` (which would start over)."""
+    root = ctx.find_root()
+    argv = [a for a in root.meta.get(_ARGV_KEY, sys.argv[1:]) if a != "--restart"]
+    return shlex.join(shlex.split(root.info_name or "bpe-store") + argv)
+
+
+def _saved_summary(db: Path) -> str:
+    """What a stopped run's store holds, in one line."""
+    from ..inspection.inspection import status
+    from ..inspection.progress import format_bytes
+
+    try:
+        st = status(db)
+    except BpeStoreError as exc:
+        return f"could not read {db} back: {exc}"
+    if st["phase"] == "counting":
+        c = st["counting"]
+        what = (f"{c['chunks_done']} of {c['chunks_total']} chunks counted "
+                f"({format_bytes(c['bytes_done'])} of {format_bytes(c['bytes_total'])})")
+    else:
+        what = f"{st['merges_done']} of {st['merges_target']} merges"
+    at = (st["last_checkpoint"] or {}).get("at", "?")
+    return f"{db} holds {what} (last checkpoint {at})"
+
+
+class _OptionalRayAddress(_Command):
+    """The train command, where ``--ray`` may stand alone: ``--ray`` (start a local cluster) or
+    ``--ray ADDRESS``. Typer has no options with an optional value, so a bare ``--ray`` (followed
+    by an option, the end, or a word that is not a Ray address such as an input file) is read as
+    ``--ray local`` before parsing."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _ray_flag_args(args))
+
+
+def _ray_flag_args(args: list[str]) -> list[str]:
+    out = list(args)
+    for i, a in enumerate(out):
+        if a == "--":
+            break
+        if a == "--ray":
+            nxt = out[i + 1] if i + 1 < len(out) else None
+            if nxt is None or not _looks_like_ray_address(nxt):
+                out.insert(i + 1, "local")
+    return out
+
+
+def _looks_like_ray_address(word: str) -> bool:
+    """``auto``, ``local``, ``host:port`` or ``ray://host:port`` (and not an existing file)."""
+    if word in ("auto", "local") or word.startswith("ray://"):
+        return True
+    return ":" in word and not word.startswith("-") and not Path(word).exists()
+
+
+@app.command(cls=_OptionalRayAddress)
+def train(
+    ctx: typer.Context,
+    inputs: list[str] = typer.Argument(..., help="Corpus files (text, jsonl, parquet; .gz/.zst/.bz2/.xz), "
+                                                 "directories (see --glob), quoted globs, or - (stdin).",
+                                       show_default=False, metavar="INPUTS"),
+    db: Path = typer.Option(..., "--db", help="The store (SQLite file); created, or resumed if it exists."),
+    vocab_size: int = typer.Option(..., "--vocab-size", metavar="N",
+                                   help="Target vocabulary size (specials + 256 + merges); a larger one "
+                                        "continues a finished store."),
+    special: list[str] = typer.Option([], "--special", metavar="TOKEN", help="A special token (repeat for several)."),
+    pattern: Optional[str] = typer.Option(
+        None, "--pattern", metavar="PATTERN", autocompletion=complete_pattern,
+        help="Pre-tokenization pattern: gpt2 (the default), gpt4 (= cl100k), o200k, llama3, qwen2, or a regex."),
+    glob: str = typer.Option("*", "--glob", metavar="PATTERN",
+                             help="Files to take from directory inputs, e.g. '**/*.txt'."),
+    input_format: Optional[InputFormat] = typer.Option(
+        None, "--format",
+        help="How to read the inputs (default: by extension: .jsonl/.ndjson/.json -> jsonl, .parquet -> parquet, "
+             "else text; stdin: text)."),
+    text_field: str = typer.Option("text", "--text-field", metavar="NAME",
+                                   help="The jsonl field / parquet column holding the text."),
+    workers: Optional[int] = typer.Option(None, "--workers", "--threads", metavar="N",
+                                          help="Counting workers (default: all cores)."),
+    chunk_size: int = typer.Option(8 << 20, "--chunk-size", metavar="BYTES", help="Bytes per counting chunk."),
+    checkpoint_merges: Optional[int] = typer.Option(
+        None, "--checkpoint-merges", metavar="N",
+        help="Also end a batch after this many merges (default: by time only)."),
+    checkpoint_seconds: float = typer.Option(30.0, "--checkpoint-seconds", metavar="S",
+                                             help="Seconds of merging per checkpoint."),
+    invalid_utf8: InvalidUtf8 = typer.Option(InvalidUtf8.strict, "--invalid-utf8",
+                                             help="strict: refuse invalid UTF-8; replace: decode it as U+FFFD."),
+    restart: bool = typer.Option(False, "--restart", help="Discard the store's progress and start over."),
+    engine: EngineName = typer.Option(EngineName.auto, "--engine",
+                                      help="Merge engine: native (C++), python, or auto (native when built)."),
+    min_frequency: int = typer.Option(
+        1, "--min-frequency", metavar="N",
+        help="Words counted fewer times take part in no merge (1: every word counts)."),
+    max_token_length: Optional[int] = typer.Option(
+        None, "--max-token-length", metavar="N",
+        help="No merge makes a token longer than N bytes (default: no limit)."),
+    ray: Optional[str] = typer.Option(
+        None, "--ray", metavar="ADDRESS",
+        help="Count on a Ray cluster. ADDRESS may be left out: --ray alone starts a local one of "
+             "--workers CPUs; with ADDRESS (host:port, ray://host:port or auto), that cluster. Needs "
+             "pip install 'bpe-store[ray]'; inputs must be readable at the same path on every node."),
+    max_pretoken_bytes: Optional[int] = typer.Option(
+        None, "--max-pretoken-bytes", metavar="BYTES",
+        help="Count a longer pre-token as pieces of at most this many bytes (4..64 MiB; default 1 MiB "
+             "for a new store, the store's own on a resume)."),
+    progress: ProgressMode = typer.Option(ProgressMode.auto, "--progress",
+                                          help="auto: bars on a terminal, else JSON lines on stderr."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
+    verbose: bool = _verbose_option(),
+) -> None:
+    """Train a BPE into a store, or resume it: run the same command again after a stop.
+
+    Ctrl-C (or SIGTERM) finishes the current batch, writes a checkpoint, prints the command that
+    resumes, and exits 130 (143); a second Ctrl-C stops at once at the last checkpoint.
+
+    \b
+    Example: bpe-store train corpus.txt --db run.db --vocab-size 32000 --special '<|endoftext|>'
+    Example: bpe-store train 'shards/*.jsonl.gz' --db run.db --vocab-size 32000 --text-field content
+    """
+    from ..errors import Interrupted
+    from ..training.train import train as run_train
+
+    _set_verbose(ctx, verbose)
+    fmt = input_format.value if input_format is not None else None
+    if "-" in inputs:
+        if len(inputs) > 1:
+            raise InputError("- (standard input) must be the only input")
+        from ..counting.streams import Stream
+
+        files: Any = Stream.stdin(fmt, text_field)
+    else:
+        files = expand_inputs(inputs, glob, db)
+    reporter = _reporter(progress, quiet)
+    if quiet and ray is not None:
+        from ..counting.ray_count import quiet as quiet_ray
+
+        quiet_ray()
+    stopper = StopOnSignal(notify=reporter.note)
+    try:
+        with stopper:
+            result = run_train(files, db, vocab_size, special, pattern="gpt2" if pattern is None else pattern,
+                               workers=workers,
+                               chunk_size=chunk_size, checkpoint_merges=checkpoint_merges,
+                               checkpoint_seconds=checkpoint_seconds, invalid_utf8=invalid_utf8.value,
+                               restart=restart, progress=stopper.watch(reporter), stop=stopper.event,
+                               engine=engine.value, format=fmt, text_field=text_field,
+                               min_frequency=min_frequency, max_token_length=max_token_length,
+                               count_engine="local" if ray is None else "ray",
+                               ray_address=None if ray in (None, "local") else ray,
+                               max_pretoken_bytes=max_pretoken_bytes)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        stopper.note_stopping()
+        reporter.close()
+        _report_stop(ctx, db, stopper, reporter, at_once=isinstance(exc, KeyboardInterrupt))
+        raise typer.Exit(stopper.exit_code) from None
+    finally:
+        reporter.close()
+    reason = {"vocab_size": "reached the vocabulary size", "no_pairs": "no pair left to merge"}
+    reporter.note(f"{db}: {len(result.merges)} merges, vocab {len(result.vocab)} "
+                  f"({reason.get(result.stop_reason or '', result.phase)})",
+                  {"stage": "done", "merges": len(result.merges), "vocab_size": len(result.vocab),
+                   "stop_reason": result.stop_reason})
+
+
+def _report_stop(ctx: typer.Context, db: Path, stopper: StopOnSignal, reporter: Reporter, at_once: bool) -> None:
+    """After a stop: what the store holds and the exact command that resumes (always shown)."""
+    how = "stopped at once" if at_once else "stopped after a checkpoint"
+    saved = _saved_summary(db)
+    cmd = resume_command(ctx)
+    reporter.note("", {"stage": "interrupted", "signal": stopper.signal_name, "saved": saved, "resume": cmd})
+    typer.echo(f"{stopper.signal_name}: {how}; {saved}.\nResume with:\n  {cmd}", err=True)

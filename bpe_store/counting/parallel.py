@@ -1,0 +1,257 @@
+"""The map step on threads: chunks or units counted in parallel (the GIL released while scanning),
+their counts reduced in order (``FlushBuffer``, ``add_counts``), progress ticks while waiting.
+"""
+
+from __future__ import annotations
+
+import functools
+import queue
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from itertools import islice
+
+from .count import (
+    FlushBuffer,
+    _block_specials,
+    _count_into,
+    count_block,
+    count_chunk_task,
+    native_counts,
+)
+from .native import (
+    ChunkCounts,
+    WordCounter,
+    _native_count_chunk,
+)
+from .pretokenize import (
+    native_scanner,
+)
+from .units import unit_blocks
+
+
+def count_chunks_threaded(tasks: Sequence[tuple], workers: int,
+                          task: Callable[[tuple], tuple] = count_chunk_task,
+                          into: FlushBuffer | None = None) -> Iterator[tuple]:
+    """``task`` (``count_chunk_task`` or ``count_chunk_native_task``) over ``tasks`` on ``workers``
+    threads, yielded in completion order.
+
+    Both counters release the GIL while they scan (native code; `regex` with concurrent=True):
+    threads share the process, so nothing is pickled and no interpreter is spawned. At most
+    ``2 * workers`` chunks are in flight, so memory stays bounded however slowly the consumer
+    writes. When the consumer stops early (an exception, or ``close()``), chunks not yet started
+    are cancelled and running ones finish (a chunk takes well under a second); no thread outlives
+    the generator.
+
+    With ``into``, each thread also adds its chunk's counts into that buffer (the reduce step,
+    done where the counts are, not by the one consuming thread) and yields ``(chunk id, None,
+    pre-tokens)``.
+    """
+    if into is not None:
+        task = functools.partial(_count_into, task, into)
+    queue = iter(tasks)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-count") as pool:
+        running: set[Future] = {pool.submit(task, t) for t in islice(queue, 2 * workers)}
+        try:
+            while running:
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    nxt = next(queue, None)
+                    if nxt is not None:
+                        running.add(pool.submit(task, nxt))
+                    yield fut.result()
+        finally:
+            for fut in running:
+                fut.cancel()
+
+
+def count_units_threaded(tasks: Sequence[tuple[int, object]], workers: int, special_tokens: Sequence[str],
+                         pattern: str, invalid_utf8: str, block_size: int,
+                         max_pretoken_bytes: int | None = None) -> Iterator[tuple[int, ChunkCounts | WordCounter, int]]:
+    """The native map step over work units ``[(chunk id, Unit)]``, yielding ``(chunk id, counts,
+    pre-tokens)`` per unit as units complete.
+
+    Why readers apart from counters: reading a unit (decompressing, parsing JSON, reading
+    parquet) is sequential within the unit and partly holds the GIL, while counting a block
+    releases it. ``workers`` reader threads each read one unit at a time and hand its blocks to
+    ``workers`` counting threads without waiting for them, so reading the next unit overlaps
+    counting this one, and one big compressed file still keeps every core counting. This thread
+    sums each unit's block counts (a ``WordCounter`` when it has several) and yields a unit only
+    once it is whole: only whole units reach the caller, which makes them durable. A block holds
+    one of ``2 * workers`` slots from being read until its counts are summed, so memory stays
+    bounded. Stopping early (an exception, ``close()``) stops the readers at their next block; no
+    thread outlives the generator.
+    """
+    import queue
+
+
+    slots = threading.Semaphore(2 * workers)
+    stopping = threading.Event()
+    events: queue.SimpleQueue = queue.SimpleQueue()  # (chunk id, what, value)
+
+    scanner = native_scanner(pattern)
+
+    def count(block: bytes, specials: list[bytes]) -> ChunkCounts:
+        return _native_count_chunk(block, specials, max_pretoken_bytes or 0, scanner)
+
+    def read_unit(task: tuple[int, object]) -> None:
+        cid, unit = task
+        specials = _block_specials(special_tokens, unit.has_documents)
+        n = 0
+        try:
+            for block in unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size,
+                                     max_pretoken_bytes):
+                while not slots.acquire(timeout=0.1):
+                    if stopping.is_set():
+                        return
+                if stopping.is_set():
+                    slots.release()
+                    return
+                fut = counters.submit(count, block, specials)
+                fut.add_done_callback(lambda f, cid=cid: events.put((cid, "block", f)))
+                n += 1
+                del block
+            events.put((cid, "read", n))
+        except BaseException as exc:  # noqa: BLE001 - raised by the consumer
+            events.put((cid, "error", exc))
+
+    class _UnitState:
+        __slots__ = ("counts", "n", "blocks", "read")
+
+        def __init__(self) -> None:
+            self.counts = None
+            self.n = 0
+            self.blocks = 0
+            self.read: int | None = None
+
+    state: dict[int, _UnitState] = {cid: _UnitState() for cid, _ in tasks}
+    left = len(state)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-count") as counters, \
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-read") as readers:
+        futures = [readers.submit(read_unit, t) for t in tasks]
+        try:
+            while left:
+                cid, what, value = events.get()
+                u = state[cid]
+                if what == "error":
+                    raise value
+                if what == "read":
+                    u.read = value
+                else:
+                    try:
+                        counts = value.result()
+                    finally:
+                        slots.release()
+                    u.n += counts.total
+                    u.blocks += 1
+                    if u.counts is None:
+                        u.counts = counts
+                    else:
+                        if not isinstance(u.counts, WordCounter):
+                            first = WordCounter()
+                            first.add(u.counts)
+                            u.counts = first
+                        u.counts.add(counts)
+                    del counts
+                if u.read is not None and u.blocks == u.read:
+                    left -= 1
+                    result = (cid, u.counts if u.counts is not None else WordCounter(), u.n)
+                    del state[cid]
+                    yield result
+        finally:
+            stopping.set()
+            for fut in futures:
+                fut.cancel()
+
+
+def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, special_tokens: Sequence[str],
+                         pattern: str, documents: bool,
+                         max_pretoken_bytes: int | None = None
+                         ) -> Iterator[tuple[object, ChunkCounts | Counter[bytes], int]]:
+    """``(mark, counts, pre-tokens)`` per ``(block, mark)`` of a stream, in the stream's order.
+
+    Natively, blocks are counted on ``workers`` threads (GIL released) with at most
+    ``2 * workers`` in flight. In order, so that every mark the caller commits covers exactly
+    the blocks before it. A ``(None, None)`` item (see ``ticking``) passes through as
+    ``(None, None, 0)`` once the blocks before it are counted."""
+    from collections import deque
+
+    if not native_counts(pattern):
+        for block, mark in blocks:
+            if block is None:
+                yield None, None, 0
+                continue
+            counts = count_block(block, special_tokens, pattern, documents, max_pretoken_bytes)
+            yield mark, counts, sum(counts.values())
+        return
+    specials = _block_specials(special_tokens, documents)
+    scanner = native_scanner(pattern)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-count") as pool:
+        pending: deque[tuple[Future, object]] = deque()
+        try:
+            for block, mark in blocks:
+                if block is None:  # the stream is slow: hand over what is counted, then the tick
+                    while pending:
+                        fut, m = pending.popleft()
+                        counts = fut.result()
+                        yield m, counts, counts.total
+                    yield None, None, 0
+                    continue
+                pending.append((pool.submit(_native_count_chunk, block, specials, max_pretoken_bytes or 0, scanner),
+                                mark))
+                del block
+                while pending and (len(pending) > 2 * workers or pending[0][0].done()):
+                    fut, m = pending.popleft()
+                    counts = fut.result()
+                    yield m, counts, counts.total
+            while pending:
+                fut, m = pending.popleft()
+                counts = fut.result()
+                yield m, counts, counts.total
+        finally:
+            for fut, _ in pending:
+                fut.cancel()
+
+
+def ticking(items: Iterator, seconds: float) -> Iterator:
+    """``items``, read in a background thread, with ``(None, None)`` whenever none came for
+    ``seconds``: so a consumer of a slow stream (a pipe that pauses) still commits what it has
+    and notices a stop request. The reader is a daemon thread: one blocked on a read that never
+    returns does not keep the process alive."""
+    import queue
+
+    q: queue.Queue = queue.Queue(maxsize=2)
+    done = object()
+    quit_ = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                while not quit_.is_set():
+                    try:
+                        q.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if quit_.is_set():
+                    return
+            q.put((done, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            q.put((done, exc))
+
+    threading.Thread(target=produce, name="bpe-stream-read", daemon=True).start()
+    try:
+        while True:
+            try:
+                item, exc = q.get(timeout=seconds)
+            except queue.Empty:
+                yield None, None
+                continue
+            if item is done:
+                if exc is not None:
+                    raise exc
+                return
+            yield item
+    finally:
+        quit_.set()

@@ -1,0 +1,90 @@
+"""Planning the inputs: each input checked and fingerprinted (``scan_input``), compared with a
+store's on a resume (``same_kind_diffs``), and cut into work units (``plan_units``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from .chunks import plan_chunks
+from .input_checks import scan_source
+from .inputs import FileInput
+from .parquet import _parquet_column_type, _parquet_file
+from .sources import Source
+from .streams import Stream
+
+
+def scan_input(item: FileInput, invalid_utf8: str = "strict") -> Source:
+    """Check one input file and fingerprint it (``count.scan_source``), recording its kind.
+
+    Uncompressed text and jsonl are checked to be UTF-8 here (saying where they are not);
+    compressed text is checked as it is counted, parquet strings as each batch is read. A
+    parquet file must have ``text_field`` as a string column."""
+
+    plain = item.compression == "none" and item.format != "parquet"
+    src = scan_source(item.path, invalid_utf8 if plain else "replace")
+    if item.format == "parquet":
+        _parquet_column_type(str(item.path), item.text_field)
+    return replace(src, format=item.format, compression=item.compression, text_field=item.text_field)
+
+
+def same_kind_diffs(old: Sequence[Source], new: Sequence[Source | Stream]) -> list[str]:
+    """How the inputs' kinds differ between a store and a command (paths already match)."""
+    def what(x: Source | Stream) -> str:
+        return x.format + (f" (field {x.text_field!r})" if x.text_field else "")
+
+    diffs = []
+    for s, n in zip(old, new):
+        if s.format != n.format or s.text_field != n.text_field:
+            diffs.append(f"{s.path} read as {what(s)} -> {what(n)}")
+        elif s.compression != n.compression:
+            diffs.append(f"{s.path} compression {s.compression} -> {n.compression}")
+    return diffs
+
+
+def plan_units(source: Source, special_tokens: Sequence[str], pattern: str,
+               chunk_size: int, max_pretoken_bytes: int | None = None) -> list[tuple[int, int, str, int | None]]:
+    """``[(start, end, kind, part)]``: the work units of one input file (see the module doc)."""
+
+    if source.compression != "none":
+        return [(0, source.size, "file", None)]
+    if source.format == "text":
+        return [(a, b, "range", None) for a, b in
+                plan_chunks(source.path, source.size, special_tokens, pattern, chunk_size, max_pretoken_bytes)]
+    if source.format == "jsonl":
+        return [(a, b, "range", None) for a, b in _plan_lines(source.path, source.size, chunk_size)]
+    pf = _parquet_file(source.path)
+    units = []
+    at = 0
+    for g in range(pf.metadata.num_row_groups):
+        rg = pf.metadata.row_group(g)
+        size = sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
+        units.append((at, at + size, "row_group", g))  # start/end: progress in compressed bytes
+        at += size
+    return units
+
+
+def _plan_lines(path: str, size: int, chunk_size: int) -> list[tuple[int, int]]:
+    """Byte ranges of about ``chunk_size`` that end just after a newline (or at the end)."""
+    bounds = [0]
+    with open(path, "rb") as f:
+        target = chunk_size
+        while target < size:
+            f.seek(target)
+            nl = -1
+            pos = target
+            while nl < 0 and pos < size:
+                data = f.read(1 << 16)
+                nl = data.find(b"\n")
+                if nl < 0:
+                    pos += len(data)
+                    if not data:
+                        break
+            if nl < 0 or pos + nl + 1 >= size:
+                break
+            bounds.append(pos + nl + 1)
+            target = bounds[-1] + chunk_size
+    bounds.append(size)
+    return list(zip(bounds, bounds[1:]))
+

@@ -1,0 +1,117 @@
+"""A run's parameters and the checks of a ``run`` row: what defines a run's result, the bounds a
+store's values must keep, and the refusal of a row or pattern bpe_store could not have written.
+
+Below the store: options and callers import ``RunParams`` without importing the store itself.
+A new run parameter is a field here, a column (a migration in migrations/versions) and a check in
+``check_run``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import StoreError
+
+#: Most special tokens a run may have (a store with more is refused as damaged or hostile: each
+#: becomes an alternative of the special-token regex, and 200 K of them took minutes to compile).
+MAX_SPECIAL_TOKENS = 10_000
+#: Longest pre-tokenization pattern a store may hold (characters).
+MAX_PATTERN_CHARS = 10_000
+#: A store's pattern must scan these probes within ``PATTERN_PROBE_SECONDS``: a pattern with
+#: catastrophic backtracking, such as ``(a|aa)+$``, is refused instead of hanging every encode.
+PATTERN_PROBES = ("a" * 40 + "!", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n!", " " * 40 + "!", "1" * 40 + "!",
+                  "ab " * 20 + "\u00e9\u4e2d!")
+PATTERN_PROBE_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class RunParams:
+    """What defines a run's result. A resume must give the same (vocab_size may grow)."""
+
+    pattern: str
+    special_tokens: tuple[str, ...]
+    vocab_size: int
+    invalid_utf8: str = "strict"
+    #: words counted fewer times take part in no pair (1: every word, CS336's semantics)
+    min_frequency: int = 1
+    #: no merge makes a token longer than this many bytes (None: no limit)
+    max_token_length: int | None = None
+    #: pre-tokens longer than this count as pieces (pretokenize.split_long_pretoken); None: no
+    #: limit (stores from before the limit existed)
+    max_pretoken_bytes: int | None = None
+
+    @property
+    def num_merges(self) -> int:
+        return self.vocab_size - 256 - len(self.special_tokens)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_pattern(pattern: str, where: str) -> None:
+    """Refuse a pre-tokenization pattern that does not compile or backtracks catastrophically
+    (StoreError naming ``where``)."""
+    from ..counting.pretokenize import PATTERNS
+
+    if pattern in PATTERNS.values():
+        return  # ours; checked by the tests
+    import regex
+
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise StoreError(f"{where}: its pattern is {len(pattern)} characters long (at most {MAX_PATTERN_CHARS})")
+    try:
+        compiled = regex.compile(pattern)
+    except (regex.error, RecursionError, OverflowError) as exc:
+        raise StoreError(f"{where}: its pattern does not compile ({exc})") from None
+    try:
+        for probe in PATTERN_PROBES:
+            for _ in compiled.finditer(probe, timeout=PATTERN_PROBE_SECONDS):
+                pass
+    except TimeoutError:
+        raise StoreError(f"{where}: its pattern {pattern[:60]!r} takes more than {PATTERN_PROBE_SECONDS:g} s "
+                         "on a 41-character probe (catastrophic backtracking); refusing it") from None
+
+
+def check_run(p: Path, row: dict[str, Any]) -> None:
+    """Refuse (StoreError) a ``run`` row that bpe_store could not have written."""
+    where = f"{p}: the store's run row is damaged"
+    try:
+        specials = json.loads(row["special_tokens"]) if isinstance(row["special_tokens"], str) else None
+    except (ValueError, RecursionError):
+        specials = None
+    if not isinstance(specials, list) or not all(isinstance(s, str) and s for s in specials):
+        raise StoreError(f"{where} (special_tokens is not a JSON list of non-empty strings)")
+    if len(specials) > MAX_SPECIAL_TOKENS:
+        raise StoreError(f"{where} ({len(specials)} special tokens; at most {MAX_SPECIAL_TOKENS})")
+    if len(set(specials)) != len(specials):
+        raise StoreError(f"{where} (a special token is listed twice)")
+    for col in ("vocab_size", "chunk_size"):
+        if not _is_int(row[col]) or row[col] < 1:
+            raise StoreError(f"{where} ({col} is {row[col]!r}, not a positive integer)")
+    if not 256 + len(specials) <= row["vocab_size"] <= 0xFFFF_FFFF:  # token ids are uint32
+        raise StoreError(f"{where} (vocab_size {row['vocab_size']} is out of range)")
+    if row["phase"] not in ("counting", "merging", "done"):
+        raise StoreError(f"{where} (phase {row['phase']!r})")
+    if row["stop_reason"] not in (None, "vocab_size", "no_pairs"):
+        raise StoreError(f"{where} (stop_reason {row['stop_reason']!r})")
+    if row["invalid_utf8"] not in ("strict", "replace"):
+        raise StoreError(f"{where} (invalid_utf8 {row['invalid_utf8']!r})")
+    # the trainer options (absent before v0_3_0_trainer_options, which status still reads)
+    if "min_frequency" in row and not (_is_int(row["min_frequency"]) and 1 <= row["min_frequency"] < 1 << 63):
+        raise StoreError(f"{where} (min_frequency {row['min_frequency']!r})")
+    if row.get("max_token_length") is not None and not (
+            _is_int(row["max_token_length"]) and 2 <= row["max_token_length"] <= 1 << 32):
+        raise StoreError(f"{where} (max_token_length {row['max_token_length']!r})")
+    for col in ("state_merges", "pairs_merges"):  # NULL: not kept (absent in older revisions)
+        if row.get(col) is not None and not (_is_int(row[col]) and 0 <= row[col] < 1 << 32):
+            raise StoreError(f"{where} ({col} {row[col]!r})")
+    limit = row.get("max_pretoken_bytes")  # NULL: no limit (stores from before v0_3_0)
+    if limit is not None and (not _is_int(limit) or not 4 <= limit <= 1 << 26):
+        raise StoreError(f"{where} (max_pretoken_bytes {limit!r} is not an integer in 4..{1 << 26})")
+    if not isinstance(row["pattern"], str):
+        raise StoreError(f"{where} (pattern is not text)")
+    check_pattern(row["pattern"], str(p))

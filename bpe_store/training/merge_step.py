@@ -1,0 +1,299 @@
+"""Steps 4 and 5 of the recipe: count the pairs once and move to merging, then merge in batches,
+each batch ONE transaction (the checkpoint), with merge logs between them; a resume builds the
+engine from the store (``_load_engine``), replaying the logged merges.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from ..errors import Interrupted, StoreError
+from ..store.params import RunParams
+from ..store.result import result_check
+from ..store.store import Store
+from .job import _Job
+from .merge import Engine, new_engine, release_free_memory, uses_native
+
+#: A checkpoint is written after this many seconds of merging (and when merging ends): the most
+#: a kill can lose. ``checkpoint_merges`` also caps a batch when given; by default it is None,
+#: because merges per second vary 100x between engines and corpora, while the cost of a
+#: checkpoint grows with the words a batch touches: with the native engine on enwiki-100M a
+#: checkpoint every 2000 merges spent 7 s writing for 1 s of merging (bench/RESULTS-merge.md).
+DEFAULT_CHECKPOINT_MERGES: int | None = None
+DEFAULT_CHECKPOINT_SECONDS = 30.0
+
+
+#: Merging logs its new merges (merges, vocabulary, progress: no word or pair rows, ~15 ms on a
+#: 12 GB store) after this many seconds since the last write, between full checkpoints: what a
+#: kill during merging loses. A resume applies the logged merges to the words it reads
+#: (``_load_engine``; words are independent, so two threads share it, and no pair count is kept
+#: up to date through it): 13,632 merges on 7.0 M words 1.4 s, where merging the first 12,736 took
+#: 4.5 s; counting the pairs after it costs more than at rank 0 (~2.2 s: merged tokens make
+#: millions of distinct pairs).
+MERGE_LOG_SECONDS = 1.0
+#: A finished run keeps the tokens of at most this many of its most frequent words (those more
+#: frequent than the next one, so that ties never depend on word ids; ``top_words`` shows them,
+#: the others' are NULL): the words people look at, where writing every word's (7.0 M at 12 GB)
+#: took 2.2 s. A word's tokens are its split under the merges (``merge.word_splitter``). A run
+#: continued to a larger vocabulary reads the words as bytes and replays every merge.
+KEEP_WORD_TOKENS = 100_000
+#: A finished run keeps the counts of its live pairs at least as frequent as the 100,000th most
+#: frequent one (ties never depend on ids): ``top_pairs`` then says what the next merges would be,
+#: its first row the merge that continuing by one token makes. A run continued to a larger
+#: vocabulary recounts every pair from its words and replaces them.
+KEEP_PAIR_COUNTS = 100_000
+
+
+#: Merges per engine call inside a batch (see ``_merge_batch``).
+_SUB_STEP = 64
+
+
+def last_checkpoint_deferred(store: Store) -> bool:
+    """Whether the run finished while a reader pinned the WAL, so that its last checkpoint only
+    logged the merges (see wal_watch): ``words.tokens`` and ``pair_counts`` still reflect fewer
+    merges than the log holds. The same command writes that checkpoint (``_merge``). (A store
+    upgraded from before merge logs has ``state_merges`` equal to its merges.)"""
+    if store.run_row()["phase"] != "done":
+        return False
+    state = store.state_merges()
+    return state is not None and state < store.sql("SELECT count(*) FROM merges").scalar()
+
+
+def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engine:
+    """Rebuild the merge engine from the store and check the store is consistent."""
+    n_special = len(params.special_tokens)
+    vocab = store.load_vocab()
+    merges = store.load_merges()
+    first = n_special + 256
+    result_check(store, params.special_tokens, vocab, merges)
+    token_bytes = [b if kind != "special" else None for _, b, kind in vocab]
+    # the merges logged after the last full checkpoint: the words' tokens and pair counts are older
+    # None: a finished run's store, whose words are read as their bytes (see KEEP_WORD_TOKENS)
+    state = store.state_merges()
+    if state is None and store.pairs_merges() is None and store.has_pair_counts():
+        raise StoreError(f"{store.path}: the store is inconsistent (pair counts in a finished run's store "
+                         "that kept none); start over with --restart")
+    if state is not None and not 0 <= state <= len(merges):
+        raise StoreError(f"{store.path}: the store is inconsistent (its words reflect {state} merges of "
+                         f"{len(merges)}); start over with --restart")
+    replay = [(left, right, token) for _rank, left, right, token, _count in merges[state or 0:]]
+    # packed: no Python tuple per word
+    rows = store.load_word_rows(packed=uses_native(engine), tokens=state is not None)
+    try:
+        merger = new_engine(rows, token_bytes, n_special, first, len(merges), engine,
+                            min_frequency=params.min_frequency, max_token_length=params.max_token_length,
+                            replay=replay)
+    except (TypeError, ValueError, OverflowError) as exc:  # a count or blob of the wrong type or sign
+        raise StoreError(f"{store.path}: the store's words are damaged ({exc}); start over with --restart") from None
+    if merger.bad_word >= 0:
+        word = store.word_id_at(merger.bad_word)
+        raise StoreError(f"{store.path}: the store is inconsistent (word {word} does not "
+                         "spell its bytes); start over with --restart")
+    del rows
+    if not merger.rewrite_pairs and (state is None or store.pairs_merges() is None):  # top pairs only, or none
+        merger.forget_stored_pairs()
+    # Why a digest: SQLite fingerprints pair_counts in one scan, instead of ~1M rows into Python.
+    # After a replay the store's pair counts are the words' before it, which the engine no longer
+    # holds: they are not checked, and the next checkpoint replaces them all (rewrite_pairs).
+    if not merger.rewrite_pairs and merger.pair_digest() != store.pair_counts_digest():
+        raise StoreError(f"{store.path}: the store is inconsistent (pair counts do not match the words); "
+                         "start over with --restart")
+    return merger
+
+
+def check_words(store: Store) -> str:
+    """``bpe-store db check --deep``'s words check: the words rebuilt into a merge engine as a resume
+    does (every word's tokens spell its bytes under the merges; the pair counts are the words');
+    StoreError saying what is wrong. Reads every word: seconds on a big store."""
+    run = store.run_row()
+    if run["phase"] == "counting":
+        return "counting: words are checked against pairs once merging starts"
+    _load_engine(store, store.params())
+    n = store.last_word_id()
+    return f"{n} words spell their bytes under the merges; the pair counts are theirs"
+
+
+def _byte_vocab(n_specials: int) -> list[bytes | None]:
+    """``token_bytes`` before any merge: None for each special token, then the 256 bytes."""
+    return [None] * n_specials + [bytes([b]) for b in range(256)]
+
+
+def _pairs(job: _Job) -> Engine:
+    """4. pairs: count adjacent pairs of the counted words and move the run to merging.
+
+    Returns the engine it built, so merging starts without reading the words a second time.
+    """
+    store, params = job.store, job.params
+    job.emit(stage="pairs")
+    n = len(params.special_tokens)
+    # Why the words in memory: when the last flush writes every word (the first flush into an
+    # empty store), its counter is what the store will hold, so the engine is built from it while
+    # the flush is still being written (enwiki-100M: the flush's ~0.5 s leaves the critical path);
+    # after several flushes the store's word map (``take_fresh_word_rows``) once they committed,
+    # without reading ~1M rows back; otherwise (a resume) the store is read.
+    rows, job.fresh_words = job.fresh_words, None
+    if rows is None:
+        job.writes.wait()
+        rows = store.take_fresh_word_rows()
+    if rows is None:
+        rows = store.load_word_rows(packed=uses_native(job.engine))
+    try:
+        merger = new_engine(rows, _byte_vocab(n), n, n + 256, 0, job.engine, min_frequency=params.min_frequency,
+                            max_token_length=params.max_token_length)
+    except (TypeError, ValueError, OverflowError) as exc:  # a count or blob of the wrong type or sign
+        raise StoreError(f"{store.path}: the store's words are damaged ({exc}); start over with --restart") from None
+    del rows  # the engine holds its own copy; free ~1M tuples before the pair rows are made
+    release_free_memory()  # what counting freed would otherwise stay resident through merging
+    # written after the last flush, before the first merge checkpoint; the counts are taken now,
+    # before merging changes them
+    job.writes.submit(_start_merging, job, merger.pair_counts(), job.elapsed(), then=lambda: job.pairs_unwritten
+                      and job.emit(stage="deferred", phase="merging", what="pair counts", waiting=False,
+                                   **store.wal))
+    return merger
+
+
+def _start_merging(job: _Job, pairs: dict[tuple[int, int], int], elapsed_s: float) -> None:
+    """The move to merging (on the writes' thread), without the pair counts while a reader pins
+    the WAL (``Store.start_merging``): the first full checkpoint writes them then."""
+    job.pairs_unwritten = job.store.wal_blocked_now()
+    job.store.start_merging(None if job.pairs_unwritten else pairs, elapsed_s)
+
+
+def _merge(job: _Job, engine: Engine | str) -> None:
+    """5. merge: learn merges in batches; each batch ends in one checkpoint transaction.
+
+    ``engine``: the engine ``_pairs`` or the resume checks built, or which kind to rebuild from
+    the store. A batch ends after ``checkpoint_seconds`` of merging, after ``checkpoint_merges``
+    merges if that is not None, or on a stop request.
+    """
+    store, target = job.store, job.params.num_merges
+    if job.writes.idle():  # else counting just ended: merging starts while its writes finish
+        run = store.run_row()
+        done_now = store.count_merges()
+        if (run["phase"] == "done" and (run["stop_reason"] == "no_pairs" or done_now >= target)
+                and not last_checkpoint_deferred(store)):
+            return  # a finished store: nothing to do (a larger vocab size set phase back to merging)
+    merger = _load_engine(store, job.params, engine) if isinstance(engine, str) else engine
+    job.logged_at = time.monotonic()
+    while True:
+        merges, stopping = _merge_batch(job, merger)
+        if _checkpoint(job, merger, merges, stopping) is not None:
+            return
+        if stopping:
+            raise Interrupted(f"stopped after {merger.next_rank} merges; {store.path} holds them")
+
+
+def _merge_batch(job: _Job, merger: Engine) -> tuple[list, bool]:
+    """One batch: sub-steps of at most _SUB_STEP merges until the batch size, the batch time or a
+    stop request; sub-steps keep progress lively and let Ctrl-C end a batch early. Every
+    ``MERGE_LOG_SECONDS`` the merges so far are logged (``_log_merges``). Returns the batch's
+    merges not logged yet and whether a stop was requested."""
+    batch = sys.maxsize if job.checkpoint_merges is None else job.checkpoint_merges
+    target, tb = job.params.num_merges, merger.token_bytes
+    batch_end = time.monotonic() + job.checkpoint_seconds
+    log_at = job.logged_at + MERGE_LOG_SECONDS
+    # merges a deferred checkpoint left to the next log (see _checkpoint), then this batch's
+    merges, job.unlogged = job.unlogged, []
+    carried = len(merges)
+    logged = 0  # merges[:logged] are in the store
+    stopping = False
+    while True:
+        remaining = min(target - merger.next_rank, batch - (len(merges) - carried))
+        if remaining <= 0 or merger.exhausted:
+            break
+        sub = merger.step(min(remaining, _SUB_STEP))
+        merges.extend(sub)
+        if sub:
+            last = sub[-1]
+            job.emit(stage="merging", done=merger.next_rank, total=target,
+                     merge=[tb[last.left].decode("utf-8", "replace"),
+                            tb[last.right].decode("utf-8", "replace"), last.count])
+        stopping = job.stopping()
+        clock = time.monotonic()
+        if stopping or clock >= batch_end:
+            break
+        if clock >= log_at and len(merges) > logged and target - merger.next_rank > 0 and not merger.exhausted:
+            _log_merges(job, merger, merges[logged:])
+            logged = len(merges)
+            log_at = time.monotonic() + MERGE_LOG_SECONDS
+    return merges[logged:], stopping
+
+
+def _merge_rows(merger: Engine, merges: list) -> tuple[list[tuple[int, int, int, int, int]], list[tuple[int, bytes]]]:
+    """The ``merges`` and ``vocab`` rows of ``merges``."""
+    first, tb = merger.first_merge_id, merger.token_bytes
+    return ([(m.rank, m.left, m.right, m.token, m.count) for m in merges],
+            [(first + m.rank, tb[m.left] + tb[m.right]) for m in merges])
+
+
+def _log_merges(job: _Job, merger: Engine, merges: list, done_reason: str | None = None) -> None:
+    """Log ``merges`` in the store: ONE small transaction with their rows and the progress, no word
+    or pair rows (``Store.write_merge_rows(log_only=True)``); ``done_reason``: and the run's end."""
+    job.writes.wait()  # the last counting flush and the start of merging commit before any merge
+    merge_rows, vocab_rows = _merge_rows(merger, merges)
+    write_s = job.store.write_merge_rows(merge_rows, vocab_rows, (), (), merges_done=merger.next_rank,
+                                         elapsed_s=job.elapsed(), done_reason=done_reason, log_only=True)
+    job.logged_at = time.monotonic()
+    job.emit(stage="merge_log", phase="merging", done=merger.next_rank, total=job.params.num_merges,
+             write_s=write_s, **job.store.wal)
+
+
+def _checkpoint_deferred(job: _Job, merger: Engine, merges: list, reason: str | None, stopping: bool) -> bool:
+    """Whether a reader pins the WAL, so that the checkpoint is deferred: then only what a resume
+    needs is written (see wal_watch): the merges, and the run's end (``reason``), in a log; at most
+    one log every ``MERGE_LOG_SECONDS`` however small the batches (each log grows the WAL), the
+    merges otherwise left to the next (``job.unlogged``)."""
+    if not job.watch.blocked("checkpoint" if reason is None else "final checkpoint", "merging"):
+        return False
+    if reason is not None or stopping or time.monotonic() >= job.logged_at + MERGE_LOG_SECONDS:
+        _log_merges(job, merger, merges, reason)
+    else:
+        job.unlogged = merges
+    return True
+
+
+def _checkpoint(job: _Job, merger: Engine, merges: list, stopping: bool = False) -> str | None:
+    """Write a batch's checkpoint: ONE transaction holding its merges, their vocabulary entries,
+    the progress and, while merging goes on, the changed words and pair counts; the last one
+    drops the merging's working state instead (``Store.write_merge_rows(drop_state=True)``).
+    Returns why merging is over (the run's stop reason), or None when it goes on."""
+    target = job.params.num_merges
+    job.writes.wait()  # the last counting flush and the start of merging commit before any merge
+    if merger.next_rank >= target:
+        reason = "vocab_size"
+    elif merger.exhausted:
+        reason = "no_pairs"
+    else:
+        reason = None
+    final = reason is not None
+    if _checkpoint_deferred(job, merger, merges, reason, stopping):
+        return reason
+    if job.pairs_unwritten and not final:
+        merger.forget_stored_pairs()  # the store holds none: this checkpoint writes them all
+    job.pairs_unwritten = False
+    merge_rows, vocab_rows = _merge_rows(merger, merges)
+    if final:
+        # Why no pair rows and few word rows: a finished run keeps its result (merges, vocab)
+        # and its inputs (words, counts), not the merging's working state, whose writing was 5 s
+        # of a 12 GB run's ~80 s (7.0 M words' tokens, 3.8 M pair counts); see KEEP_WORD_TOKENS
+        # and KEEP_PAIR_COUNTS for the few it keeps.
+        merger.finish()  # free what only merging needs before SQLite's cache and the result's rows
+        clear_pairs, deletes, updates = False, (), ()
+        word_rows = merger.top_word_rows(KEEP_WORD_TOKENS)
+        inserts = merger.top_pair_rows(KEEP_PAIR_COUNTS)
+    else:
+        clear_pairs = merger.rewrite_pairs  # read before the take, which resets it
+        word_rows, deletes, inserts, updates = merger.take_checkpoint_rows()
+    job.emit(stage="writing", phase="merging", done=merger.next_rank, total=target,
+             words=len(word_rows), final=final)
+    write_s = job.store.write_merge_rows(
+        merge_rows, vocab_rows, word_rows, deletes, inserts, updates,
+        merges_done=merger.next_rank, elapsed_s=job.elapsed(), done_reason=reason, clear_pairs=clear_pairs,
+        drop_state=final,
+    )
+    job.logged_at = time.monotonic()
+    job.emit(stage="checkpoint", phase="merging", done=merger.next_rank, total=target,
+             words=len(word_rows), pairs=len(deletes) + len(inserts) + len(updates), write_s=write_s,
+             **job.store.wal)  # wal_bytes, wal_blocked: a reader keeping the WAL from being emptied
+    return reason

@@ -1,0 +1,228 @@
+"""Steps 1 and 2 of the recipe: check a run's parameters and inputs, then plan it: fingerprint the
+inputs, cut them into chunks and create the store (one transaction), or, to resume, check the
+store, the parameters and the inputs against it, writing nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from .._version import __version__
+from ..counting.input_checks import scan_source
+from ..counting.inputs import STDIN, FileInput, file_input
+from ..counting.planning import plan_units, same_kind_diffs, scan_input
+from ..counting.pretokenize import resolve_pattern
+from ..counting.sources import Source
+from ..counting.streams import Stream
+from ..errors import ArgumentTypeError, InputError, ResumeMismatch, StoreError, path_argument
+from ..store.files import _remove_files
+from ..store.params import RunParams
+from ..store.result import result_check
+from ..store.store import Store
+from .job import Progress, _Job
+from .merge import Engine
+from .merge_step import _load_engine, last_checkpoint_deferred
+from .options import (
+    DEFAULT_MAX_PRETOKEN_BYTES,
+    check_engines,
+    check_params,
+    check_run_options,
+    check_trainer_options,
+)
+
+
+def _check(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream, db: str | os.PathLike,
+           vocab_size: int, special_tokens: Sequence[str], *, pattern: str, workers: int | None, chunk_size: int,
+           checkpoint_merges: int | None, checkpoint_seconds: float, count_flush_seconds: float,
+           invalid_utf8: str, restart: bool, progress: Progress | None, stop: threading.Event | None,
+           engine: str, durable: bool, format: str | None, text_field: str, min_frequency: int,
+           max_token_length: int | None, count_engine: str, ray_address: str | None,
+           max_pretoken_bytes: int | None) -> _Job:
+    """1. check: ``train``'s arguments (see there), all of them before anything is written."""
+    if isinstance(inputs, (str, os.PathLike, Stream)):
+        inputs = [inputs]
+    db = path_argument(db, "db")
+    if not isinstance(inputs, Iterable):
+        raise ArgumentTypeError(f"inputs must be a path, a list of paths or a Stream, not {type(inputs).__name__}")
+    inputs = [p if isinstance(p, Stream) else path_argument(p, "each input") for p in inputs]
+    if not isinstance(text_field, str):
+        raise ArgumentTypeError(f"text_field must be a str, not {type(text_field).__name__}")
+    paths = [p if isinstance(p, Stream) else file_input(p, format, text_field) for p in inputs]
+    if not paths:
+        raise InputError("no input files given")
+    if isinstance(pattern, str):  # check_params refuses anything else
+        pattern = resolve_pattern(pattern)
+    if len(paths) > 1 and any(isinstance(p, Stream) for p in paths):
+        raise InputError("a stream (standard input '-' or an iterable) must be the only input")
+    params = check_params(vocab_size, special_tokens, pattern, invalid_utf8, max_pretoken_bytes)
+    params = dataclasses.replace(params, **check_trainer_options(min_frequency, max_token_length))
+    workers = check_run_options(workers, chunk_size, checkpoint_merges, checkpoint_seconds, count_flush_seconds)
+    check_engines(engine, count_engine, ray_address)
+    return _Job(paths, Path(db), params, workers, chunk_size, checkpoint_merges, checkpoint_seconds,
+                count_flush_seconds, restart, durable, engine, count_engine, ray_address, progress, stop)
+
+
+def _plan(job: _Job) -> Engine | None:
+    """2. plan: create the store (``_create``); or open the existing one and check a resume
+    (parameters, inputs, the store's consistency) before the first write, so a refused resume
+    leaves the store exactly as it was. Sets ``job.store``; returns the merge engine when the
+    checks built it (a store past counting)."""
+    store = _open_for_training(job.db, job.paths, job.params.invalid_utf8, job.restart, job.durable)
+    if store is None:
+        job.store = _create(job)
+        return None
+    try:
+        store.check_plan()
+        grow = _same_inputs(store, job.paths, job.params, job.touched)
+        merger = _preflight(job, store, grow)
+        if grow:
+            store.set_vocab_size(job.params.vocab_size)  # continue to a larger vocabulary
+    except BaseException:
+        store.close()
+        raise
+    job.store = store
+    return merger
+
+
+def _create(job: _Job) -> Store:
+    """A new store: fingerprint the inputs, cut them into work units, and create the store holding
+    its schema, run, plan and vocabulary; everything is checked before the file is created."""
+    sources: list[Source] = []
+    for p in job.paths:
+        job.emit(stage="plan", file=str(p.name if isinstance(p, Stream) else p.path))
+        sources.append(p.source() if isinstance(p, Stream) else scan_input(p, job.params.invalid_utf8))
+    params = job.params
+    if params.max_pretoken_bytes is None:
+        params = dataclasses.replace(params, max_pretoken_bytes=DEFAULT_MAX_PRETOKEN_BYTES)
+    chunks: list[tuple[int, int, int, str, int | None]] = []
+    for i, s in enumerate(sources):
+        if isinstance(job.paths[i], Stream):
+            chunks.append((i, 0, 0, "stream", None))
+            continue
+        for start, end, kind, part in plan_units(s, params.special_tokens, params.pattern, job.chunk_size,
+                                                 params.max_pretoken_bytes):
+            chunks.append((i, start, end, kind, part))
+    # the store appears complete (schema, run, plan, vocabulary) or not at all
+    return Store.create(job.db, init=lambda new: new.init_run(params, sources, chunks, job.chunk_size, __version__),
+                        durable=job.durable)
+
+
+def _open_for_training(db: Path, paths: Sequence[FileInput | Stream], invalid_utf8: str, restart: bool,
+                       durable: bool = True) -> Store | None:
+    """The existing store at ``db`` to resume, locked; None when a new one is to be created.
+
+    A store of ours with no run and no rows (an older bpe_store's creation killed midway: this one
+    creates stores atomically, with their run) is deleted and created again, as is any store with
+    ``restart`` (once the inputs are checked). A store with rows but no run or no schema version
+    (damaged or edited) is refused: nothing is deleted without ``restart``."""
+    if not db.exists() or db.is_dir() or db.stat().st_size == 0:
+        if db.is_dir():
+            Store.open(db)  # raises the "is a directory" error
+        return None
+    store = Store.open(db, allow_unfinished=True, durable=durable)
+    try:
+        if not restart and store.revision is not None and store.has_run():
+            return store
+        if not restart and (held := store.tables_with_rows()):
+            why = "no schema version" if store.revision is None else "no run"
+            raise StoreError(f"{db}: the store has {why} but holds data ({', '.join(held[:4])}): damaged or "
+                             "edited, so it is not resumed and nothing was deleted; --restart deletes it "
+                             "and starts over")
+        if restart:
+            for p in paths:
+                if not isinstance(p, Stream):
+                    scan_input(p, invalid_utf8)
+        _remove_files(db)  # still holding the lock, so no other trainer is using it
+    except BaseException:
+        store.close()
+        raise
+    store.close()
+    return None
+
+
+def _same_inputs(store: Store, paths: Sequence[FileInput | Stream], params: RunParams,
+                 touched: dict[int, int] | None = None) -> bool:
+    """Refuse a resume whose parameters or inputs differ from the store's, saying what differs.
+
+    Writes nothing; returns whether ``params`` asks for a larger vocabulary than the store's.
+    ``touched`` gets ``{source id: modification time}`` of the inputs whose time moved but whose
+    content is the store's: counting checks them against that time (``_CountWriter``)."""
+    old = store.params()
+    diffs = _param_diffs(old, params) + _input_diffs(store, paths, touched)
+    if diffs:
+        raise ResumeMismatch(f"{store.path} was started with other parameters or inputs: "
+                             + "; ".join(diffs) + ". Use the same command, or --restart to start over")
+    if params.vocab_size < old.vocab_size:
+        raise ResumeMismatch(
+            f"{store.path} trains to vocab size {old.vocab_size}; a smaller one ({params.vocab_size}) "
+            f"is a prefix of it: use `bpe-store export --vocab-size {params.vocab_size}` "
+            "(or --restart to start over)")
+    return params.vocab_size > old.vocab_size
+
+
+def _param_diffs(old: RunParams, params: RunParams) -> list[str]:
+    """How ``params`` differ from the store's ``old`` ones (the vocabulary size aside)."""
+    diffs = []
+    if old.pattern != params.pattern:
+        diffs.append(f"pattern {old.pattern!r} -> {params.pattern!r}")
+    if old.special_tokens != params.special_tokens:
+        diffs.append(f"special tokens {list(old.special_tokens)} -> {list(params.special_tokens)}")
+    if old.invalid_utf8 != params.invalid_utf8:
+        diffs.append(f"invalid UTF-8 policy {old.invalid_utf8} -> {params.invalid_utf8}")
+    for option in ("min_frequency", "max_token_length"):
+        if getattr(old, option) != getattr(params, option):
+            diffs.append(f"{option} {getattr(old, option)} -> {getattr(params, option)}")
+    if params.max_pretoken_bytes is not None and old.max_pretoken_bytes != params.max_pretoken_bytes:
+        diffs.append(f"max pre-token bytes {old.max_pretoken_bytes or 'no limit'} -> {params.max_pretoken_bytes}")
+    return diffs
+
+
+def _input_diffs(store: Store, paths: Sequence[FileInput | Stream],
+                 touched: dict[int, int] | None = None) -> list[str]:
+    """How the inputs ``paths`` differ from those the store was started with. An input whose
+    modification time changed is digested again; if its content is the same, ``touched`` gets
+    ``{source id: its modification time now}``."""
+    sources = store.sources()
+    given = [p.name if isinstance(p, Stream) else str(p.path.resolve()) for p in paths]
+    if [s.path for s in sources] != given:
+        return [f"inputs {[s.path for s in sources]} -> {given}"]
+    diffs = same_kind_diffs(sources, paths)
+    for i, s in enumerate(sources):
+        if s.format == "iterable" or s.path == STDIN:
+            continue  # a stream: checked as it is read again (see inputs.Stream)
+        p = Path(s.path)
+        if not p.is_file():
+            diffs.append(f"{s.path} is gone")
+            continue
+        st = p.stat()
+        if st.st_size != s.size:
+            diffs.append(f"{s.path} changed size ({s.size} -> {st.st_size} bytes)")
+        elif st.st_mtime_ns != s.mtime_ns:  # touched: digested again, with the store's hash
+            if scan_source(p, "replace", s.hash).digest != s.digest:
+                diffs.append(f"{s.path} changed content ({s.hash} {s.digest[:12]}...)")
+            elif touched is not None:
+                touched[i] = st.st_mtime_ns
+    return diffs
+
+
+def _preflight(job: _Job, store: Store, grow: bool) -> Engine | None:
+    """Check a store about to be resumed, writing nothing; the merge engine when merging will
+    need it (built now, since building it is what checks words and pair counts)."""
+    params = job.params
+    run = store.run_row()
+    result_check(store, params.special_tokens)
+    if run["phase"] == "counting":
+        if store.count_merges():
+            raise StoreError(f"{store.path}: the store is inconsistent (counting, but it holds merges); "
+                             "start over with --restart")
+        return None
+    if run["phase"] == "merging" or grow or last_checkpoint_deferred(store):
+        # a resume reads the words back and checks them: say so, it can take seconds
+        job.emit(stage="loading", phase="merging", total=params.num_merges,
+                 done=store.count_merges(), words=store.count_words())
+        return _load_engine(store, params, job.engine)
+    return None

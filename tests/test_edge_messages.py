@@ -1,16 +1,13 @@
 """Messages that must say what happened: a file that changes while it is fingerprinted is refused
-(not given a SHA-256 of neither content), a full disk while creating says no store exists, and
-Ctrl-C in a reading command does not speak of checkpoints."""
+(not given a fingerprint of neither content), and Ctrl-C in a reading command does not speak of
+checkpoints. (A full disk while creating: test_store_create.py.)"""
 
 from __future__ import annotations
-
-import os
-import subprocess
 
 import pytest
 from cli_helpers import SPECIAL, run
 
-from bpe_store import InputError, StoreError, train
+from bpe_store import InputError, train
 from bpe_store.counting import input_checks
 
 
@@ -34,22 +31,6 @@ def test_a_file_that_grows_while_it_is_fingerprinted_is_refused(tmp_path, monkey
     size = corpus.stat().st_size
     train([corpus], tmp_path / "run.db", 300, [SPECIAL])  # complete now: trains
     assert size == corpus.stat().st_size
-
-
-def test_a_full_disk_while_creating_says_no_store_was_created(tmp_path, corpus):
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(mnt)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    try:
-        with pytest.raises(StoreError) as info:
-            train([corpus], mnt / "run.db", 300, [SPECIAL])
-        msg = str(info.value)
-        assert msg.startswith(f"{mnt / 'run.db'}: the disk is full") and msg.endswith("no store was created"), msg
-        assert "last checkpoint" not in msg and os.listdir(mnt) == []
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
 
 
 @pytest.mark.parametrize("args, said", [

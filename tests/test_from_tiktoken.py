@@ -280,8 +280,13 @@ def test_openai_special_ids(openai):
 def test_openai_ranks_on_any_unicode_text(openai):
     # text from every Unicode category (hypothesis' default alphabet, which has no lone
     # surrogates), with runs of whitespace, digits and apostrophes that the patterns treat apart
+    # Only characters this Python's unicodedata assigns: tiktoken's regex engine knows an older
+    # Unicode than our tables (regex's 18.0), so a character assigned since (e.g. U+3D000) is a
+    # letter to us and not to it; that difference is documented, not a bug to find here.
     _, enc, tok, _ = openai
-    pieces = st.text() | st.sampled_from(["\r\n", "  ", "\t", "'S", "'ll", "123456", "\u200d", "\n\n\n", " ", "'"])
+    known = st.characters(exclude_categories=["Cs", "Cn"])
+    pieces = st.text(alphabet=known) | st.sampled_from(
+        ["\r\n", "  ", "\t", "'S", "'ll", "123456", "\u200d", "\n\n\n", " ", "'"])
 
     @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
     @given(st.lists(pieces, max_size=8).map("".join))

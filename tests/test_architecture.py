@@ -106,3 +106,37 @@ def test_train_py_lists_its_steps_in_the_order_their_modules_define_them():
              for _, name in steps[:-1] for m in modules if name in defined[m]]
     assert len(where) == len(steps) - 1, (steps, defined)
     assert where == sorted(where), (steps, defined)
+
+
+def _draw_wings():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import draw_wings
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    return draw_wings
+
+
+def test_the_wings_drawing_is_current_and_every_arrow_points_down():
+    draw_wings = _draw_wings()
+    counts = draw_wings.edges()
+    assert draw_wings.upward(counts) == []
+    assert draw_wings.block(counts) in (ROOT / "docs" / "design.md").read_text(encoding="utf-8"), (
+        "docs/design.md's drawing of the wings is stale: run python tools/draw_wings.py --write")
+    # the drawing's order is import-linter's: the first contract's layers, the basics last
+    config = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    layers = re.search(r"layers = \[\n(.*?)\n\]", config, re.S).group(1)
+    names = [m.group(1) for m in re.finditer(r'^\s*"([^"|]+?)[" |]', layers, re.M)]
+    assert tuple(names[:-1]) == draw_wings.ORDER[:-1]
+
+
+def test_the_wings_drawing_sees_an_upward_import(tmp_path, monkeypatch):
+    draw_wings = _draw_wings()
+    package = tmp_path / "bpe_store"
+    for wing in ("store", "cli"):
+        (package / wing).mkdir(parents=True)
+        (package / wing / "__init__.py").write_text("")
+    (package / "store" / "rows.py").write_text("def f():\n    from ..cli import app\n")
+    monkeypatch.setattr(draw_wings, "ROOT", tmp_path)
+    monkeypatch.setattr(draw_wings, "PACKAGE", package)
+    assert draw_wings.upward(draw_wings.edges()) == [("store", "cli")]

@@ -15,14 +15,14 @@ from cli_helpers import ROOT
 
 import bpe_store
 from bpe_store import train
-from bpe_store.training.train import DEFAULT_CHECKPOINT_SECONDS
+from bpe_store.training.options import TrainOptions
 
 
 def test_train_shows_its_real_signature_and_docstring():
     sig = inspect.signature(train)
     params = sig.parameters
     assert list(params)[:4] == ["inputs", "db", "vocab_size", "special_tokens"]
-    assert params["checkpoint_seconds"].default == DEFAULT_CHECKPOINT_SECONDS
+    assert params["checkpoint_seconds"].default == TrainOptions.checkpoint_seconds
     assert params["engine"].kind is inspect.Parameter.KEYWORD_ONLY
     assert sig.return_annotation == "TrainResult"
     assert train.__name__ == "train" and train.__module__ == "bpe_store.training.train"
@@ -103,3 +103,52 @@ def test_importing_the_train_module_first_does_not_hide_the_function():
             "assert bpe_store.train is train\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
+
+
+def test_train_options_have_one_source():
+    """``TrainOptions`` is the one statement of a run's settings and their defaults: ``train``'s
+    keyword parameters are its fields with its defaults, and the CLI's train options default to the
+    same values."""
+    import dataclasses
+
+    import typer.main
+
+    from bpe_store.cli.cli import app
+
+    fields = {f.name: f.default for f in dataclasses.fields(TrainOptions)}
+    keywords = {name: p.default for name, p in inspect.signature(train).parameters.items()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("progress", "stop")}
+    assert keywords == fields
+    command = typer.main.get_command(app).commands["train"]
+    cli = {p.name: getattr(p.default, "value", p.default) for p in command.params}
+    shared = set(cli) & set(fields) - {"pattern"}  # --pattern's None is "gpt2" by name: the same regex
+    assert shared >= {"chunk_size", "checkpoint_merges", "checkpoint_seconds", "text_field", "workers",
+                      "invalid_utf8", "restart", "engine", "min_frequency", "max_token_length", "max_pretoken_bytes"}
+    assert {k: cli[k] for k in shared} == {k: fields[k] for k in shared}
+
+
+@pytest.mark.parametrize("column, value, ok", [
+    ("max_pretoken_bytes", 1 << 26, True), ("max_pretoken_bytes", (1 << 26) + 1, False),
+    ("max_pretoken_bytes", 3, False), ("max_token_length", 1 << 32, True), ("max_token_length", 1, False),
+    ("min_frequency", (1 << 63) - 1, True),
+])
+def test_the_store_and_the_options_hold_a_run_to_the_same_bounds(tmp_path, column, value, ok):
+    """What ``train`` accepts for a new run, a store's run row may hold, and nothing else: both read
+    the bounds from ``bpe_store.store.params``."""
+    import dataclasses
+
+    from bpe_store.errors import InputError, StoreError
+    from bpe_store.store.params import check_run
+
+    row = {"special_tokens": "[]", "vocab_size": 300, "chunk_size": 1, "phase": "counting", "stop_reason": None,
+           "invalid_utf8": "strict", "min_frequency": 1, "max_token_length": None, "max_pretoken_bytes": None,
+           "pattern": TrainOptions.pattern, column: value}
+    options = dataclasses.replace(TrainOptions(), **{column: value})
+    if ok:
+        check_run(tmp_path / "s.db", row)
+        options.checked(300, [])
+    else:
+        with pytest.raises(StoreError):
+            check_run(tmp_path / "s.db", row)
+        with pytest.raises(InputError):
+            options.checked(300, [])

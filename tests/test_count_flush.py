@@ -397,7 +397,8 @@ def simulated_losses(monkeypatch, total: int, rate: float = 64e6, write: tuple[f
     monkeypatch.setattr(train_module.time, "monotonic", lambda: clock[0])
     in_flight: list[tuple[float, int, float]] = []  # (commits at, done at its start, its write time)
     writes = SimpleNamespace(busy=lambda: bool(in_flight))
-    writer = train_module._CountWriter(SimpleNamespace(count_flush_seconds=10.0, writes=writes), total, 0)
+    job = SimpleNamespace(options=SimpleNamespace(count_flush_seconds=10.0), writes=writes)
+    writer = train_module._CountWriter(job, total, 0)
     done = committed = 0
     last_flush, out = 0.0, []
     while done < total:

@@ -14,6 +14,8 @@ import typer
 
 from ..errors import BpeStoreError, InputError
 from ..inspection.progress import Reporter
+from ..store.params import MAX_MAX_PRETOKEN_BYTES, MIN_MAX_PRETOKEN_BYTES
+from ..training.options import DEFAULT_MAX_PRETOKEN_BYTES, TrainOptions
 from .app import _ARGV_KEY, _Command, _set_verbose, _verbose_option, app
 from .input_args import InputFormat, InvalidUtf8, complete_pattern, expand_inputs
 from .running import ProgressMode, StopOnSignal, _reporter
@@ -23,6 +25,10 @@ class EngineName(str, Enum):
     auto = "auto"
     native = "native"
     python = "python"
+
+
+#: The defaults of the enum options, as ``TrainOptions`` states them
+_DEFAULT_INVALID_UTF8, _DEFAULT_ENGINE = InvalidUtf8(TrainOptions.invalid_utf8), EngineName(TrainOptions.engine)
 
 
 def resume_command(ctx: typer.Context) -> str:
@@ -100,26 +106,29 @@ def train(
         None, "--format",
         help="How to read the inputs (default: by extension: .jsonl/.ndjson/.json -> jsonl, .parquet -> parquet, "
              "else text; stdin: text)."),
-    text_field: str = typer.Option("text", "--text-field", metavar="NAME",
+    text_field: str = typer.Option(TrainOptions.text_field, "--text-field", metavar="NAME",
                                    help="The jsonl field / parquet column holding the text."),
-    workers: Optional[int] = typer.Option(None, "--workers", "--threads", metavar="N",
+    workers: Optional[int] = typer.Option(TrainOptions.workers, "--workers", "--threads", metavar="N",
                                           help="Counting workers (default: all cores)."),
-    chunk_size: int = typer.Option(8 << 20, "--chunk-size", metavar="BYTES", help="Bytes per counting chunk."),
+    chunk_size: int = typer.Option(TrainOptions.chunk_size, "--chunk-size", metavar="BYTES",
+                                   help="Bytes per counting chunk."),
     checkpoint_merges: Optional[int] = typer.Option(
-        None, "--checkpoint-merges", metavar="N",
+        TrainOptions.checkpoint_merges, "--checkpoint-merges", metavar="N",
         help="Also end a batch after this many merges (default: by time only)."),
-    checkpoint_seconds: float = typer.Option(30.0, "--checkpoint-seconds", metavar="S",
+    checkpoint_seconds: float = typer.Option(TrainOptions.checkpoint_seconds, "--checkpoint-seconds",
+                                             metavar="S",
                                              help="Seconds of merging per checkpoint."),
-    invalid_utf8: InvalidUtf8 = typer.Option(InvalidUtf8.strict, "--invalid-utf8",
+    invalid_utf8: InvalidUtf8 = typer.Option(_DEFAULT_INVALID_UTF8, "--invalid-utf8",
                                              help="strict: refuse invalid UTF-8; replace: decode it as U+FFFD."),
-    restart: bool = typer.Option(False, "--restart", help="Discard the store's progress and start over."),
-    engine: EngineName = typer.Option(EngineName.auto, "--engine",
-                                      help="Merge engine: native (C++), python, or auto (native when built)."),
+    restart: bool = typer.Option(TrainOptions.restart, "--restart",
+                                 help="Discard the store's progress and start over."),
+    engine: EngineName = typer.Option(
+        _DEFAULT_ENGINE, "--engine", help="Merge engine: native (C++), python, or auto (native when built)."),
     min_frequency: int = typer.Option(
-        1, "--min-frequency", metavar="N",
+        TrainOptions.min_frequency, "--min-frequency", metavar="N",
         help="Words counted fewer times take part in no merge (1: every word counts)."),
     max_token_length: Optional[int] = typer.Option(
-        None, "--max-token-length", metavar="N",
+        TrainOptions.max_token_length, "--max-token-length", metavar="N",
         help="No merge makes a token longer than N bytes (default: no limit)."),
     ray: Optional[str] = typer.Option(
         None, "--ray", metavar="ADDRESS",
@@ -127,8 +136,9 @@ def train(
              "--workers CPUs; with ADDRESS (host:port, ray://host:port or auto), that cluster. Needs "
              "pip install 'bpe-store[ray]'; inputs must be readable at the same path on every node."),
     max_pretoken_bytes: Optional[int] = typer.Option(
-        None, "--max-pretoken-bytes", metavar="BYTES",
-        help="Count a longer pre-token as pieces of at most this many bytes (4..64 MiB; default 1 MiB "
+        TrainOptions.max_pretoken_bytes, "--max-pretoken-bytes", metavar="BYTES",
+        help=f"Count a longer pre-token as pieces of at most this many bytes ({MIN_MAX_PRETOKEN_BYTES}.."
+             f"{MAX_MAX_PRETOKEN_BYTES >> 20} MiB; default {DEFAULT_MAX_PRETOKEN_BYTES >> 20} MiB "
              "for a new store, the store's own on a resume)."),
     progress: ProgressMode = typer.Option(ProgressMode.auto, "--progress",
                                           help="auto: bars on a terminal, else JSON lines on stderr."),

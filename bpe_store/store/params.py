@@ -1,5 +1,6 @@
-"""A run's parameters and the checks of a ``run`` row: what defines a run's result, the bounds a
-store's values must keep, and the refusal of a row or pattern bpe_store could not have written.
+"""A run's parameters and the checks of a ``run`` row: what defines a run's result, the bounds its
+values must keep (the one statement of each: ``training.options`` checks a new run's options
+against the same), and the refusal of a row or pattern bpe_store could not have written.
 
 Below the store: options and callers import ``RunParams`` without importing the store itself.
 A new run parameter is a field here, a column (a migration in migrations/versions) and a check in
@@ -18,6 +19,19 @@ from ..errors import StoreError
 #: Most special tokens a run may have (a store with more is refused as damaged or hostile: each
 #: becomes an alternative of the special-token regex, and 200 K of them took minutes to compile).
 MAX_SPECIAL_TOKENS = 10_000
+#: Token ids are uint32 (the merge engine and ``words.tokens`` hold them so) and 0xFFFFFFFF marks
+#: "no token" in the engine, so the largest vocabulary has ids 0 .. 2^32 - 2.
+MAX_VOCAB_SIZE = (1 << 32) - 1
+#: The policies for bytes that are not UTF-8: refuse them, or decode them as U+FFFD.
+INVALID_UTF8_POLICIES = ("strict", "replace")
+#: ``min_frequency``: word counts are 64-bit.
+MAX_MIN_FREQUENCY = (1 << 63) - 1
+#: ``max_token_length``: a merge joins two tokens of at least one byte each; a token id's bytes
+#: are at most 4 GiB.
+MIN_MAX_TOKEN_LENGTH, MAX_MAX_TOKEN_LENGTH = 2, 1 << 32
+#: ``max_pretoken_bytes``: one character (4 bytes) must fit a piece; above 64 MiB a word's token
+#: blob (4 bytes per byte) nears SQLite's 1 GB default limit on a value.
+MIN_MAX_PRETOKEN_BYTES, MAX_MAX_PRETOKEN_BYTES = 4, 1 << 26
 #: Longest pre-tokenization pattern a store may hold (characters).
 MAX_PATTERN_CHARS = 10_000
 #: A store's pattern must scan these probes within ``PATTERN_PROBE_SECONDS``: a pattern with
@@ -92,26 +106,29 @@ def check_run(p: Path, row: dict[str, Any]) -> None:
     for col in ("vocab_size", "chunk_size"):
         if not _is_int(row[col]) or row[col] < 1:
             raise StoreError(f"{where} ({col} is {row[col]!r}, not a positive integer)")
-    if not 256 + len(specials) <= row["vocab_size"] <= 0xFFFF_FFFF:  # token ids are uint32
+    if not 256 + len(specials) <= row["vocab_size"] <= MAX_VOCAB_SIZE:
         raise StoreError(f"{where} (vocab_size {row['vocab_size']} is out of range)")
     if row["phase"] not in ("counting", "merging", "done"):
         raise StoreError(f"{where} (phase {row['phase']!r})")
     if row["stop_reason"] not in (None, "vocab_size", "no_pairs"):
         raise StoreError(f"{where} (stop_reason {row['stop_reason']!r})")
-    if row["invalid_utf8"] not in ("strict", "replace"):
+    if row["invalid_utf8"] not in INVALID_UTF8_POLICIES:
         raise StoreError(f"{where} (invalid_utf8 {row['invalid_utf8']!r})")
     # the trainer options (absent before v0_3_0_trainer_options, which status still reads)
-    if "min_frequency" in row and not (_is_int(row["min_frequency"]) and 1 <= row["min_frequency"] < 1 << 63):
+    if "min_frequency" in row and not (
+            _is_int(row["min_frequency"]) and 1 <= row["min_frequency"] <= MAX_MIN_FREQUENCY):
         raise StoreError(f"{where} (min_frequency {row['min_frequency']!r})")
     if row.get("max_token_length") is not None and not (
-            _is_int(row["max_token_length"]) and 2 <= row["max_token_length"] <= 1 << 32):
+            _is_int(row["max_token_length"])
+            and MIN_MAX_TOKEN_LENGTH <= row["max_token_length"] <= MAX_MAX_TOKEN_LENGTH):
         raise StoreError(f"{where} (max_token_length {row['max_token_length']!r})")
     for col in ("state_merges", "pairs_merges"):  # NULL: not kept (absent in older revisions)
         if row.get(col) is not None and not (_is_int(row[col]) and 0 <= row[col] < 1 << 32):
             raise StoreError(f"{where} ({col} {row[col]!r})")
     limit = row.get("max_pretoken_bytes")  # NULL: no limit (stores from before v0_3_0)
-    if limit is not None and (not _is_int(limit) or not 4 <= limit <= 1 << 26):
-        raise StoreError(f"{where} (max_pretoken_bytes {limit!r} is not an integer in 4..{1 << 26})")
+    if limit is not None and (not _is_int(limit) or not MIN_MAX_PRETOKEN_BYTES <= limit <= MAX_MAX_PRETOKEN_BYTES):
+        raise StoreError(f"{where} (max_pretoken_bytes {limit!r} is not an integer in "
+                         f"{MIN_MAX_PRETOKEN_BYTES}..{MAX_MAX_PRETOKEN_BYTES})")
     if not isinstance(row["pattern"], str):
         raise StoreError(f"{where} (pattern is not text)")
     check_pattern(row["pattern"], str(p))

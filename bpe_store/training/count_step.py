@@ -36,10 +36,9 @@ from ..store.store import Store
 from .job import _Job
 from .wal_watch import DEFERRED_COUNT_WORDS
 
-#: Counting flushes its counts to the store at most this often (and at the end).
-DEFAULT_COUNT_FLUSH_SECONDS = 10.0
-#: ... and sooner once it has counted this share of the bytes still to count since the last
-#: flush, and at least ``COUNT_FLUSH_MIN_BYTES`` (see ``_CountWriter.due``): what a kill loses.
+#: Counting flushes at most every ``count_flush_seconds`` (``TrainOptions``), and sooner once it
+#: has counted this share of the bytes still to count since the last flush, and at least
+#: ``COUNT_FLUSH_MIN_BYTES`` (see ``_CountWriter.due``): what a kill loses.
 COUNT_FLUSH_LOSS = 0.05
 COUNT_FLUSH_MIN_BYTES = 256 << 20
 #: While counting, a progress event at least this often (seconds), even when a unit takes longer
@@ -114,7 +113,7 @@ def _count_map(job: _Job, sources: Sequence[Source], todo: Sequence) -> tuple[It
     as units are counted (counts None: the counting thread added them to the buffer itself), the
     buffer the reduce step adds them to, and the extra fields of counting events.
     ``count_engine="ray"`` counts them as Ray tasks."""
-    params, workers = job.params, job.workers
+    params, workers = job.params, job.options.workers
     # plain text cut into byte ranges: the map step reads its range itself (count_chunk*_task);
     # other kinds go through bpe_store.counting.inputs' readers (count_units_threaded, count_unit_task)
     plain = all(c.kind == "range" and sources[c.source_id].format == "text" for c in todo)
@@ -123,23 +122,23 @@ def _count_map(job: _Job, sources: Sequence[Source], todo: Sequence) -> tuple[It
                   params.invalid_utf8, params.max_pretoken_bytes) for c in todo]
     else:
         units = [(c.id, unit_of(sources[c.source_id], c.kind, c.start, c.end, c.part)) for c in todo]
-        tasks = [(cid, u, params.special_tokens, params.pattern, params.invalid_utf8, job.chunk_size,
+        tasks = [(cid, u, params.special_tokens, params.pattern, params.invalid_utf8, job.options.chunk_size,
                   params.max_pretoken_bytes) for cid, u in units]
     # native: chunk counts stay in C++ (ChunkCounts summed into a WordCounter), so Python objects
     # are made only at a flush and the GIL is free while threads count
     native = native_counts(params.pattern)
     task = (count_chunk_native_task if native else count_chunk_task) if plain else count_unit_task
-    if job.count_engine == "ray":
+    if job.options.count_engine == "ray":
         from ..counting.ray_count import RayCounter
 
         # a counting tree (ray_count): node counters count and sum the units, the buffer's take
         # brings their sums in; its events add the units in flight, the workers and the nodes
-        results = RayCounter(tasks, job.ray_address, workers)
+        results = RayCounter(tasks, job.options.ray_address, workers)
         return results, results.buffer, results.status
     buffer = FlushBuffer(native)
     if native and not plain:
         return count_units_threaded(units, workers, params.special_tokens, params.pattern, params.invalid_utf8,
-                                    job.chunk_size, params.max_pretoken_bytes), buffer, dict
+                                    job.options.chunk_size, params.max_pretoken_bytes), buffer, dict
     if workers > 1 and len(tasks) > 1:
         # Both map steps release the GIL while they scan: the native counter, and `regex` with
         # concurrent=True (pretokenize.count_words). So threads give the parallelism of processes
@@ -158,8 +157,8 @@ def _count_reduce(job: _Job, results: Iterable, buffer: FlushBuffer, status: Cal
     ``count_flush_seconds``, on a stop request and at the end; the last flush is left in flight."""
     # count_flush_seconds=0 flushes every unit before the next, in line (tests kill between
     # units), except with Ray, whose driver must never stop feeding the cluster
-    ray = job.count_engine == "ray"
-    writer = _CountWriter(job, total, done, background=job.count_flush_seconds > 0 or ray, by_bytes=not ray)
+    ray = job.options.count_engine == "ray"
+    writer = _CountWriter(job, total, done, background=job.options.count_flush_seconds > 0 or ray, by_bytes=not ray)
     try:
         last_flush = time.monotonic()
         for cid, counts, n in results:
@@ -237,7 +236,7 @@ class _CountWriter:
         corpus, 0.5-1.3 GB recounted of 6 GB left. Bounded by the work left, a kill costs at most
         about two flushes' bytes, ~10 % of the counting left (the cap binds late in counting, where
         it matters; a corpus under ``COUNT_FLUSH_MIN_BYTES`` never reaches it)."""
-        if self.job.count_flush_seconds == 0:
+        if self.job.options.count_flush_seconds == 0:
             return True
         if self.job.writes.busy():
             return False
@@ -247,7 +246,7 @@ class _CountWriter:
         if (self.by_bytes
                 and done - self.flushed_at >= max(COUNT_FLUSH_MIN_BYTES, COUNT_FLUSH_LOSS * (self.total - done))):
             return True
-        wait = max(self.job.count_flush_seconds, 2 * self.write_s)
+        wait = max(self.job.options.count_flush_seconds, 2 * self.write_s)
         return time.monotonic() - last_flush >= wait
 
     def check_inputs(self, marks: list[tuple[int, int]]) -> None:
@@ -319,14 +318,14 @@ def _count_stream(job: _Job, stream: Stream, chunk) -> None:
     """Count a stream from where the store says it stands (``inputs.Stream.blocks`` checks and
     skips what was counted); each flush commits the counts with the stream's new position, and
     the last one marks the stream counted."""
-    store, params, flush_seconds = job.store, job.params, job.count_flush_seconds
+    store, params, flush_seconds = job.store, job.params, job.options.count_flush_seconds
     source = store.sources()[chunk.source_id]
     native = native_counts(params.pattern)
-    blocks = stream.blocks(source, params.special_tokens, params.pattern, params.invalid_utf8, job.chunk_size,
+    blocks = stream.blocks(source, params.special_tokens, params.pattern, params.invalid_utf8, job.options.chunk_size,
                            params.max_pretoken_bytes)
     # read in a thread, with ticks while the stream pauses: the counts so far are still committed
     # every `flush_seconds`, and a stop request is heard while a pipe is silent
-    results = count_blocks_ordered(ticking(blocks, min(flush_seconds, 1.0) or 0.05), job.workers,
+    results = count_blocks_ordered(ticking(blocks, min(flush_seconds, 1.0) or 0.05), job.options.workers,
                                    params.special_tokens, params.pattern, documents=stream.format != "text",
                                    max_pretoken_bytes=params.max_pretoken_bytes)
     at = (source.size, source.documents or 0, source.digest)
@@ -377,7 +376,7 @@ def _stream_flush_now(job: _Job, stream: Stream, last_flush: float, stopping: bo
     (``flushed``: where it stood) if there is more (``at``), or on a stop; unless a reader pins the
     WAL: the counts (``words`` of them) are then kept in memory up to ``DEFERRED_COUNT_WORDS`` words
     (then it waits for the reader), and a stop raises Interrupted, saying what it loses."""
-    due = time.monotonic() - last_flush >= job.count_flush_seconds and at != flushed
+    due = time.monotonic() - last_flush >= job.options.count_flush_seconds and at != flushed
     if not (at != flushed and (due or stopping)) or not job.watch.blocked("counting flush", "counting"):
         return due or stopping
     if stopping:

@@ -22,6 +22,7 @@ from ..counting.streams import Stream
 from ..store.connection import _sqlite_error, is_db_error
 from ..store.params import RunParams
 from ..store.store import Store
+from .options import TrainOptions
 from .wal_watch import WalWatch
 
 Progress = Callable[[dict], None]
@@ -34,17 +35,10 @@ class _Job:
 
     paths: list[FileInput | Stream]
     db: Path
+    #: what defines the result (stored with the run)
     params: RunParams
-    workers: int
-    chunk_size: int
-    checkpoint_merges: int | None
-    checkpoint_seconds: float
-    count_flush_seconds: float
-    restart: bool
-    durable: bool
-    engine: str
-    count_engine: str
-    ray_address: str | None
+    #: the run's settings, checked (``TrainOptions.checked``: the pattern a regex, workers a count)
+    options: TrainOptions
     progress: Progress | None
     stop: threading.Event | None
     #: time.monotonic() once the checks passed: this session's training time counts from here

@@ -15,15 +15,6 @@ from ..store.store import Store
 from .job import _Job
 from .merge import Engine, new_engine, release_free_memory, uses_native
 
-#: A checkpoint is written after this many seconds of merging (and when merging ends): the most
-#: a kill can lose. ``checkpoint_merges`` also caps a batch when given; by default it is None,
-#: because merges per second vary 100x between engines and corpora, while the cost of a
-#: checkpoint grows with the words a batch touches: with the native engine on enwiki-100M a
-#: checkpoint every 2000 merges spent 7 s writing for 1 s of merging (bench/RESULTS-merge.md).
-DEFAULT_CHECKPOINT_MERGES: int | None = None
-DEFAULT_CHECKPOINT_SECONDS = 30.0
-
-
 #: Merging logs its new merges (merges, vocabulary, progress: no word or pair rows, ~15 ms on a
 #: 12 GB store) after this many seconds since the last write, between full checkpoints: what a
 #: kill during merging loses. A resume applies the logged merges to the words it reads
@@ -137,9 +128,9 @@ def _pairs(job: _Job) -> Engine:
         job.writes.wait()
         rows = store.take_fresh_word_rows()
     if rows is None:
-        rows = store.load_word_rows(packed=uses_native(job.engine))
+        rows = store.load_word_rows(packed=uses_native(job.options.engine))
     try:
-        merger = new_engine(rows, _byte_vocab(n), n, n + 256, 0, job.engine, min_frequency=params.min_frequency,
+        merger = new_engine(rows, _byte_vocab(n), n, n + 256, 0, job.options.engine, min_frequency=params.min_frequency,
                             max_token_length=params.max_token_length)
     except (TypeError, ValueError, OverflowError) as exc:  # a count or blob of the wrong type or sign
         raise StoreError(f"{store.path}: the store's words are damaged ({exc}); start over with --restart") from None
@@ -189,9 +180,9 @@ def _merge_batch(job: _Job, merger: Engine) -> tuple[list, bool]:
     stop request; sub-steps keep progress lively and let Ctrl-C end a batch early. Every
     ``MERGE_LOG_SECONDS`` the merges so far are logged (``_log_merges``). Returns the batch's
     merges not logged yet and whether a stop was requested."""
-    batch = sys.maxsize if job.checkpoint_merges is None else job.checkpoint_merges
+    batch = sys.maxsize if job.options.checkpoint_merges is None else job.options.checkpoint_merges
     target, tb = job.params.num_merges, merger.token_bytes
-    batch_end = time.monotonic() + job.checkpoint_seconds
+    batch_end = time.monotonic() + job.options.checkpoint_seconds
     log_at = job.logged_at + MERGE_LOG_SECONDS
     # merges a deferred checkpoint left to the next log (see _checkpoint), then this batch's
     merges, job.unlogged = job.unlogged, []

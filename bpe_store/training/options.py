@@ -1,39 +1,110 @@
-"""A training run's parameters and options, checked before anything is written.
+"""A training run's settings (``TrainOptions``) and their checks, before anything is written.
 
-``check_params`` checks what defines a run (stored with it: a resume must give the same),
-``check_trainer_options`` the trainer's options stored with it, ``check_run_options`` and
+``TrainOptions`` is the one source of a run's settings and their defaults: ``train``'s keyword
+parameters default to its fields, the CLI's options to the same, and ``checked`` validates them
+all against the bounds below and ``bpe_store.store.params``'s (the bounds a store's run row is
+held to). ``check_params`` checks what defines a run (stored with it: a resume must give the
+same), ``check_trainer_options`` the trainer's options stored with it, ``check_run_options`` and
 ``check_engines`` what never changes a run's result. Each raises ``InputError`` naming the bad
-value (exit code 2 on the command line). ``train`` (step 1, check) calls them all.
+value (exit code 2 on the command line). ``train`` (step 1, check) calls ``checked``.
+
+A new run option: a field here (with its default and a check), a keyword parameter of ``train``
+(a test holds the two equal), and, if it defines the result, a ``RunParams`` field and a column.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from ..counting.pretokenize import PATTERNS
+from ..counting.chunks import DEFAULT_CHUNK_SIZE
+from ..counting.inputs import DEFAULT_TEXT_FIELD
+from ..counting.pretokenize import GPT2_PATTERN, PATTERNS, resolve_pattern
 from ..errors import InputError, text_argument
-from ..store.params import MAX_SPECIAL_TOKENS, RunParams
+from ..store.params import (
+    INVALID_UTF8_POLICIES,
+    MAX_MAX_PRETOKEN_BYTES,
+    MAX_MAX_TOKEN_LENGTH,
+    MAX_MIN_FREQUENCY,
+    MAX_SPECIAL_TOKENS,
+    MAX_VOCAB_SIZE,
+    MIN_MAX_PRETOKEN_BYTES,
+    MIN_MAX_TOKEN_LENGTH,
+    RunParams,
+)
 from .merge import ENGINES, native_available
 
-#: Token ids are uint32 (the merge engine and ``words.tokens`` hold them so) and 0xFFFFFFFF marks
-#: "no token" in the engine, so the largest vocabulary has ids 0 .. 2^32 - 2.
-MAX_VOCAB_SIZE = (1 << 32) - 1
 #: Counting threads: far more than any machine has cores; each may hold two chunks in memory.
 MAX_WORKERS = 1024
 #: A chunk is read into memory whole; 4 GiB is far above any useful size (the default is 8 MiB).
 MAX_CHUNK_SIZE = 1 << 32
 #: A pre-token longer than this (a line of letters without whitespace) counts as pieces of at
-#: most this many bytes (pretokenize.split_long_pretoken). Why 1 MiB: no word of any natural
-#: language comes near it, so on real text nothing changes (the CS336 reference semantics hold),
-#: while one pathological line can no longer make a word of hundreds of MB (its tokens blob hit
-#: SQLite's 1 GB limit, and the merge engine needs ~25 bytes of memory per byte of a word).
+#: most this many bytes (pretokenize.split_long_pretoken) in a new store. Why 1 MiB: no word of
+#: any natural language comes near it, so on real text nothing changes (the CS336 reference
+#: semantics hold), while one pathological line can no longer make a word of hundreds of MB (its
+#: tokens blob hit SQLite's 1 GB limit, and the merge engine needs ~25 bytes of memory per byte of
+#: a word).
 DEFAULT_MAX_PRETOKEN_BYTES = 1 << 20
-#: One character (4 bytes) must fit a piece; above 64 MiB a word's token blob (4 bytes per
-#: byte) nears SQLite's 1 GB default limit on a value.
-MIN_MAX_PRETOKEN_BYTES, MAX_MAX_PRETOKEN_BYTES = 4, 1 << 26
+#: Where counting may run.
+COUNT_ENGINES = ("local", "ray")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainOptions:
+    """A run's settings besides its inputs, store, vocabulary size and special tokens, with their
+    defaults: ``train``'s keyword parameters (documented there) and the CLI's options default to
+    these fields. ``checked`` validates them all. A class attribute is a field's default
+    (``TrainOptions.chunk_size``)."""
+
+    pattern: str = GPT2_PATTERN
+    #: counting threads; None: all cores (``checked`` makes it a number)
+    workers: int | None = None
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    #: A checkpoint is written after ``checkpoint_seconds`` of merging (and when merging ends): the
+    #: most a kill can lose. ``checkpoint_merges`` also caps a batch when given; by default it is
+    #: None, because merges per second vary 100x between engines and corpora, while the cost of a
+    #: checkpoint grows with the words a batch touches: with the native engine on enwiki-100M a
+    #: checkpoint every 2000 merges spent 7 s writing for 1 s of merging (bench/RESULTS-merge.md).
+    checkpoint_merges: int | None = None
+    checkpoint_seconds: float = 30.0
+    #: Counting flushes its counts to the store at most this often (and at the end).
+    count_flush_seconds: float = 10.0
+    invalid_utf8: str = "strict"
+    restart: bool = False
+    engine: str = "auto"
+    durable: bool = True
+    format: str | None = None
+    text_field: str = DEFAULT_TEXT_FIELD
+    min_frequency: int = 1
+    max_token_length: int | None = None
+    count_engine: str = "local"
+    ray_address: str | None = None
+    #: None: the store's own on a resume, ``DEFAULT_MAX_PRETOKEN_BYTES`` for a new store
+    max_pretoken_bytes: int | None = None
+
+    def checked(self, vocab_size: int, special_tokens: Sequence[str]) -> tuple[TrainOptions, RunParams]:
+        """These options checked, their pattern resolved to its regex and ``workers`` to a count,
+        and the ``RunParams`` they define with ``vocab_size`` and ``special_tokens``; InputError
+        naming the first bad value."""
+        pattern = resolve_pattern(self.pattern) if isinstance(self.pattern, str) else self.pattern
+        params = check_params(vocab_size, special_tokens, pattern, self.invalid_utf8, self.max_pretoken_bytes)
+        params = dataclasses.replace(params, **check_trainer_options(self.min_frequency, self.max_token_length))
+        workers = check_run_options(self.workers, self.chunk_size, self.checkpoint_merges, self.checkpoint_seconds,
+                                    self.count_flush_seconds)
+        check_engines(self.engine, self.count_engine, self.ray_address)
+        return dataclasses.replace(self, pattern=pattern, workers=workers), params
+
+
+def max_pretoken_bytes(given: int | None, stored: RunParams | None) -> int | None:
+    """The pre-token limit a run uses, decided here only: the one given; else the store's on a
+    resume (``stored``; None there means no limit: a store from before the limit existed); else,
+    for a new store, ``DEFAULT_MAX_PRETOKEN_BYTES``."""
+    if given is not None:
+        return given
+    return DEFAULT_MAX_PRETOKEN_BYTES if stored is None else stored.max_pretoken_bytes
 
 
 def _positive_int(name: str, value: object, most: int | None = None) -> int:
@@ -86,7 +157,7 @@ def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, i
         if not isinstance(s, str) or s == "":
             raise InputError("special tokens must be non-empty strings")
         text_argument(s, f"special token {s!r}")
-    if len(specials) > MAX_SPECIAL_TOKENS:  # a store with more is refused as damaged (store.check_run)
+    if len(specials) > MAX_SPECIAL_TOKENS:  # a store with more is refused as damaged (params.check_run)
         raise InputError(f"{len(specials)} special tokens: at most {MAX_SPECIAL_TOKENS}")
     dup = [s for s, n in Counter(specials).items() if n > 1]
     if dup:
@@ -110,7 +181,7 @@ def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, i
             regex.compile(pattern)
         except regex.error as exc:
             raise InputError(f"the pre-tokenization pattern does not compile: {exc}") from None
-    if invalid_utf8 not in ("strict", "replace"):
+    if invalid_utf8 not in INVALID_UTF8_POLICIES:
         raise InputError(f"invalid_utf8 must be 'strict' or 'replace', not {invalid_utf8!r}")
     if max_pretoken_bytes is not None:
         _positive_int("max pre-token bytes", max_pretoken_bytes, MAX_MAX_PRETOKEN_BYTES)
@@ -123,8 +194,9 @@ def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, i
 def check_trainer_options(min_frequency: int, max_token_length: int | None) -> dict:
     """Validate ``min_frequency`` and ``max_token_length`` (see ``train``); raise InputError
     naming the bad one. Returns them as ``RunParams`` fields."""
-    _positive_int("min_frequency", min_frequency, (1 << 63) - 1)  # word counts are 64-bit
-    if max_token_length is not None and _positive_int("max_token_length", max_token_length, 1 << 32) < 2:
+    _positive_int("min_frequency", min_frequency, MAX_MIN_FREQUENCY)
+    if (max_token_length is not None
+            and _positive_int("max_token_length", max_token_length, MAX_MAX_TOKEN_LENGTH) < MIN_MAX_TOKEN_LENGTH):
         raise InputError("max_token_length must be at least 2 (a merge joins two tokens of at least one "
                          "byte each), or None for no limit, not 1")
     return {"min_frequency": min_frequency, "max_token_length": max_token_length}
@@ -135,7 +207,7 @@ def check_engines(engine: str, count_engine: str, ray_address: str | None) -> No
         raise InputError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if engine == "native" and not native_available():
         raise InputError("the native merge engine is not built in this installation; use engine='python'")
-    if count_engine not in ("local", "ray"):
+    if count_engine not in COUNT_ENGINES:
         raise InputError(f"count_engine must be 'local' or 'ray', not {count_engine!r}")
     if ray_address is not None and count_engine != "ray":
         raise InputError("ray_address needs count_engine='ray'")

@@ -15,7 +15,6 @@ from .._version import __version__
 from ..counting.input_checks import scan_source
 from ..counting.inputs import STDIN, FileInput, file_input
 from ..counting.planning import plan_units, same_kind_diffs, scan_input
-from ..counting.pretokenize import resolve_pattern
 from ..counting.sources import Source
 from ..counting.streams import Stream
 from ..errors import ArgumentTypeError, InputError, ResumeMismatch, StoreError, path_argument
@@ -26,22 +25,12 @@ from ..store.store import Store
 from .job import Progress, _Job
 from .merge import Engine
 from .merge_step import _load_engine, last_checkpoint_deferred
-from .options import (
-    DEFAULT_MAX_PRETOKEN_BYTES,
-    check_engines,
-    check_params,
-    check_run_options,
-    check_trainer_options,
-)
+from .options import TrainOptions, max_pretoken_bytes
 
 
 def _check(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream, db: str | os.PathLike,
-           vocab_size: int, special_tokens: Sequence[str], *, pattern: str, workers: int | None, chunk_size: int,
-           checkpoint_merges: int | None, checkpoint_seconds: float, count_flush_seconds: float,
-           invalid_utf8: str, restart: bool, progress: Progress | None, stop: threading.Event | None,
-           engine: str, durable: bool, format: str | None, text_field: str, min_frequency: int,
-           max_token_length: int | None, count_engine: str, ray_address: str | None,
-           max_pretoken_bytes: int | None) -> _Job:
+           vocab_size: int, special_tokens: Sequence[str], options: TrainOptions, progress: Progress | None,
+           stop: threading.Event | None) -> _Job:
     """1. check: ``train``'s arguments (see there), all of them before anything is written."""
     if isinstance(inputs, (str, os.PathLike, Stream)):
         inputs = [inputs]
@@ -49,21 +38,15 @@ def _check(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream, db:
     if not isinstance(inputs, Iterable):
         raise ArgumentTypeError(f"inputs must be a path, a list of paths or a Stream, not {type(inputs).__name__}")
     inputs = [p if isinstance(p, Stream) else path_argument(p, "each input") for p in inputs]
-    if not isinstance(text_field, str):
-        raise ArgumentTypeError(f"text_field must be a str, not {type(text_field).__name__}")
-    paths = [p if isinstance(p, Stream) else file_input(p, format, text_field) for p in inputs]
+    if not isinstance(options.text_field, str):
+        raise ArgumentTypeError(f"text_field must be a str, not {type(options.text_field).__name__}")
+    paths = [p if isinstance(p, Stream) else file_input(p, options.format, options.text_field) for p in inputs]
     if not paths:
         raise InputError("no input files given")
-    if isinstance(pattern, str):  # check_params refuses anything else
-        pattern = resolve_pattern(pattern)
     if len(paths) > 1 and any(isinstance(p, Stream) for p in paths):
         raise InputError("a stream (standard input '-' or an iterable) must be the only input")
-    params = check_params(vocab_size, special_tokens, pattern, invalid_utf8, max_pretoken_bytes)
-    params = dataclasses.replace(params, **check_trainer_options(min_frequency, max_token_length))
-    workers = check_run_options(workers, chunk_size, checkpoint_merges, checkpoint_seconds, count_flush_seconds)
-    check_engines(engine, count_engine, ray_address)
-    return _Job(paths, Path(db), params, workers, chunk_size, checkpoint_merges, checkpoint_seconds,
-                count_flush_seconds, restart, durable, engine, count_engine, ray_address, progress, stop)
+    options, params = options.checked(vocab_size, special_tokens)
+    return _Job(paths, Path(db), params, options, progress, stop)
 
 
 def _plan(job: _Job) -> Engine | None:
@@ -71,7 +54,7 @@ def _plan(job: _Job) -> Engine | None:
     (parameters, inputs, the store's consistency) before the first write, so a refused resume
     leaves the store exactly as it was. Sets ``job.store``; returns the merge engine when the
     checks built it (a store past counting)."""
-    store = _open_for_training(job.db, job.paths, job.params.invalid_utf8, job.restart, job.durable)
+    store = _open_for_training(job.db, job.paths, job.params.invalid_utf8, job.options.restart, job.options.durable)
     if store is None:
         job.store = _create(job)
         return None
@@ -95,20 +78,20 @@ def _create(job: _Job) -> Store:
     for p in job.paths:
         job.emit(stage="plan", file=str(p.name if isinstance(p, Stream) else p.path))
         sources.append(p.source() if isinstance(p, Stream) else scan_input(p, job.params.invalid_utf8))
-    params = job.params
-    if params.max_pretoken_bytes is None:
-        params = dataclasses.replace(params, max_pretoken_bytes=DEFAULT_MAX_PRETOKEN_BYTES)
+    limit = max_pretoken_bytes(job.params.max_pretoken_bytes, None)  # a new store: the given one or the default
+    params = dataclasses.replace(job.params, max_pretoken_bytes=limit)
     chunks: list[tuple[int, int, int, str, int | None]] = []
     for i, s in enumerate(sources):
         if isinstance(job.paths[i], Stream):
             chunks.append((i, 0, 0, "stream", None))
             continue
-        for start, end, kind, part in plan_units(s, params.special_tokens, params.pattern, job.chunk_size,
+        for start, end, kind, part in plan_units(s, params.special_tokens, params.pattern, job.options.chunk_size,
                                                  params.max_pretoken_bytes):
             chunks.append((i, start, end, kind, part))
     # the store appears complete (schema, run, plan, vocabulary) or not at all
-    return Store.create(job.db, init=lambda new: new.init_run(params, sources, chunks, job.chunk_size, __version__),
-                        durable=job.durable)
+    chunk_size = job.options.chunk_size
+    return Store.create(job.db, init=lambda new: new.init_run(params, sources, chunks, chunk_size, __version__),
+                        durable=job.options.durable)
 
 
 def _open_for_training(db: Path, paths: Sequence[FileInput | Stream], invalid_utf8: str, restart: bool,
@@ -176,7 +159,7 @@ def _param_diffs(old: RunParams, params: RunParams) -> list[str]:
     for option in ("min_frequency", "max_token_length"):
         if getattr(old, option) != getattr(params, option):
             diffs.append(f"{option} {getattr(old, option)} -> {getattr(params, option)}")
-    if params.max_pretoken_bytes is not None and old.max_pretoken_bytes != params.max_pretoken_bytes:
+    if old.max_pretoken_bytes != max_pretoken_bytes(params.max_pretoken_bytes, old):
         diffs.append(f"max pre-token bytes {old.max_pretoken_bytes or 'no limit'} -> {params.max_pretoken_bytes}")
     return diffs
 
@@ -224,5 +207,5 @@ def _preflight(job: _Job, store: Store, grow: bool) -> Engine | None:
         # a resume reads the words back and checks them: say so, it can take seconds
         job.emit(stage="loading", phase="merging", total=params.num_merges,
                  done=store.count_merges(), words=store.count_words())
-        return _load_engine(store, params, job.engine)
+        return _load_engine(store, params, job.options.engine)
     return None

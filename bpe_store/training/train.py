@@ -33,18 +33,17 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from ..counting.chunks import DEFAULT_CHUNK_SIZE
 from ..counting.inputs import DEFAULT_TEXT_FIELD
-from ..counting.pretokenize import GPT2_PATTERN
 from ..counting.streams import Stream
 from ..errors import ArgumentTypeError, path_argument
 from ..store import sessions
 from ..store.result import TrainResult, read_result
 from ..temporaries import new_dir, remove_stale
-from .count_step import DEFAULT_COUNT_FLUSH_SECONDS, _count
+from .count_step import _count
 from .job import Progress, _Job, _without_gc_store_errors
 from .merge import release_free_memory
-from .merge_step import DEFAULT_CHECKPOINT_MERGES, DEFAULT_CHECKPOINT_SECONDS, _merge, _pairs
+from .merge_step import _merge, _pairs
+from .options import TrainOptions, max_pretoken_bytes
 from .plan import _check, _plan
 
 
@@ -55,25 +54,25 @@ def train(
     vocab_size: int,
     special_tokens: Sequence[str] = (),
     *,
-    pattern: str = GPT2_PATTERN,
-    workers: int | None = None,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    checkpoint_merges: int | None = DEFAULT_CHECKPOINT_MERGES,
-    checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS,
-    count_flush_seconds: float = DEFAULT_COUNT_FLUSH_SECONDS,
-    invalid_utf8: str = "strict",
-    restart: bool = False,
+    pattern: str = TrainOptions.pattern,
+    workers: int | None = TrainOptions.workers,
+    chunk_size: int = TrainOptions.chunk_size,
+    checkpoint_merges: int | None = TrainOptions.checkpoint_merges,
+    checkpoint_seconds: float = TrainOptions.checkpoint_seconds,
+    count_flush_seconds: float = TrainOptions.count_flush_seconds,
+    invalid_utf8: str = TrainOptions.invalid_utf8,
+    restart: bool = TrainOptions.restart,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
-    engine: str = "auto",
-    durable: bool = True,
-    format: str | None = None,
-    text_field: str = DEFAULT_TEXT_FIELD,
-    min_frequency: int = 1,
-    max_token_length: int | None = None,
-    count_engine: str = "local",
-    ray_address: str | None = None,
-    max_pretoken_bytes: int | None = None,
+    engine: str = TrainOptions.engine,
+    durable: bool = TrainOptions.durable,
+    format: str | None = TrainOptions.format,
+    text_field: str = TrainOptions.text_field,
+    min_frequency: int = TrainOptions.min_frequency,
+    max_token_length: int | None = TrainOptions.max_token_length,
+    count_engine: str = TrainOptions.count_engine,
+    ray_address: str | None = TrainOptions.ray_address,
+    max_pretoken_bytes: int | None = TrainOptions.max_pretoken_bytes,
 ) -> TrainResult:
     """Train (or resume training) a byte-level BPE into the store ``db``; see the module doc.
 
@@ -129,19 +128,16 @@ def train(
         StoreError: not a store, corrupt, damaged or tampered, held by another run, disk full, ... (4).
         Interrupted: ``stop`` was set; the store holds everything up to its last checkpoint.
     """
-    job = _check(inputs, db, vocab_size, special_tokens, pattern=pattern, workers=workers, chunk_size=chunk_size,
-                 checkpoint_merges=checkpoint_merges, checkpoint_seconds=checkpoint_seconds,
-                 count_flush_seconds=count_flush_seconds, invalid_utf8=invalid_utf8, restart=restart,
-                 progress=progress, stop=stop, engine=engine, durable=durable, format=format,
-                 text_field=text_field, min_frequency=min_frequency, max_token_length=max_token_length,
-                 count_engine=count_engine, ray_address=ray_address, max_pretoken_bytes=max_pretoken_bytes)
+    given = locals()  # the keyword parameters are TrainOptions' fields, by name (tests/test_api.py)
+    options = TrainOptions(**{f.name: given[f.name] for f in dataclasses.fields(TrainOptions)})
+    job = _check(inputs, db, vocab_size, special_tokens, options, progress, stop)  # 1. check
     release_free_memory()  # from here on, large blocks one phase frees are not kept resident by the next
     merger = _plan(job)                                    # 2. plan (or check a resume)
     with _session(job):
         if job.store.run_row()["phase"] == "counting":
             _count(job)                                    # 3. count
             merger = _pairs(job)                           # 4. pairs
-        _merge(job, merger or job.engine)                  # 5. merge
+        _merge(job, merger or job.options.engine)          # 5. merge
         return read_result(job.store)                      # 6. done
 
 
@@ -154,7 +150,8 @@ def _session(job: _Job) -> Iterator[None]:
         session = sessions.begin(store)
         job.elapsed0 = store.elapsed()
         # the store's own value (a resume that did not give one; NULL = no limit in older stores)
-        job.params = dataclasses.replace(job.params, max_pretoken_bytes=store.params().max_pretoken_bytes)
+        limit = max_pretoken_bytes(job.params.max_pretoken_bytes, store.params())
+        job.params = dataclasses.replace(job.params, max_pretoken_bytes=limit)
         yield
         job.writes.wait()
         sessions.end(store, session)

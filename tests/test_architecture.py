@@ -140,3 +140,17 @@ def test_the_wings_drawing_sees_an_upward_import(tmp_path, monkeypatch):
     monkeypatch.setattr(draw_wings, "ROOT", tmp_path)
     monkeypatch.setattr(draw_wings, "PACKAGE", package)
     assert draw_wings.upward(draw_wings.edges()) == [("store", "cli")]
+
+
+@pytest.mark.parametrize("rule, pattern", [
+    ("the cut context", r"max\([\w.]*max_len, 4\)"),
+    ("a GPT-2 pattern test", r"[=!]= GPT2_PATTERN|GPT2_PATTERN [=!]="),
+    ("special tokens longest first", r"key=lambda s: \(-len\(s\)"),
+])
+def test_each_rule_is_stated_once_in_python(rule, pattern):
+    """The cut context, what a GPT-2 pattern is and the longest-first order of special tokens are
+    each written once (bpe_store/counting/pretokenize.py) and imported everywhere else."""
+    found = [f"{p.relative_to(PACKAGE)}:{i}" for p in sorted(PACKAGE.rglob("*.py"))
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(pattern, line) and not line.lstrip().startswith(">>>")]  # doctests aside
+    assert found == [f for f in found if f.startswith("counting/pretokenize.py")] and len(found) == 1, (rule, found)

@@ -1,6 +1,6 @@
 """Where a text may be cut into chunks without changing its words: ``plan_chunks`` cuts a file at
-points no pre-token spans (the native splitter), ``cut_context`` is how much text before a point
-the splitter must see.
+points no pre-token spans (the native splitter; ``pretokenize.cut_context`` is how much text
+around a point it must see).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from .native import (
 )
 from .pretokenize import (
     GPT2_PATTERN,
+    cut_context,
     native_scanner,
     native_splitter,
 )
@@ -26,12 +27,6 @@ DEFAULT_CHUNK_SIZE = 8 << 20
 
 _SEARCH_WINDOW = 1 << 20
 _FIRST_LOOK = 4 << 10
-
-
-def cut_context(splitter) -> int:
-    """Bytes of context a safe cut needs after it (and before it): a special token, or a UTF-8
-    character, may go on that far."""
-    return max(splitter.max_len, 4)
 
 
 def _cut_in_scan(f, start: int, target: int, size: int, splitter,

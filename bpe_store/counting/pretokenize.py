@@ -97,15 +97,29 @@ def describe_pattern(pattern: str) -> str:
     return "'" + "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in pattern) + "'"
 
 
-def special_splitter(special_tokens: Sequence[str]) -> regex.Pattern | None:
+def special_splitter(special_tokens: Sequence[str], keep: bool = False) -> regex.Pattern | None:
     """A pattern matching any special token, longest first (so a token that is a prefix of
-    another never wins over it). None when there are no special tokens."""
+    another never wins over it): the one statement of that rule in Python (native/splitter.h
+    states it for the native splitter). ``keep``: one capturing group, so that ``split`` keeps the
+    specials. None when there are no special tokens."""
     if not special_tokens:
         return None
     import regex  # Why imported here: a run on the native scanner never loads `regex` (cold start)
 
-    ordered = sorted(set(special_tokens), key=lambda s: (-len(s), s))
-    return regex.compile("|".join(regex.escape(s) for s in ordered))
+    alternatives = "|".join(regex.escape(s) for s in sorted(set(special_tokens), key=lambda s: (-len(s), s)))
+    return regex.compile(f"({alternatives})" if keep else alternatives)
+
+
+def cut_context(splitter) -> int:
+    """Bytes of context a safe cut needs after it (and before it): a special token, or a UTF-8
+    character, may go on that far. Said once, for counting's chunks and the tokenizer's streams."""
+    return max(splitter.max_len, 4)
+
+
+def is_gpt2(pattern: str) -> bool:
+    """Whether ``pattern`` is GPT-2's (CS336's and tiktoken's r50k): the pattern whose pre-tokens
+    a GPT-2 tokenizer (transformers' byte-level pre-tokenizer, vocab.json + merges.txt) makes."""
+    return pattern == GPT2_PATTERN
 
 
 def split_at_specials(text: str, special_tokens: Sequence[str]) -> list[str]:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..counting.inputs import ITERABLE, STDIN
-from ..counting.pretokenize import GPT2_PATTERN, describe_pattern
+from ..counting.pretokenize import describe_pattern, is_gpt2
 from ..errors import InputError, StoreError
 from ..interrupts import sqlite_call
 from ..store import migrate
@@ -235,7 +235,7 @@ def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
             "path": str(p), "schema": rev, "schema_is_current": rev == migrate.head_revision(),
             "phase": run["phase"], "stop_reason": run["stop_reason"],
             "vocab_size": run["vocab_size"], "special_tokens": specials, "pattern": run["pattern"],
-            "pattern_is_gpt2": run["pattern"] == GPT2_PATTERN,
+            "pattern_is_gpt2": is_gpt2(run["pattern"]),
             "pattern_name": describe_pattern(run["pattern"]),
             # run.get: a store older than v0_3_0_trainer_options has neither column (the defaults)
             "min_frequency": run.get("min_frequency", 1), "max_token_length": run.get("max_token_length"),

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from ..counting.pretokenize import GPT2_PATTERN, describe_pattern
+from ..counting.pretokenize import describe_pattern, is_gpt2
 from ..errors import InputError
 from .gpt2_files import to_gpt2_str
 from .outfiles import check_export_target, export_dir
@@ -232,7 +232,7 @@ def write_gpt2(tok: Exportable, out: Path, cfg: LoaderConfig | None = None) -> l
     ``GPT2Tokenizer``) reads ``\\p{L}``/``\\p{N}`` by Oniguruma's older Unicode tables, so text
     holding letters or digits that only newer Unicode versions assign may split differently.
     The format has no place to say otherwise; ``hf`` is exact."""
-    if tok.pattern != GPT2_PATTERN:
+    if not is_gpt2(tok.pattern):
         raise ExportError("the gpt2 format has no place for a pre-tokenization pattern, and its loaders "
                           "use GPT-2's; this store has another: export --format hf or tiktoken")
     vpath, mpath = out / "vocab.json", out / "merges.txt"

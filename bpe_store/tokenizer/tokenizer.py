@@ -44,7 +44,14 @@ from typing import TYPE_CHECKING
 
 import regex
 
-from ..counting.pretokenize import GPT2_PATTERN, native_scanner, native_splitter, resolve_pattern
+from ..counting.pretokenize import (
+    GPT2_PATTERN,
+    cut_context,
+    native_scanner,
+    native_splitter,
+    resolve_pattern,
+    special_splitter,
+)
 from ..errors import ArgumentTypeError, ArgumentValueError, InputError, StoreError, path_argument, text_argument
 from ..training.merge import merge_pair
 
@@ -183,11 +190,8 @@ class Tokenizer:
                 self.vocab[new] = b
                 self._id_of[b] = new
         self._special_id: dict[str, int] = {s: self._id_of[s.encode("utf-8")] for s in self.special_tokens}
-        # longest first, so that a special that is a prefix of another never wins over it
-        ordered = sorted(self.special_tokens, key=lambda s: (-len(s), s))
-        self._special_re = (regex.compile("(" + "|".join(regex.escape(s) for s in ordered) + ")")
-                            if ordered else None)
-        self._max_special = max((len(s) for s in ordered), default=0)
+        self._special_re = special_splitter(self.special_tokens, keep=True)  # longest first
+        self._max_special = max((len(s) for s in self.special_tokens), default=0)
         # where a stream or a file may be cut (None without the native core: at specials only)
         self._splitter = native_splitter(self.special_tokens, self.pattern)
 
@@ -401,7 +405,7 @@ class Tokenizer:
         """``encode_iterable`` for a named pattern: UTF-8 blocks cut by the native splitter (which
         finds cut points in CJK text too), each encoded on all cores."""
         splitter = self._splitter
-        ctx = max(splitter.max_len, 4)
+        ctx = cut_context(splitter)
         buf: list[bytes] = []
         size = 0
         want = _STREAM_BLOCK
@@ -438,7 +442,7 @@ class Tokenizer:
             found = self._special_re.finditer(text) if self._special_re is not None else ()
             return max((m.start() for m in found if 0 < m.start() <= limit), default=0)
         data = text.encode("utf-8", "surrogatepass")
-        q = self._splitter.last_cut(data, 1, len(data) - max(self._splitter.max_len, 4))
+        q = self._splitter.last_cut(data, 1, len(data) - cut_context(self._splitter))
         return len(data[:q].decode("utf-8", "surrogatepass")) if q > 0 else 0
 
     # -- decoding ------------------------------------------------------------------------------
@@ -575,7 +579,7 @@ def _bytes_blocks(tok: Tokenizer, f, block: int) -> Iterator[tuple[bytes, int, i
     str (a str of mixed text takes 2-4 bytes a character and needs a UTF-8 copy natively). Cut at the
     native splitter's last safe cut, so a block stays about ``block`` bytes in CJK text as in English."""
     splitter = tok._splitter
-    ctx = max(splitter.max_len, 4)
+    ctx = cut_context(splitter)
     pending = b""
     offset = 0  # file offset of pending[0]
     while True:

@@ -19,8 +19,12 @@ from .schema_check import WORDS_BY_COUNT, WORDS_BY_COUNT_MIN
 PairCounts = dict[tuple[int, int], int]
 
 
-#: SQLite page cache (KiB) while writing merge checkpoints; see ``write_merge_rows``. Why 16 MiB,
-#: not more: a checkpoint's rows come sorted by key, so `words` and the `pair_counts` table are
+#: SQLite page cache (KiB) while writing merge checkpoints. Why: a checkpoint rewrites rows all
+#: over `words` and `pair_counts`; with SQLite's default 2 MB page cache the same pages are evicted
+#: and re-read many times (enwiki-100M: 8.3 -> 6.3 s of writes). The cache only grows as used. Set
+#: by ``write_merge_rows``, not when the connection opens: counting's flushes would fill it, and it
+#: would stay resident while merging. Why 16 MiB, not more: a checkpoint's rows come sorted by key,
+#: so `words` and the `pair_counts` table are
 #: walked in order and only the count index is touched at random (5.6 MB for enwiki-100M -> 32K);
 #: a 256 MiB cache cost the final checkpoint ~25 MB more resident memory for the same CPU time.
 CHECKPOINT_CACHE_KIB = 16 << 10
@@ -40,7 +44,13 @@ _WORD_TOKENS = ("UPDATE words SET tokens = ? WHERE id = ?",
 
 #: A merge checkpoint's statements, in the order ``write_merge_rows`` runs them: each per row
 #: (the parameters of ``bpe_store.training.merge.CheckpointRows``) and as one bulk statement over
-#: ``bpe_store_rows`` (see ``BulkWriter.executemany``), which must make the same change.
+#: ``bpe_store_rows`` (see ``BulkWriter.executemany``), which must make the same change. Their rows:
+#: merges ``(rank, left, right, token, count)``; vocabulary ``(id, bytes)``; word tokens ``(packed
+#: tokens, word id)``; pair deletes ``(left, right)``; pair updates ``(count, left, right)`` for
+#: pairs the store holds; pair inserts ``(left, right, count)`` for pairs it lacks. Why plain
+#: INSERT/UPDATE rather than INSERT OR REPLACE: a replace deletes and re-inserts the row and both its
+#: index entries; an update touches the row in place, and a wrong belief about what the store holds
+#: fails loudly instead of silently.
 _MERGE_CHECKPOINT: tuple[tuple[str, str], ...] = (
     ('INSERT INTO merges (rank, "left", "right", token, count) VALUES (?, ?, ?, ?, ?)',
      'INSERT INTO merges (rank, "left", "right", token, count) SELECT p1, p2, p3, p4, p5 FROM bpe_store_rows'),
@@ -170,59 +180,77 @@ class MergingRows:
         frequent words', ``train.KEEP_WORD_TOKENS``), ``state_merges`` NULL. Every write but a
         ``log_only`` one sets ``pairs_merges`` to ``merges_done``.
 
-        Rows come in the order of each statement's parameters (``bpe_store.training.merge.CheckpointRows``):
-        ``word_rows`` ``(packed tokens, word id)``; ``pair_deletes`` ``(left, right)``;
-        ``pair_inserts`` ``(left, right, count)`` for pairs the store lacks; ``pair_updates``
-        ``(count, left, right)`` for pairs it holds. Why plain INSERT/UPDATE rather than INSERT OR REPLACE: a replace
-        deletes and re-inserts the row and both its index entries; an update touches the row in
-        place, and a wrong belief about what the store holds fails loudly instead of silently.
+        Rows come in the order of each statement's parameters (see ``_MERGE_CHECKPOINT``).
         """
         t0 = time.perf_counter()
         hashed = self._digest_after(merges)
         if hashed[0] != merges_done:
             raise RuntimeError(f"bpe_store bug: a checkpoint of {merges_done} merges holds {hashed[0]}")
+        _check_checkpoint_kind(word_rows, pair_deletes, pair_inserts, pair_updates, log_only, drop_state)
         with self.bulk_transaction() as w:
-            # Why: a checkpoint rewrites rows all over `words` and `pair_counts`; with
-            # SQLite's default 2 MB page cache the same pages are evicted and re-read many
-            # times (enwiki-100M: 8.3 -> 6.3 s of writes). The cache only grows as used;
-            # CHECKPOINT_CACHE_KIB says why it is bounded. Set here, not when the connection
-            # opens: counting's flushes would fill it, and it would stay resident while merging.
-            w.execute(f"PRAGMA cache_size = -{CHECKPOINT_CACHE_KIB}")
-            pair_rows = len(pair_deletes) + len(pair_inserts) + len(pair_updates)
-            if log_only and (len(word_rows) or pair_rows):
-                raise ValueError("a merge log checkpoint holds no word or pair rows")
-            if drop_state and (log_only or len(pair_deletes) or len(pair_updates)):
-                raise ValueError("a finished run's last write holds no pair rows but its kept pairs")
+            w.execute(f"PRAGMA cache_size = -{CHECKPOINT_CACHE_KIB}")  # see CHECKPOINT_CACHE_KIB
             if clear_pairs or drop_state:
                 w.execute("DELETE FROM pair_counts")
-            # Why look first: when no checkpoint wrote tokens (state 0: a run whose merging was
-            # shorter than checkpoint_seconds) the UPDATE would scan every word for nothing.
-            if drop_state and w.execute("SELECT coalesce(state_merges, 1) FROM run WHERE id = 1")[0][0] != 0:
-                w.execute("UPDATE words SET tokens = NULL WHERE tokens IS NOT NULL")
             if drop_state:
+                _drop_word_tokens(w)
                 self._index_words_by_count(w)  # when the start of merging could not (start_merging)
-            for (statement, bulk), rows in zip(_MERGE_CHECKPOINT, (
-                    merges, new_vocab, word_rows, pair_deletes, pair_updates, pair_inserts)):
-                if not len(rows):
-                    continue
-                if rows is word_rows:  # the lookup scan or UPDATE ... FROM, by how many changed
-                    bulk = words_bulk(w, len(rows), _WORD_TOKENS)
-                w.executemany(statement, rows, bulk)
-            phase = "done" if done_reason else "merging"
-            if log_only:  # the words' tokens and pair counts stay as they were
-                w.execute("UPDATE run SET phase = ?, stop_reason = ?, updated_at = ? WHERE id = 1",
-                          (phase, done_reason, now()))
-            else:
-                w.execute("UPDATE run SET phase = ?, stop_reason = ?, state_merges = ?, pairs_merges = ?,"
-                          " updated_at = ? WHERE id = 1",
-                          (phase, done_reason, None if drop_state else merges_done, merges_done, now()))
+            _write_checkpoint_rows(w, (merges, new_vocab, word_rows, pair_deletes, pair_updates, pair_inserts))
+            phase = _advance_run(w, done_reason, merges_done, log_only, drop_state)
             self.add_checkpoint_row(phase, merges_done, elapsed_s, time.perf_counter() - t0, w,
                                     hashed[1].hexdigest())
-            if log_only:
-                self._merge_logs += 1
-                _test_pause(f"merge_log:{self._merge_logs}")  # tests: kill inside its transaction
-            else:
-                self._merge_checkpoints += 1
-                _test_pause(f"checkpoint:{self._merge_checkpoints}")
+            self._pause_in_checkpoint(log_only)
         self._merge_hash = hashed  # committed
         return time.perf_counter() - t0
+
+    def _pause_in_checkpoint(self, log_only: bool) -> None:
+        """Tests: a kill inside the N-th merge log's or checkpoint's transaction, all its rows written."""
+        if log_only:
+            self._merge_logs += 1
+            _test_pause(f"merge_log:{self._merge_logs}")
+        else:
+            self._merge_checkpoints += 1
+            _test_pause(f"checkpoint:{self._merge_checkpoints}")
+
+
+def _check_checkpoint_kind(word_rows: Sequence, pair_deletes: Sequence, pair_inserts: Sequence,
+                           pair_updates: Sequence, log_only: bool, drop_state: bool) -> None:
+    """Refuse (a bug) rows a merge log or a finished run's last write cannot hold."""
+    pair_rows = len(pair_deletes) + len(pair_inserts) + len(pair_updates)
+    if log_only and (len(word_rows) or pair_rows):
+        raise ValueError("a merge log checkpoint holds no word or pair rows")
+    if drop_state and (log_only or len(pair_deletes) or len(pair_updates)):
+        raise ValueError("a finished run's last write holds no pair rows but its kept pairs")
+
+
+def _drop_word_tokens(w: BulkWriter) -> None:
+    """Every word's tokens NULL (a finished run's last write, before the kept words' are written).
+    Why look first: when no checkpoint wrote tokens (state 0: a run whose merging was shorter than
+    checkpoint_seconds) the UPDATE would scan every word for nothing."""
+    if w.execute("SELECT coalesce(state_merges, 1) FROM run WHERE id = 1")[0][0] != 0:
+        w.execute("UPDATE words SET tokens = NULL WHERE tokens IS NOT NULL")
+
+
+def _write_checkpoint_rows(w: BulkWriter, rows_of: tuple[Sequence, ...]) -> None:
+    """Each of ``_MERGE_CHECKPOINT``'s statements over its rows (``rows_of``, in that order); the
+    word tokens' by the lookup scan or ``UPDATE ... FROM``, by how many changed."""
+    for (statement, bulk), rows in zip(_MERGE_CHECKPOINT, rows_of):
+        if not len(rows):
+            continue
+        if statement == _WORD_TOKENS[0]:
+            bulk = words_bulk(w, len(rows), _WORD_TOKENS)
+        w.executemany(statement, rows, bulk)
+
+
+def _advance_run(w: BulkWriter, done_reason: str | None, merges_done: int, log_only: bool,
+                 drop_state: bool) -> str:
+    """The run row after a merge write: its phase (returned), why it stopped, and which merges the
+    words' tokens and the pair counts follow (a merge log leaves both as they were)."""
+    phase = "done" if done_reason else "merging"
+    if log_only:
+        w.execute("UPDATE run SET phase = ?, stop_reason = ?, updated_at = ? WHERE id = 1",
+                  (phase, done_reason, now()))
+    else:
+        w.execute("UPDATE run SET phase = ?, stop_reason = ?, state_merges = ?, pairs_merges = ?,"
+                  " updated_at = ? WHERE id = 1",
+                  (phase, done_reason, None if drop_state else merges_done, merges_done, now()))
+    return phase

@@ -83,56 +83,15 @@ def count_units_threaded(tasks: Sequence[tuple[int, object]], workers: int, spec
     bounded. Stopping early (an exception, ``close()``) stops the readers at their next block; no
     thread outlives the generator.
     """
-    import queue
-
-
     slots = threading.Semaphore(2 * workers)
-    stopping = threading.Event()
-    events: queue.SimpleQueue = queue.SimpleQueue()  # (chunk id, what, value)
-
-    scanner = native_scanner(pattern)
-
-    def count(block: bytes, specials: list[bytes]) -> ChunkCounts:
-        return _native_count_chunk(block, specials, max_pretoken_bytes or 0, scanner)
-
-    def read_unit(task: tuple[int, object]) -> None:
-        cid, unit = task
-        specials = _block_specials(special_tokens, unit.has_documents)
-        n = 0
-        try:
-            for block in unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size,
-                                     max_pretoken_bytes):
-                while not slots.acquire(timeout=0.1):
-                    if stopping.is_set():
-                        return
-                if stopping.is_set():
-                    slots.release()
-                    return
-                fut = counters.submit(count, block, specials)
-                fut.add_done_callback(lambda f, cid=cid: events.put((cid, "block", f)))
-                n += 1
-                del block
-            events.put((cid, "read", n))
-        except BaseException as exc:  # noqa: BLE001 - raised by the consumer
-            events.put((cid, "error", exc))
-
-    class _UnitState:
-        __slots__ = ("counts", "n", "blocks", "read")
-
-        def __init__(self) -> None:
-            self.counts = None
-            self.n = 0
-            self.blocks = 0
-            self.read: int | None = None
-
-    state: dict[int, _UnitState] = {cid: _UnitState() for cid, _ in tasks}
-    left = len(state)
+    state: dict[int, _UnitCounts] = {cid: _UnitCounts() for cid, _ in tasks}
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-count") as counters, \
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-read") as readers:
-        futures = [readers.submit(read_unit, t) for t in tasks]
+        reader = _UnitReader(counters, slots, special_tokens, pattern, invalid_utf8, block_size, max_pretoken_bytes)
+        futures = [readers.submit(reader.read, t) for t in tasks]
         try:
-            while left:
-                cid, what, value = events.get()
+            while state:
+                cid, what, value = reader.events.get()
                 u = state[cid]
                 if what == "error":
                     raise value
@@ -140,29 +99,90 @@ def count_units_threaded(tasks: Sequence[tuple[int, object]], workers: int, spec
                     u.read = value
                 else:
                     try:
-                        counts = value.result()
+                        u.add(value.result())
                     finally:
                         slots.release()
-                    u.n += counts.total
-                    u.blocks += 1
-                    if u.counts is None:
-                        u.counts = counts
-                    else:
-                        if not isinstance(u.counts, WordCounter):
-                            first = WordCounter()
-                            first.add(u.counts)
-                            u.counts = first
-                        u.counts.add(counts)
-                    del counts
-                if u.read is not None and u.blocks == u.read:
-                    left -= 1
-                    result = (cid, u.counts if u.counts is not None else WordCounter(), u.n)
+                if u.whole:
                     del state[cid]
-                    yield result
+                    yield (cid, *u.result())
         finally:
-            stopping.set()
+            reader.stopping.set()
             for fut in futures:
                 fut.cancel()
+
+
+class _UnitReader:
+    """``count_units_threaded``'s readers: each reads one unit at a time and hands its blocks to the
+    counting threads, a block holding one of the ``slots`` until its counts are summed; what
+    happens is put on ``events`` as ``(chunk id, "block" | "read" | "error", value)``."""
+
+    def __init__(self, counters: ThreadPoolExecutor, slots: threading.Semaphore, special_tokens: Sequence[str],
+                 pattern: str, invalid_utf8: str, block_size: int, max_pretoken_bytes: int | None) -> None:
+        import queue
+
+        self.counters, self.slots = counters, slots
+        self.special_tokens, self.pattern, self.invalid_utf8 = special_tokens, pattern, invalid_utf8
+        self.block_size, self.max_pretoken_bytes = block_size, max_pretoken_bytes
+        self.scanner = native_scanner(pattern)
+        self.stopping = threading.Event()
+        self.events: queue.SimpleQueue = queue.SimpleQueue()
+
+    def count(self, block: bytes, specials: list[bytes]) -> ChunkCounts:
+        return _native_count_chunk(block, specials, self.max_pretoken_bytes or 0, self.scanner)
+
+    def read(self, task: tuple[int, object]) -> None:
+        cid, unit = task
+        specials = _block_specials(self.special_tokens, unit.has_documents)
+        n = 0
+        try:
+            for block in unit_blocks(unit, self.special_tokens, self.pattern, self.invalid_utf8, self.block_size,
+                                     self.max_pretoken_bytes):
+                while not self.slots.acquire(timeout=0.1):
+                    if self.stopping.is_set():
+                        return
+                if self.stopping.is_set():
+                    self.slots.release()
+                    return
+                fut = self.counters.submit(self.count, block, specials)
+                fut.add_done_callback(lambda f, cid=cid: self.events.put((cid, "block", f)))
+                n += 1
+                del block
+            self.events.put((cid, "read", n))
+        except BaseException as exc:  # noqa: BLE001 - raised by the consumer
+            self.events.put((cid, "error", exc))
+
+
+class _UnitCounts:
+    """One unit's counts as its blocks complete: summed (a ``WordCounter`` once there are two), its
+    pre-tokens, the blocks counted and, once its reader is done, the blocks it read."""
+
+    __slots__ = ("counts", "n", "blocks", "read")
+
+    def __init__(self) -> None:
+        self.counts: ChunkCounts | WordCounter | None = None
+        self.n = 0
+        self.blocks = 0
+        self.read: int | None = None
+
+    def add(self, counts: ChunkCounts) -> None:
+        self.n += counts.total
+        self.blocks += 1
+        if self.counts is None:
+            self.counts = counts
+            return
+        if not isinstance(self.counts, WordCounter):
+            first = WordCounter()
+            first.add(self.counts)
+            self.counts = first
+        self.counts.add(counts)
+
+    @property
+    def whole(self) -> bool:
+        """Whether every block the reader read is counted (only whole units reach the caller)."""
+        return self.read is not None and self.blocks == self.read
+
+    def result(self) -> tuple[ChunkCounts | WordCounter, int]:
+        return (self.counts if self.counts is not None else WordCounter()), self.n
 
 
 def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, special_tokens: Sequence[str],

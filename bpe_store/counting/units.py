@@ -85,70 +85,94 @@ def text_blocks(read: Callable[[int], bytes], special_tokens: Sequence[str], pat
     stays bounded by about twice ``block_size`` + ``max_pretoken_bytes``. Without any cut rule
     (a user's own pattern and no special tokens) the text is one block. ``ends``, when given,
     receives each block's end offset (for streams)."""
+    yield from _TextBlocks(special_tokens, pattern, block_size, where, invalid_utf8, offset, first_line, path,
+                           decompressed, ends, max_pretoken_bytes).blocks(read)
 
-    scanned = native_scanner(pattern) != ""  # a scan from a block start can find a cut
-    splitter = native_splitter(special_tokens, pattern)
-    cuttable = splitter is not None and (bool(special_tokens) or splitter.has_local_rule)
-    back = cut_context(splitter) + 1 if cuttable else 1
-    scan_at = block_size + (max_pretoken_bytes or 0) + _READ  # buffer size that tries a scan cut
-    buf = bytearray()
-    base = offset          # offset of buf[0]
-    newlines = 0           # newlines between `offset` and buf[0] (for error messages)
-    search_from = block_size
-    eof = False
 
-    def emit(n: int) -> bytes:
-        nonlocal base, newlines
-        piece = bytes(buf[:n])
-        del buf[:n]
-        at = base
-        base += n
-        lines_before = newlines
-        out = _checked_utf8(piece, invalid_utf8, where, at,
-                            lambda: _line_of(path, offset, first_line) + lines_before, decompressed)
-        if invalid_utf8 == "strict":
-            newlines += piece.count(b"\n")
-        if ends is not None:
-            ends.append(base)
+class _TextBlocks:
+    """``text_blocks``' state: the text read but not yet emitted (``buf``, starting at offset
+    ``base``), where to look for the next cut, and the newlines before ``buf`` (for messages)."""
+
+    def __init__(self, special_tokens: Sequence[str], pattern: str, block_size: int, where: str, invalid_utf8: str,
+                 offset: int, first_line: int | None, path: str | None, decompressed: bool,
+                 ends: list[int] | None, max_pretoken_bytes: int | None) -> None:
+        self.scanned = native_scanner(pattern) != ""  # a scan from a block start can find a cut
+        self.splitter = native_splitter(special_tokens, pattern)
+        self.cuttable = self.splitter is not None and (bool(special_tokens) or self.splitter.has_local_rule)
+        self.back = cut_context(self.splitter) + 1 if self.cuttable else 1
+        self.block_size, self.max_pretoken_bytes = block_size, max_pretoken_bytes
+        self.scan_at = block_size + (max_pretoken_bytes or 0) + _READ  # buffer size that tries a scan cut
+        self.where, self.invalid_utf8, self.decompressed, self.ends = where, invalid_utf8, decompressed, ends
+        self.offset, self.first_line, self.path = offset, first_line, path
+        self.buf = bytearray()
+        self.base = offset          # offset of buf[0]
+        self.newlines = 0           # newlines between `offset` and buf[0] (for error messages)
+        self.search_from = block_size
+        self.eof = False
+
+    def blocks(self, read: Callable[[int], bytes]) -> Iterator[bytes]:
+        while not self.eof:
+            data = read(_READ if self.cuttable else max(_READ, self.block_size))
+            self.eof = not data
+            self.buf += data
+            yield from self._cut()
+
+    def _cut(self) -> Iterator[bytes]:
+        """The blocks the buffer holds now: cut at safe points, all of it at the end."""
+        buf = self.buf
+        while buf and (self.eof or (self.cuttable and len(buf) > self.search_from + self.back)):
+            if self.eof and len(buf) <= self.block_size:
+                yield self._emit(len(buf))
+                return
+            cut = self._next_cut() if self.cuttable else None
+            if cut is None:
+                if self.eof:
+                    yield self._emit(len(buf))
+                    return
+                self.search_from = max(len(buf) - self.back, self.block_size)  # next time, search only new data
+                return
+            self.search_from = self.block_size
+            yield self._emit(cut)
+
+    def _next_cut(self) -> int | None:
+        """The first safe cut from ``search_from`` on (a scan inside one giant pre-token once the
+        buffer is large); None if none yet."""
+        buf = self.buf
+        lo = min(self.search_from, len(buf))
+        s0 = max(lo - self.back, 0)  # a special token may start a little before `lo`
+        window = bytes(buf[s0:])
+        q = self.splitter.first_cut(window, lo - s0, len(window) if self.eof else len(window) - self.back)
+        cut = None if q < 0 else s0 + q
+        if cut is None and self.scanned and len(buf) >= self.scan_at:
+            cut = self._scan_cut()
+        return cut
+
+    def _emit(self, n: int) -> bytes:
+        piece = bytes(self.buf[:n])
+        del self.buf[:n]
+        at = self.base
+        self.base += n
+        lines_before = self.newlines
+        out = _checked_utf8(piece, self.invalid_utf8, self.where, at,
+                            lambda: _line_of(self.path, self.offset, self.first_line) + lines_before,
+                            self.decompressed)
+        if self.invalid_utf8 == "strict":
+            self.newlines += piece.count(b"\n")
+        if self.ends is not None:
+            self.ends.append(self.base)
         return out
 
-    def scan_cut() -> int | None:
+    def _scan_cut(self) -> int | None:
         """A cut inside one giant pre-token (buf[0] is a chunk start); None if none yet."""
-        nonlocal scan_at
-        data = bytes(buf)
-        if not eof:
+        data = bytes(self.buf)
+        if not self.eof:
             data = data[: len(data) - utf8_tail(data)]
         q = -1
-        if _native_utf8_valid is not None and _native_utf8_valid(data):  # see count._cut_in_scan
-            q = splitter.scan_cut(data, block_size, max_pretoken_bytes or 0, 0 if eof else back + 16)
+        if _native_utf8_valid is not None and _native_utf8_valid(data):  # see chunks._cut_in_scan
+            q = self.splitter.scan_cut(data, self.block_size, self.max_pretoken_bytes or 0,
+                                       0 if self.eof else self.back + 16)
         if q <= 0:
-            scan_at = 2 * len(buf)  # try again once the buffer has doubled: linear overall
+            self.scan_at = 2 * len(self.buf)  # try again once the buffer has doubled: linear overall
             return None
-        scan_at = block_size + (max_pretoken_bytes or 0) + _READ
+        self.scan_at = self.block_size + (self.max_pretoken_bytes or 0) + _READ
         return q
-
-    while not eof:
-        data = read(_READ if cuttable else max(_READ, block_size))
-        eof = not data
-        buf += data
-        while buf and (eof or (cuttable and len(buf) > search_from + back)):
-            if eof and len(buf) <= block_size:
-                yield emit(len(buf))
-                break
-            cut = None
-            if cuttable:
-                lo = min(search_from, len(buf))
-                s0 = max(lo - back, 0)  # a special token may start a little before `lo`
-                window = bytes(buf[s0:])
-                q = splitter.first_cut(window, lo - s0, len(window) if eof else len(window) - back)
-                cut = None if q < 0 else s0 + q
-                if cut is None and scanned and len(buf) >= scan_at:
-                    cut = scan_cut()
-            if cut is None:
-                if eof:
-                    yield emit(len(buf))
-                    break
-                search_from = max(len(buf) - back, block_size)  # next time, search only new data
-                break
-            search_from = block_size
-            yield emit(cut)

@@ -69,3 +69,17 @@ def complete_pattern(incomplete: str) -> list[tuple[str, str]]:
 
     return [(name, f"{describe_pattern(regex)}'s pattern") for name, regex in PATTERNS.items()
             if name.startswith(incomplete)]
+
+
+def resolve_inputs(args: Sequence[str], glob: str, db: Path, fmt: str | None, text_field: str) -> list:
+    """The inputs ``args`` name, for ``train`` and ``encode`` alike: standard input alone (``-``),
+    read as ``fmt``; else the files ``expand_inputs`` finds."""
+    from ..counting.inputs import STDIN
+
+    if STDIN in args:
+        if len(args) > 1:
+            raise InputError("- (standard input) must be the only input")
+        from ..counting.streams import Stream
+
+        return [Stream.stdin(fmt, text_field)]
+    return expand_inputs(args, glob, db)

@@ -10,7 +10,7 @@ from ..errors import InputError
 from ..tokenizer.export import FORMATS
 from ..tokenizer.token_files import DTYPES, EncodeStopped, encode_to_file
 from .app import app
-from .input_args import InputFormat, InvalidUtf8, complete_pattern, expand_inputs
+from .input_args import InputFormat, InvalidUtf8, complete_pattern, resolve_inputs
 from .running import ProgressMode, StopOnSignal, _reporter
 
 DType = Enum("DType", {d: d for d in DTYPES}, type=str)  # choices of --dtype, listed by --help
@@ -41,7 +41,6 @@ def _encode_source(files: "list[Path]", tokenizer: "Optional[Path]", pattern: "O
                    special: "list[str]", separator: "Optional[str]"):
     """``(store or None, text files, Tokenizer or None)`` from ``encode``'s arguments: the first
     file is the store unless ``--tokenizer`` gives a ranks file; every mix-up is a clear error."""
-    from ..errors import InputError
     from ..store.connection import SQLITE_MAGIC
 
     if tokenizer is None:
@@ -129,19 +128,11 @@ def encode(
 
     Example: bpe-store encode --tokenizer cl100k_base.tiktoken --pattern cl100k train.txt -o train.npy
     """
-    from ..counting.inputs import STDIN
-    from ..counting.streams import Stream
     from ..tokenizer.token_files import val_path
 
     db, given, tok = _encode_source(files, tokenizer, pattern, special, separator)
     fmt = input_format.value if input_format is not None else None
-    args = [str(p) for p in given]
-    if STDIN in args:
-        if len(args) > 1:
-            raise InputError("- (standard input) must be the only input")
-        inputs: list = [Stream.stdin(fmt, text_field)]
-    else:
-        inputs = expand_inputs(args, glob, Path(db if db is not None else tokenizer))
+    inputs = resolve_inputs([str(p) for p in given], glob, Path(db if db is not None else tokenizer), fmt, text_field)
     reporter = _reporter(progress, quiet)
     stopper = StopOnSignal()
     try:

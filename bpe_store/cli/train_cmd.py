@@ -12,12 +12,12 @@ from typing import Any, Optional
 
 import typer
 
-from ..errors import BpeStoreError, InputError
+from ..errors import BpeStoreError
 from ..inspection.progress import Reporter
 from ..store.params import MAX_MAX_PRETOKEN_BYTES, MIN_MAX_PRETOKEN_BYTES
 from ..training.options import DEFAULT_MAX_PRETOKEN_BYTES, TrainOptions
 from .app import _ARGV_KEY, _Command, _set_verbose, _verbose_option, app
-from .input_args import InputFormat, InvalidUtf8, complete_pattern, expand_inputs
+from .input_args import InputFormat, InvalidUtf8, complete_pattern, resolve_inputs
 from .running import ProgressMode, StopOnSignal, _reporter
 
 
@@ -159,14 +159,7 @@ def train(
 
     _set_verbose(ctx, verbose)
     fmt = input_format.value if input_format is not None else None
-    if "-" in inputs:
-        if len(inputs) > 1:
-            raise InputError("- (standard input) must be the only input")
-        from ..counting.streams import Stream
-
-        files: Any = Stream.stdin(fmt, text_field)
-    else:
-        files = expand_inputs(inputs, glob, db)
+    files = resolve_inputs(inputs, glob, db, fmt, text_field)
     reporter = _reporter(progress, quiet)
     if quiet and ray is not None:
         from ..counting.ray_count import quiet as quiet_ray

@@ -542,26 +542,135 @@ def _dur(s: float) -> str:
 
 
 def render_html(data: dict[str, Any]) -> str:
-    """The page for ``gather``'s data."""
-    from .progress import format_bytes
-
+    """The page for ``gather``'s data: a summary, then a section per question."""
     plots = _plots(data)
     st = data["status"]
     name = Path(data["db"]).name
-    sizes, bpt = data["vocab_sizes"], data["bytes_per_token"]
+    sizes, ho = data["vocab_sizes"], data["held_out"]
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    full = data["bytes_per_token"][-1]
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>bpe-store report: {_e(name)}</title><style>{_CSS}</style></head>
+<body>
+<h1>bpe-store report: {_e(name)}</h1>
+<p class="summary">{st['merges_done']:,} merges, vocabulary {sizes[-1]:,}: {full:.3f} bytes per token on
+{ho['bytes']:,} bytes of held-out text ({ho['tokens']:,} tokens).</p>
+
+{_compression_section(data, plots['compression'])}
+
+{_by_script_section(data)}
+
+{_tokens_section(data)}
+
+<section id="merge-counts"><h2>Merge count against rank</h2>
+<figure>{plots['merges']}</figure>
+<p class="note">How often each merged pair occurred when it was merged: the first merges cover most of the
+text, the last ones rare pairs.</p>
+</section>
+
+<section id="token-lengths"><h2>Token length by script</h2>
+<figure>{plots['lengths']}</figure>
+<p class="note">The {sizes[-1] - sizes[0]:,} learned tokens by length in bytes; script from the first letter's
+Unicode name (an approximation), tokens without letters as digits, whitespace, punctuation/symbols or
+partial UTF-8.</p>
+</section>
+
+{_split_words_section(data)}
+
+{_facts_section(data)}
+<footer class="note"><p>Made by bpe-store {_e(__version__)} on {now}. This page is self-contained: it loads
+nothing from the network.</p></footer>
+</body></html>
+"""
+
+
+def _compression_section(data: dict[str, Any], plot: str) -> str:
+    """Bytes per token at every vocabulary size, on the held-out text."""
+    sizes, bpt, ho = data["vocab_sizes"], data["bytes_per_token"], data["held_out"]
     marks = [v for v in TABLE_SIZES if sizes[0] < v < sizes[-1]] + [sizes[-1]]
     comp_rows = [[f"{v:,}", f"{bpt[v - sizes[0]]:.3f}", f"{data['tokens'][v - sizes[0]]:,}"] for v in marks]
-    ho = data["held_out"]
     if ho["kind"] == "file":
         ho_text = f"the file <code>{_e(ho['path'])}</code>"
     else:
         ho_text = (f"a sample of the training inputs ({ho['places']} places, whole lines): in-sample, so a "
                    "little optimistic; <code>--held-out FILE</code> gives a real held-out text")
+    return f"""<section id="compression"><h2>Compression at every vocabulary size</h2>
+<figure>{plot}</figure>
+<p class="note">Held-out text: {ho_text}. Every vocabulary size from {sizes[0]:,} (the 256 bytes and
+{data['n_special']} special tokens) to {sizes[-1]:,} is a prefix of this store's merge log; one encoding at
+the full size gives them all (each token's count pushed down its merge tree).</p>
+{_table(["vocabulary size", "bytes per token", "tokens"], comp_rows, {0, 1, 2})}
+</section>"""
+
+
+def _by_script_section(data: dict[str, Any]) -> str:
+    """Bytes per token of the store and each ``--compare`` tokenizer, in all and by script."""
+    compared, ho = data["compare"], data["held_out"]
+    cmp_rows = [[_e(c["name"]) + ("" if c["kind"] == "store" else f" <span class=\"note\">({_e(c['kind'])}, "
+                                  f"{_e(c.get('pattern') or '')})</span>"),
+                 f"{c['vocab_size']:,}", f"{c['tokens']:,}", f"{c['bytes_per_token']:.3f}"] for c in compared]
+    script_rows = []
+    share = compared[0]["by_script"]
+    for cls in SCRIPT_CLASSES:
+        if not any(c["by_script"][cls]["tokens"] for c in compared):
+            continue
+        cells = [_e(cls), f"{100 * share[cls]['bytes'] / max(ho['bytes'], 1):.1f}%"]
+        for c in compared:
+            v = c["by_script"][cls]["bytes_per_token"]
+            cells.append("-" if v is None else f"{v:.3f}")
+        script_rows.append(cells)
+    script_head = ["script", "share of the bytes"] + [f"bytes per token: {c['name']}" for c in compared]
+    cmp_hint = "" if len(compared) > 1 else (" (<code>--compare FILE</code> adds one: a <code>.tiktoken</code> ranks "
+                                             "file such as OpenAI's cl100k_base, or a tokenizer.json)")
+    return f"""<section id="by-script"><h2>Compression by script, beside other tokenizers</h2>
+<p class="note">The same held-out bytes encoded by each tokenizer{cmp_hint}.
+Each token counts for the script of the first character it starts that is not whitespace.</p>
+{_table(["tokenizer", "vocabulary", "tokens", "bytes per token"], cmp_rows, {1, 2, 3})}
+{_table(script_head, script_rows, set(range(1, len(script_head))))}
+</section>"""
+
+
+def _tokens_section(data: dict[str, Any]) -> str:
+    """Learned tokens to look at: the longest, the last learned, partial UTF-8, never used."""
+    tt, sizes = data["tokens_tables"], data["vocab_sizes"]
+    partial_more = ("" if tt["partial_utf8_total"] <= len(tt["partial_utf8"])
+                    else f"; the first {len(tt['partial_utf8'])}")
+    unused_more = "" if tt["unused_total"] <= len(tt["unused"]) else f"; the first {len(tt['unused'])} by rank"
+    return f"""<section id="tokens"><h2>Tokens to look at</h2>
+<h3>The longest learned tokens</h3>
+{_tokens_table(tt["longest"])}
+<h3>The last {LAST_LEARNED} learned</h3>
+{_tokens_table(tt["last_learned"])}
+<h3>Partial UTF-8 tokens ({tt["partial_utf8_total"]:,})</h3>
+<p class="note">Learned tokens that are not whole characters (bytes shown as \\xNN){partial_more}.</p>
+{_tokens_table(tt["partial_utf8"])}
+<h3>Never used on the held-out text ({tt["unused_total"]:,} of {sizes[-1] - sizes[0]:,})</h3>
+<p class="note">Learned tokens the held-out text's encoding never holds (a token whose bytes another id already
+had is never used){unused_more}.</p>
+{_tokens_table(tt["unused"])}
+</section>"""
+
+
+def _split_words_section(data: dict[str, Any]) -> str:
+    """The frequent words that still take many tokens, as the store splits them."""
     split_rows = [["".join(f'<span class="tok">{_e(display.escape(t).replace(" ", "␣"))}</span>'
                            for t in w["split"]),
                    f"{w['count']:,}", len(w["split"]), _e(display.quote(w["word"]))]
                   for w in data["split_words"]]
-    stages = data["stages"]
+    return f"""<section id="split-words"><h2>Frequent words still split into many tokens</h2>
+<p class="note">The most frequent training words that take {MANY_TOKENS} or more tokens at the full vocabulary,
+as the store splits them (␣ is a space; other escapes as in <code>bpe-store show</code>).</p>
+{_table(["split", "count", "tokens", "word"], split_rows, {1, 2})}
+</section>"""
+
+
+def _facts_section(data: dict[str, Any]) -> str:
+    """The run: its parameters, inputs, time per stage and sessions."""
+    from .progress import format_bytes
+
+    st, stages = data["status"], data["stages"]
     stage_rows = [[ph, _dur(v["elapsed_s"]), v["checkpoints"], f"{v['write_s']:.2f} s"]
                   for ph, v in sorted(data["stages"]["by_phase"].items())]
     inputs = [[f"<code>{_e(i['path'])}</code>", format_bytes(i["size"]),
@@ -579,87 +688,7 @@ def render_html(data: dict[str, Any]) -> str:
                  f"{s['merges_start']} → {s['merges_end'] if s['merges_end'] is not None else '?'}",
                  _e(f"pid {s['pid']} on {s['host']}" if s["pid"] else "before sessions were recorded")]
                 for s in st["sessions"]]
-    compared = data["compare"]
-    cmp_rows = [[_e(c["name"]) + ("" if c["kind"] == "store" else f" <span class=\"note\">({_e(c['kind'])}, "
-                                  f"{_e(c.get('pattern') or '')})</span>"),
-                 f"{c['vocab_size']:,}", f"{c['tokens']:,}", f"{c['bytes_per_token']:.3f}"] for c in compared]
-    script_rows = []
-    share = compared[0]["by_script"]
-    for cls in SCRIPT_CLASSES:
-        if not any(c["by_script"][cls]["tokens"] for c in compared):
-            continue
-        cells = [_e(cls), f"{100 * share[cls]['bytes'] / max(ho['bytes'], 1):.1f}%"]
-        for c in compared:
-            v = c["by_script"][cls]["bytes_per_token"]
-            cells.append("-" if v is None else f"{v:.3f}")
-        script_rows.append(cells)
-    script_head = ["script", "share of the bytes"] + [f"bytes per token: {c['name']}" for c in compared]
-    tt = data["tokens_tables"]
-    cmp_hint = "" if len(compared) > 1 else (" (<code>--compare FILE</code> adds one: a <code>.tiktoken</code> ranks "
-                                             "file such as OpenAI's cl100k_base, or a tokenizer.json)")
-    partial_more = ("" if tt["partial_utf8_total"] <= len(tt["partial_utf8"])
-                    else f"; the first {len(tt['partial_utf8'])}")
-    unused_more = "" if tt["unused_total"] <= len(tt["unused"]) else f"; the first {len(tt['unused'])} by rank"
-    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    full = bpt[-1]
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>bpe-store report: {_e(name)}</title><style>{_CSS}</style></head>
-<body>
-<h1>bpe-store report: {_e(name)}</h1>
-<p class="summary">{st['merges_done']:,} merges, vocabulary {sizes[-1]:,}: {full:.3f} bytes per token on
-{ho['bytes']:,} bytes of held-out text ({ho['tokens']:,} tokens).</p>
-
-<section id="compression"><h2>Compression at every vocabulary size</h2>
-<figure>{plots['compression']}</figure>
-<p class="note">Held-out text: {ho_text}. Every vocabulary size from {sizes[0]:,} (the 256 bytes and
-{data['n_special']} special tokens) to {sizes[-1]:,} is a prefix of this store's merge log; one encoding at
-the full size gives them all (each token's count pushed down its merge tree).</p>
-{_table(["vocabulary size", "bytes per token", "tokens"], comp_rows, {0, 1, 2})}
-</section>
-
-<section id="by-script"><h2>Compression by script, beside other tokenizers</h2>
-<p class="note">The same held-out bytes encoded by each tokenizer{cmp_hint}.
-Each token counts for the script of the first character it starts that is not whitespace.</p>
-{_table(["tokenizer", "vocabulary", "tokens", "bytes per token"], cmp_rows, {1, 2, 3})}
-{_table(script_head, script_rows, set(range(1, len(script_head))))}
-</section>
-
-<section id="tokens"><h2>Tokens to look at</h2>
-<h3>The longest learned tokens</h3>
-{_tokens_table(tt["longest"])}
-<h3>The last {LAST_LEARNED} learned</h3>
-{_tokens_table(tt["last_learned"])}
-<h3>Partial UTF-8 tokens ({tt["partial_utf8_total"]:,})</h3>
-<p class="note">Learned tokens that are not whole characters (bytes shown as \\xNN){partial_more}.</p>
-{_tokens_table(tt["partial_utf8"])}
-<h3>Never used on the held-out text ({tt["unused_total"]:,} of {sizes[-1] - sizes[0]:,})</h3>
-<p class="note">Learned tokens the held-out text's encoding never holds (a token whose bytes another id already
-had is never used){unused_more}.</p>
-{_tokens_table(tt["unused"])}
-</section>
-
-<section id="merge-counts"><h2>Merge count against rank</h2>
-<figure>{plots['merges']}</figure>
-<p class="note">How often each merged pair occurred when it was merged: the first merges cover most of the
-text, the last ones rare pairs.</p>
-</section>
-
-<section id="token-lengths"><h2>Token length by script</h2>
-<figure>{plots['lengths']}</figure>
-<p class="note">The {sizes[-1] - sizes[0]:,} learned tokens by length in bytes; script from the first letter's
-Unicode name (an approximation), tokens without letters as digits, whitespace, punctuation/symbols or
-partial UTF-8.</p>
-</section>
-
-<section id="split-words"><h2>Frequent words still split into many tokens</h2>
-<p class="note">The most frequent training words that take {MANY_TOKENS} or more tokens at the full vocabulary,
-as the store splits them (␣ is a space; other escapes as in <code>bpe-store show</code>).</p>
-{_table(["split", "count", "tokens", "word"], split_rows, {1, 2})}
-</section>
-
-<section id="facts"><h2>The run</h2>
+    return f"""<section id="facts"><h2>The run</h2>
 <h3>Parameters</h3>{_table(["", ""], params)}
 <h3>Inputs</h3>{_table(["path", "size", "fingerprint", "now"], inputs)}
 <h3>Time per stage and checkpoints</h3>
@@ -667,11 +696,7 @@ as the store splits them (␣ is a space; other escapes as in <code>bpe-store sh
 <p class="note">Training time is summed over sessions (a resume adds to it); "pairs and merging" includes
 counting the pairs once.</p>
 <h3>Sessions</h3>{_table(["#", "started", "ended", "outcome", "merges", "process"], sessions)}
-</section>
-<footer class="note"><p>Made by bpe-store {_e(__version__)} on {now}. This page is self-contained: it loads
-nothing from the network.</p></footer>
-</body></html>
-"""
+</section>"""
 
 
 def _pattern_cell(st: dict[str, Any]) -> str:

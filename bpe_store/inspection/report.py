@@ -350,17 +350,49 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
         vocab = {i: (b, k) for i, b, k in store.load_vocab()}
         merges = store.load_merges()  # (rank, left, right, token, count)
         n_special = sum(1 for _, k in vocab.values() if k == "special")
-        split = splitter(store)
-        # the most frequent words (a word of fewer bytes cannot take MANY_TOKENS tokens), split
-        # under every merge (a finished store keeps no words' tokens), up to SPLIT_WORDS of them
-        split_rows: list[tuple[bytes, int, list[int]]] = []
-        for w, c in store.most_frequent_words(MANY_TOKENS, SPLIT_SCAN):
-            ids_ = split(w)
-            if len(ids_) >= MANY_TOKENS:
-                split_rows.append((w, c, ids_))
-                if len(split_rows) == SPLIT_WORDS:
-                    break
+        split_rows = _split_words(store, splitter(store))
         stages = store.checkpoint_stages()
+    text, source = _held_out_text(held_out, st, sample_bytes)
+    n_bytes = len(text.encode("utf-8"))
+    tok = Tokenizer.from_store(db)
+    ids = tok.encode_to_array(text, threads)
+    counts = np.bincount(ids, minlength=len(vocab))
+    tokens = tokens_per_prefix(counts, [m[1] for m in merges], [m[2] for m in merges], n_special)
+    assert int(tokens[-1]) == len(ids)  # the push-down accounts for every token
+    first = n_special + 256
+    merge_counts = [m[4] for m in merges]
+    return {
+        "db": str(db), "status": st, "n_special": n_special, "first_merge_id": first,
+        "held_out": {**source, "bytes": n_bytes, "tokens": int(len(ids))},
+        "vocab_sizes": list(range(first, first + len(merges) + 1)),
+        "tokens": tokens.tolist(),
+        "bytes_per_token": (n_bytes / np.maximum(tokens, 1)).tolist(),
+        "merge_counts": merge_counts,
+        "lengths_by_script": _lengths_by_script(vocab, first),
+        "compare": _compared(db, st, vocab, text, ids, compare, threads),
+        "tokens_tables": _tokens_tables(vocab, first, counts, merge_counts),
+        "split_words": [{"word": w, "count": c, "split": [vocab[t][0] for t in ids_]} for w, c, ids_ in split_rows],
+        "stages": _stages(stages),
+    }
+
+
+def _split_words(store: Any, split: Any) -> list[tuple[bytes, int, list[int]]]:
+    """The most frequent words (a word of fewer bytes cannot take MANY_TOKENS tokens) that take
+    MANY_TOKENS tokens or more, split under every merge (a finished store keeps no words' tokens),
+    up to SPLIT_WORDS of them: ``(word, count, token ids)``."""
+    split_rows: list[tuple[bytes, int, list[int]]] = []
+    for w, c in store.most_frequent_words(MANY_TOKENS, SPLIT_SCAN):
+        ids_ = split(w)
+        if len(ids_) >= MANY_TOKENS:
+            split_rows.append((w, c, ids_))
+            if len(split_rows) == SPLIT_WORDS:
+                break
+    return split_rows
+
+
+def _held_out_text(held_out: str | os.PathLike | None, st: dict[str, Any], sample_bytes: int) -> tuple[str, dict]:
+    """The text the page measures compression on, and what it is: ``held_out``, else a sample of
+    the training inputs."""
     if held_out is not None:
         p = Path(held_out)
         if not p.is_file():
@@ -372,15 +404,14 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
         source = {"kind": "sample of the training inputs", "places": SAMPLE_PLACES}
     if not text:
         raise InputError("the held-out text is empty")
-    n_bytes = len(text.encode("utf-8"))
-    tok = Tokenizer.from_store(db)
-    ids = tok.encode_to_array(text, threads)
-    counts = np.bincount(ids, minlength=len(vocab))
-    tokens = tokens_per_prefix(counts, [m[1] for m in merges], [m[2] for m in merges], n_special)
-    assert int(tokens[-1]) == len(ids)  # the push-down accounts for every token
-    first = n_special + 256
+    return text, source
 
-    # compression by script, for the store and each --compare tokenizer, on the same bytes
+
+def _compared(db: str | os.PathLike, st: dict[str, Any], vocab: dict[int, tuple[bytes, str]], text: str,
+              ids: Any, compare: Sequence[str], threads: int) -> list[dict[str, Any]]:
+    """Compression by script of the store's encoding ``ids`` of ``text``, then of each ``--compare``
+    tokenizer's, on the same bytes."""
+    n_bytes = len(text.encode("utf-8"))
     classes, starts = byte_classes(text)
     vlen = _lengths_of({i: b for i, (b, _k) in vocab.items()})
     compared = [{"name": Path(db).name, "kind": "store", "path": str(db), "pattern": st["pattern_name"],
@@ -392,13 +423,20 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
         n_ids = len(other.pop("ids"))
         compared.append({**other, "tokens": n_ids, "bytes_per_token": n_bytes / max(n_ids, 1),
                          "by_script": by_script(classes, starts, lengths)})
-    # tokens to look at (learned ones: ids first ..)
+    return compared
+
+
+def _tokens_tables(vocab: dict[int, tuple[bytes, str]], first: int, counts: Any,
+                   merge_counts: list[int]) -> dict[str, Any]:
+    """The learned tokens (ids ``first`` ..) to look at: the longest, the last learned, the partial
+    UTF-8 ones and those the held-out text never uses (``counts``: its encoding's, per id)."""
+    import numpy as np
+
     learned = np.arange(first, len(vocab))
-    merge_counts = [m[4] for m in merges]
     by_length = sorted(learned.tolist(), key=lambda t: (-len(vocab[t][0]), t))[:TOKEN_ROWS]
     partial = [t for t in learned.tolist() if not _decodes(vocab[t][0])]
     unused = learned[counts[first:] == 0]
-    tokens_tables = {
+    return {
         "longest": _token_rows(by_length, vocab, first, counts, merge_counts),
         "last_learned": _token_rows(learned[::-1][:LAST_LEARNED], vocab, first, counts, merge_counts),
         "partial_utf8": _token_rows(partial[:TOKEN_ROWS * 2], vocab, first, counts, merge_counts),
@@ -407,11 +445,19 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
         "unused_total": int(len(unused)),
     }
 
+
+def _lengths_by_script(vocab: dict[int, tuple[bytes, str]], first: int) -> dict[str, dict[int, int]]:
+    """``{script: {length in bytes: learned tokens}}`` (``script_of``)."""
     by_script_lengths: dict[str, Counter[int]] = {}
     for tid in range(first, len(vocab)):
         b = vocab[tid][0]
         by_script_lengths.setdefault(script_of(b), Counter())[len(b)] += 1
-    # the final checkpoint has phase "done": it belongs to merging
+    return {s: dict(sorted(c.items())) for s, c in by_script_lengths.items()}
+
+
+def _stages(stages: list[tuple[str, int, float, float]]) -> dict[str, Any]:
+    """Training time and checkpoints per stage, from the store's checkpoints per phase (the final
+    checkpoint has phase "done": it belongs to merging)."""
     stage: dict[str, dict[str, float]] = {}
     for ph, n, el, w in stages:
         s = stage.setdefault("counting" if ph == "counting" else "merging",
@@ -423,19 +469,8 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
     total_s = max((s["elapsed_s"] for s in stage.values()), default=0.0)
     if "merging" in stage:
         stage["merging"]["elapsed_s"] = max(total_s - counting_s, 0.0)  # time in the phase, not the clock
-    return {
-        "db": str(db), "status": st, "n_special": n_special, "first_merge_id": first,
-        "held_out": {**source, "bytes": n_bytes, "tokens": int(len(ids))},
-        "vocab_sizes": list(range(first, first + len(merges) + 1)),
-        "tokens": tokens.tolist(),
-        "bytes_per_token": (n_bytes / np.maximum(tokens, 1)).tolist(),
-        "merge_counts": [m[4] for m in merges],
-        "lengths_by_script": {s: dict(sorted(c.items())) for s, c in by_script_lengths.items()},
-        "compare": compared, "tokens_tables": tokens_tables,
-        "split_words": [{"word": w, "count": c, "split": [vocab[t][0] for t in ids_]} for w, c, ids_ in split_rows],
-        "stages": {"counting_s": counting_s, "merging_s": max(total_s - counting_s, 0.0), "total_s": total_s,
-                   "by_phase": stage},
-    }
+    return {"counting_s": counting_s, "merging_s": max(total_s - counting_s, 0.0), "total_s": total_s,
+            "by_phase": stage}
 
 
 # -- plots ----------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Reading a store for people: status, SQL, ``show`` / ``why``, the HTML report, and progress.
 
 Owns what a person sees of a run. ``inspection`` answers ``status``, ``sql``, ``show`` and
-``why`` from a store; ``report`` renders the HTML page; ``progress`` turns a run's progress events
-into bars, lines or JSON; ``display`` writes tokens and bytes as people read them.
+``why`` from a store; ``report`` renders the HTML page, ``compare`` measures its compression by
+script and beside other tokenizers; ``progress`` turns a run's progress events into bars, lines or
+JSON; ``display`` writes tokens and bytes as people read them.
 Used by the CLI; uses the tokenizer, training's merge rule, the store and the inputs' names.
 """

@@ -4,11 +4,12 @@ says what it saved and the command that resumes it.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -20,15 +21,14 @@ from .app import _ARGV_KEY, _Command, _set_verbose, _verbose_option, app
 from .input_args import InputFormat, InvalidUtf8, complete_pattern, resolve_inputs
 from .running import ProgressMode, StopOnSignal, _reporter
 
+if TYPE_CHECKING:
+    from ..store.result import TrainResult
+
 
 class EngineName(str, Enum):
     auto = "auto"
     native = "native"
     python = "python"
-
-
-#: The defaults of the enum options, as ``TrainOptions`` states them
-_DEFAULT_INVALID_UTF8, _DEFAULT_ENGINE = InvalidUtf8(TrainOptions.invalid_utf8), EngineName(TrainOptions.engine)
 
 
 def resume_command(ctx: typer.Context) -> str:
@@ -86,64 +86,72 @@ def _looks_like_ray_address(word: str) -> bool:
     return ":" in word and not word.startswith("-") and not Path(word).exists()
 
 
-@app.command(cls=_OptionalRayAddress)
-def train(
-    ctx: typer.Context,
-    inputs: list[str] = typer.Argument(..., help="Corpus files (text, jsonl, parquet; .gz/.zst/.bz2/.xz), "
-                                                 "directories (see --glob), quoted globs, or - (stdin).",
-                                       show_default=False, metavar="INPUTS"),
-    db: Path = typer.Option(..., "--db", help="The store (SQLite file); created, or resumed if it exists."),
-    vocab_size: int = typer.Option(..., "--vocab-size", metavar="N",
-                                   help="Target vocabulary size (specials + 256 + merges); a larger one "
-                                        "continues a finished store."),
-    special: list[str] = typer.Option([], "--special", metavar="TOKEN", help="A special token (repeat for several)."),
-    pattern: Optional[str] = typer.Option(
+class _Train:
+    """``train``'s arguments and options, as ``--help`` says them (in the order it lists them); a
+    run's settings default to ``TrainOptions``' fields."""
+
+    inputs = typer.Argument(..., help="Corpus files (text, jsonl, parquet; .gz/.zst/.bz2/.xz), directories (see "
+                                      "--glob), quoted globs, or - (stdin).", show_default=False, metavar="INPUTS")
+    db = typer.Option(..., "--db", help="The store (SQLite file); created, or resumed if it exists.")
+    vocab_size = typer.Option(..., "--vocab-size", metavar="N",
+                              help="Target vocabulary size (specials + 256 + merges); a larger one continues a "
+                                   "finished store.")
+    special = typer.Option([], "--special", metavar="TOKEN", help="A special token (repeat for several).")
+    pattern = typer.Option(
         None, "--pattern", metavar="PATTERN", autocompletion=complete_pattern,
-        help="Pre-tokenization pattern: gpt2 (the default), gpt4 (= cl100k), o200k, llama3, qwen2, or a regex."),
-    glob: str = typer.Option("*", "--glob", metavar="PATTERN",
-                             help="Files to take from directory inputs, e.g. '**/*.txt'."),
-    input_format: Optional[InputFormat] = typer.Option(
+        help="Pre-tokenization pattern: gpt2 (the default), gpt4 (= cl100k), o200k, llama3, qwen2, or a regex.")
+    glob = typer.Option("*", "--glob", metavar="PATTERN", help="Files to take from directory inputs, e.g. '**/*.txt'.")
+    input_format = typer.Option(
         None, "--format",
         help="How to read the inputs (default: by extension: .jsonl/.ndjson/.json -> jsonl, .parquet -> parquet, "
-             "else text; stdin: text)."),
-    text_field: str = typer.Option(TrainOptions.text_field, "--text-field", metavar="NAME",
-                                   help="The jsonl field / parquet column holding the text."),
-    workers: Optional[int] = typer.Option(TrainOptions.workers, "--workers", "--threads", metavar="N",
-                                          help="Counting workers (default: all cores)."),
-    chunk_size: int = typer.Option(TrainOptions.chunk_size, "--chunk-size", metavar="BYTES",
-                                   help="Bytes per counting chunk."),
-    checkpoint_merges: Optional[int] = typer.Option(
-        TrainOptions.checkpoint_merges, "--checkpoint-merges", metavar="N",
-        help="Also end a batch after this many merges (default: by time only)."),
-    checkpoint_seconds: float = typer.Option(TrainOptions.checkpoint_seconds, "--checkpoint-seconds",
-                                             metavar="S",
-                                             help="Seconds of merging per checkpoint."),
-    invalid_utf8: InvalidUtf8 = typer.Option(_DEFAULT_INVALID_UTF8, "--invalid-utf8",
-                                             help="strict: refuse invalid UTF-8; replace: decode it as U+FFFD."),
-    restart: bool = typer.Option(TrainOptions.restart, "--restart",
-                                 help="Discard the store's progress and start over."),
-    engine: EngineName = typer.Option(
-        _DEFAULT_ENGINE, "--engine", help="Merge engine: native (C++), python, or auto (native when built)."),
-    min_frequency: int = typer.Option(
-        TrainOptions.min_frequency, "--min-frequency", metavar="N",
-        help="Words counted fewer times take part in no merge (1: every word counts)."),
-    max_token_length: Optional[int] = typer.Option(
-        TrainOptions.max_token_length, "--max-token-length", metavar="N",
-        help="No merge makes a token longer than N bytes (default: no limit)."),
-    ray: Optional[str] = typer.Option(
+             "else text; stdin: text).")
+    text_field = typer.Option(TrainOptions.text_field, "--text-field", metavar="NAME",
+                              help="The jsonl field / parquet column holding the text.")
+    workers = typer.Option(TrainOptions.workers, "--workers", "--threads", metavar="N",
+                           help="Counting workers (default: all cores).")
+    chunk_size = typer.Option(TrainOptions.chunk_size, "--chunk-size", metavar="BYTES",
+                              help="Bytes per counting chunk.")
+    checkpoint_merges = typer.Option(TrainOptions.checkpoint_merges, "--checkpoint-merges", metavar="N",
+                                     help="Also end a batch after this many merges (default: by time only).")
+    checkpoint_seconds = typer.Option(TrainOptions.checkpoint_seconds, "--checkpoint-seconds", metavar="S",
+                                      help="Seconds of merging per checkpoint.")
+    invalid_utf8 = typer.Option(InvalidUtf8(TrainOptions.invalid_utf8), "--invalid-utf8",
+                                help="strict: refuse invalid UTF-8; replace: decode it as U+FFFD.")
+    restart = typer.Option(TrainOptions.restart, "--restart", help="Discard the store's progress and start over.")
+    engine = typer.Option(EngineName(TrainOptions.engine), "--engine",
+                          help="Merge engine: native (C++), python, or auto (native when built).")
+    min_frequency = typer.Option(TrainOptions.min_frequency, "--min-frequency", metavar="N",
+                                 help="Words counted fewer times take part in no merge (1: every word counts).")
+    max_token_length = typer.Option(TrainOptions.max_token_length, "--max-token-length", metavar="N",
+                                    help="No merge makes a token longer than N bytes (default: no limit).")
+    ray = typer.Option(
         None, "--ray", metavar="ADDRESS",
         help="Count on a Ray cluster. ADDRESS may be left out: --ray alone starts a local one of "
              "--workers CPUs; with ADDRESS (host:port, ray://host:port or auto), that cluster. Needs "
-             "pip install 'bpe-store[ray]'; inputs must be readable at the same path on every node."),
-    max_pretoken_bytes: Optional[int] = typer.Option(
+             "pip install 'bpe-store[ray]'; inputs must be readable at the same path on every node.")
+    max_pretoken_bytes = typer.Option(
         TrainOptions.max_pretoken_bytes, "--max-pretoken-bytes", metavar="BYTES",
         help=f"Count a longer pre-token as pieces of at most this many bytes ({MIN_MAX_PRETOKEN_BYTES}.."
              f"{MAX_MAX_PRETOKEN_BYTES >> 20} MiB; default {DEFAULT_MAX_PRETOKEN_BYTES >> 20} MiB "
-             "for a new store, the store's own on a resume)."),
-    progress: ProgressMode = typer.Option(ProgressMode.auto, "--progress",
-                                          help="auto: bars on a terminal, else JSON lines on stderr."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
-    verbose: bool = _verbose_option(),
+             "for a new store, the store's own on a resume).")
+    progress = typer.Option(ProgressMode.auto, "--progress",
+                            help="auto: bars on a terminal, else JSON lines on stderr.")
+    quiet = typer.Option(False, "--quiet", "-q", help="No progress and no summary.")
+    verbose = _verbose_option()
+
+
+@app.command(cls=_OptionalRayAddress)
+def train(
+    ctx: typer.Context, inputs: list[str] = _Train.inputs, db: Path = _Train.db, vocab_size: int = _Train.vocab_size,
+    special: list[str] = _Train.special, pattern: Optional[str] = _Train.pattern, glob: str = _Train.glob,
+    input_format: Optional[InputFormat] = _Train.input_format, text_field: str = _Train.text_field,
+    workers: Optional[int] = _Train.workers, chunk_size: int = _Train.chunk_size,
+    checkpoint_merges: Optional[int] = _Train.checkpoint_merges, checkpoint_seconds: float = _Train.checkpoint_seconds,
+    invalid_utf8: InvalidUtf8 = _Train.invalid_utf8, restart: bool = _Train.restart,
+    engine: EngineName = _Train.engine, min_frequency: int = _Train.min_frequency,
+    max_token_length: Optional[int] = _Train.max_token_length, ray: Optional[str] = _Train.ray,
+    max_pretoken_bytes: Optional[int] = _Train.max_pretoken_bytes, progress: ProgressMode = _Train.progress,
+    quiet: bool = _Train.quiet, verbose: bool = _Train.verbose,
 ) -> None:
     """Train a BPE into a store, or resume it: run the same command again after a stop.
 
@@ -154,30 +162,41 @@ def train(
     Example: bpe-store train corpus.txt --db run.db --vocab-size 32000 --special '<|endoftext|>'
     Example: bpe-store train 'shards/*.jsonl.gz' --db run.db --vocab-size 32000 --text-field content
     """
-    from ..errors import Interrupted
-    from ..training.train import train as run_train
-
     _set_verbose(ctx, verbose)
     fmt = input_format.value if input_format is not None else None
     files = resolve_inputs(inputs, glob, db, fmt, text_field)
+    options = TrainOptions(
+        pattern=TrainOptions.pattern if pattern is None else pattern, workers=workers, chunk_size=chunk_size,
+        checkpoint_merges=checkpoint_merges, checkpoint_seconds=checkpoint_seconds, invalid_utf8=invalid_utf8.value,
+        restart=restart, engine=engine.value, format=fmt, text_field=text_field, min_frequency=min_frequency,
+        max_token_length=max_token_length, count_engine=TrainOptions.count_engine if ray is None else "ray",
+        ray_address=None if ray in (None, "local") else ray, max_pretoken_bytes=max_pretoken_bytes)
     reporter = _reporter(progress, quiet)
     if quiet and ray is not None:
         from ..counting.ray_count import quiet as quiet_ray
 
         quiet_ray()
+    result = _run_train(ctx, files, db, vocab_size, special, options, reporter)
+    reason = {"vocab_size": "reached the vocabulary size", "no_pairs": "no pair left to merge"}
+    reporter.note(f"{db}: {len(result.merges)} merges, vocab {len(result.vocab)} "
+                  f"({reason.get(result.stop_reason or '', result.phase)})",
+                  {"stage": "done", "merges": len(result.merges), "vocab_size": len(result.vocab),
+                   "stop_reason": result.stop_reason})
+
+
+def _run_train(ctx: typer.Context, files: list, db: Path, vocab_size: int, special: list[str],
+               options: TrainOptions, reporter: Reporter) -> TrainResult:
+    """``training.train`` with ``options``, Ctrl-C / SIGTERM asking it to stop: a stopped run says
+    what the store holds and the command that resumes, and exits 130 (143). The reporter is closed
+    either way; returns the ``TrainResult``."""
+    from ..errors import Interrupted
+    from ..training.train import train as run_train
+
     stopper = StopOnSignal(notify=reporter.note)
     try:
         with stopper:
-            result = run_train(files, db, vocab_size, special, pattern="gpt2" if pattern is None else pattern,
-                               workers=workers,
-                               chunk_size=chunk_size, checkpoint_merges=checkpoint_merges,
-                               checkpoint_seconds=checkpoint_seconds, invalid_utf8=invalid_utf8.value,
-                               restart=restart, progress=stopper.watch(reporter), stop=stopper.event,
-                               engine=engine.value, format=fmt, text_field=text_field,
-                               min_frequency=min_frequency, max_token_length=max_token_length,
-                               count_engine="local" if ray is None else "ray",
-                               ray_address=None if ray in (None, "local") else ray,
-                               max_pretoken_bytes=max_pretoken_bytes)
+            return run_train(files, db, vocab_size, special, progress=stopper.watch(reporter), stop=stopper.event,
+                             **dataclasses.asdict(options))
     except (Interrupted, KeyboardInterrupt) as exc:
         stopper.note_stopping()
         reporter.close()
@@ -185,11 +204,6 @@ def train(
         raise typer.Exit(stopper.exit_code) from None
     finally:
         reporter.close()
-    reason = {"vocab_size": "reached the vocabulary size", "no_pairs": "no pair left to merge"}
-    reporter.note(f"{db}: {len(result.merges)} merges, vocab {len(result.vocab)} "
-                  f"({reason.get(result.stop_reason or '', result.phase)})",
-                  {"stage": "done", "merges": len(result.merges), "vocab_size": len(result.vocab),
-                   "stop_reason": result.stop_reason})
 
 
 def _report_stop(ctx: typer.Context, db: Path, stopper: StopOnSignal, reporter: Reporter, at_once: bool) -> None:

@@ -152,3 +152,14 @@ def test_the_store_and_the_options_hold_a_run_to_the_same_bounds(tmp_path, colum
             check_run(tmp_path / "s.db", row)
         with pytest.raises(InputError):
             options.checked(300, [])
+
+
+def test_train_documents_every_option_from_train_options():
+    """``help(train)`` lists each option once, from ``TrainOptions``' docstring, where it is said."""
+    import dataclasses
+
+    doc = train.__doc__
+    for f in dataclasses.fields(TrainOptions):
+        assert doc.count(f"\n    {f.name}: ") == 1, f.name
+    assert "(the options:" not in doc
+    assert inspect.cleandoc(TrainOptions.__doc__).split("Attributes:\n", 1)[1] in doc

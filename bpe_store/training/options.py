@@ -15,10 +15,12 @@ A new run option: a field here (with its default and a check), a keyword paramet
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ..counting.chunks import DEFAULT_CHUNK_SIZE
 from ..counting.inputs import DEFAULT_TEXT_FIELD
@@ -55,12 +57,42 @@ COUNT_ENGINES = ("local", "ray")
 @dataclasses.dataclass(frozen=True)
 class TrainOptions:
     """A run's settings besides its inputs, store, vocabulary size and special tokens, with their
-    defaults: ``train``'s keyword parameters (documented there) and the CLI's options default to
-    these fields. ``checked`` validates them all. A class attribute is a field's default
-    (``TrainOptions.chunk_size``)."""
+    defaults: ``train``'s keyword parameters are these fields (its docstring lists them from the
+    Attributes below) and the CLI's options default to them. ``checked`` validates them all. A
+    class attribute is a field's default (``TrainOptions.chunk_size``).
+
+    Attributes:
+        pattern: the pre-tokenization regex, or a name in ``pretokenize.PATTERNS`` ("gpt2", the
+            default; "gpt4" = "cl100k"; "o200k"; "llama3"; "qwen2": each has a native scanner). The
+            store keeps the regex, so a name and its regex are the same run.
+        workers: counting threads/processes (default: all cores); never changes the result.
+        chunk_size: bytes per counting unit; never changes the result.
+        checkpoint_merges: also end a merge batch (a checkpoint) after this many merges.
+        checkpoint_seconds: seconds of merging per checkpoint: the most a kill can lose.
+        count_flush_seconds: counting writes its counts to the store at most this often.
+        invalid_utf8: "strict" (refuse, naming the byte offset) or "replace" (U+FFFD).
+        restart: discard the store's progress and start over.
+        engine: the merge engine: "native" (C++), "python" (the portable fallback) or "auto"
+            (native when built). Both give the same result, so a run may resume with the other.
+        durable: False skips every fsync: only for a store no one will resume (``train_bpe``'s
+            temporary one), where they cost more than the training on a busy disk.
+        format: how to read the input files: "text", "jsonl" or "parquet" (default: by extension).
+        text_field: the jsonl field / parquet column holding each document's text.
+        min_frequency: words counted fewer times take part in no pair (they stay in the store's
+            ``words`` with their counts); 1, the default, is CS336's semantics.
+        max_token_length: no merge makes a token longer than this many bytes (None: no limit);
+            a pair too long is never counted, so it is never chosen.
+        count_engine: where counting runs: "local" (this machine's threads) or "ray" (Ray tasks,
+            ``bpe_store.counting.ray_count``); never changes the result, so a run may resume with the other.
+        ray_address: with ``count_engine="ray"``, the cluster to count on (``host:port``,
+            ``ray://host:port`` or ``auto``); None starts a local cluster of ``workers`` CPUs for
+            the counting (or uses this process's connection if ``ray.init`` was called).
+        max_pretoken_bytes: a pre-token longer than this counts as pieces of at most this many
+            bytes, cut at UTF-8 character starts (``pretokenize.split_long_pretoken``); 4 to 64 MiB,
+            stored with the run. None: the store's value on a resume, else 1 MiB.
+    """
 
     pattern: str = GPT2_PATTERN
-    #: counting threads; None: all cores (``checked`` makes it a number)
     workers: int | None = None
     chunk_size: int = DEFAULT_CHUNK_SIZE
     #: A checkpoint is written after ``checkpoint_seconds`` of merging (and when merging ends): the
@@ -70,7 +102,6 @@ class TrainOptions:
     #: checkpoint every 2000 merges spent 7 s writing for 1 s of merging (bench/RESULTS-merge.md).
     checkpoint_merges: int | None = None
     checkpoint_seconds: float = 30.0
-    #: Counting flushes its counts to the store at most this often (and at the end).
     count_flush_seconds: float = 10.0
     invalid_utf8: str = "strict"
     restart: bool = False
@@ -82,8 +113,13 @@ class TrainOptions:
     max_token_length: int | None = None
     count_engine: str = "local"
     ray_address: str | None = None
-    #: None: the store's own on a resume, ``DEFAULT_MAX_PRETOKEN_BYTES`` for a new store
     max_pretoken_bytes: int | None = None
+
+    @classmethod
+    def of(cls, given: Mapping[str, Any]) -> TrainOptions:
+        """The options as ``given`` names them (``train``'s ``locals()``: its keyword parameters are
+        these fields, by name); other names are ignored."""
+        return cls(**{f.name: given[f.name] for f in dataclasses.fields(cls)})
 
     def checked(self, vocab_size: int, special_tokens: Sequence[str]) -> tuple[TrainOptions, RunParams]:
         """These options checked, their pattern resolved to its regex and ``workers`` to a count,
@@ -96,6 +132,12 @@ class TrainOptions:
                                     self.count_flush_seconds)
         check_engines(self.engine, self.count_engine, self.ray_address)
         return dataclasses.replace(self, pattern=pattern, workers=workers), params
+
+
+def options_doc() -> str:
+    """``TrainOptions``' Attributes, as the lines of an Args section (``inspect.cleandoc``'s
+    indentation: four spaces an entry): ``train``'s docstring lists its options from here."""
+    return inspect.cleandoc(TrainOptions.__doc__ or "").split("Attributes:\n", 1)[1] + "\n"
 
 
 def max_pretoken_bytes(given: int | None, stored: RunParams | None) -> int | None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import os
 import shutil
 import tempfile
@@ -43,7 +44,7 @@ from .count_step import _count
 from .job import Progress, _Job, _without_gc_store_errors
 from .merge import release_free_memory
 from .merge_step import _merge, _pairs
-from .options import TrainOptions, max_pretoken_bytes
+from .options import TrainOptions, max_pretoken_bytes, options_doc
 from .plan import _check, _plan
 
 
@@ -74,7 +75,8 @@ def train(
     ray_address: str | None = TrainOptions.ray_address,
     max_pretoken_bytes: int | None = TrainOptions.max_pretoken_bytes,
 ) -> TrainResult:
-    """Train (or resume training) a byte-level BPE into the store ``db``; see the module doc.
+    """Train (or resume training) a byte-level BPE into the store ``db``; returns its ``TrainResult``
+    (``vocab``, ``merges``, ``merge_counts``, ``phase``, ``stop_reason``). See the module doc.
 
     Running it again with the same arguments resumes from the store's last checkpoint and gives
     the result of an uninterrupted run; a larger ``vocab_size`` continues a finished store.
@@ -85,42 +87,10 @@ def train(
         db: the store (a SQLite file): created if absent, resumed if present.
         vocab_size: target vocabulary size: special tokens + 256 bytes + merges.
         special_tokens: special tokens; they split the text, are never merged and get the first ids.
-        pattern: the pre-tokenization regex, or a name in ``pretokenize.PATTERNS`` ("gpt2", the
-            default; "gpt4" = "cl100k"; "o200k"; "llama3"; "qwen2": each has a native scanner). The
-            store keeps the regex, so a name and its regex are the same run.
-        workers: counting threads/processes (default: all cores); never changes the result.
-        chunk_size: bytes per counting unit; never changes the result.
-        checkpoint_merges: also end a merge batch (a checkpoint) after this many merges.
-        checkpoint_seconds: seconds of merging per checkpoint: the most a kill can lose.
-        count_flush_seconds: counting writes its counts to the store at most this often.
-        invalid_utf8: "strict" (refuse, naming the byte offset) or "replace" (U+FFFD).
-        restart: discard the store's progress and start over.
         progress: called with events such as ``{"stage": "merging", "done": 1200, "total": 31744}``
             (stages: plan, counting, pairs, merging, checkpoint; see ``bpe_store.inspection.progress``).
-        stop: when set, training finishes its current batch, writes a checkpoint and raises
-            ``Interrupted``.
-        engine: the merge engine: "native" (C++), "python" (the portable fallback) or "auto"
-            (native when built). Both give the same result, so a run may resume with the other.
-        durable: False skips every fsync: only for a store no one will resume (``train_bpe``'s
-            temporary one), where they cost more than the training on a busy disk.
-        format: how to read the input files: "text", "jsonl" or "parquet" (default: by extension).
-        text_field: the jsonl field / parquet column holding each document's text.
-        min_frequency: words counted fewer times take part in no pair (they stay in the store's
-            ``words`` with their counts); 1, the default, is CS336's semantics.
-        max_token_length: no merge makes a token longer than this many bytes (None: no limit);
-            a pair too long is never counted, so it is never chosen.
-        count_engine: where counting runs: "local" (this machine's threads) or "ray" (Ray tasks,
-            ``bpe_store.counting.ray_count``); never changes the result, so a run may resume with the other.
-        ray_address: with ``count_engine="ray"``, the cluster to count on (``host:port``,
-            ``ray://host:port`` or ``auto``); None starts a local cluster of ``workers`` CPUs for
-            the counting (or uses this process's connection if ``ray.init`` was called).
-        max_pretoken_bytes: a pre-token longer than this counts as pieces of at most this many
-            bytes, cut at UTF-8 character starts (``pretokenize.split_long_pretoken``); 4 to 64 MiB,
-            stored with the run. None: the store's value on a resume, else 1 MiB.
-
-    Returns:
-        A ``TrainResult``: ``vocab`` (id -> bytes), ``merges`` (pairs of bytes in merge order),
-        ``merge_counts``, ``phase`` and ``stop_reason``.
+        stop: when set, training finishes its current batch, writes a checkpoint and raises ``Interrupted``.
+        (the options: ``TrainOptions``' fields, listed here from its docstring)
 
     Raises:
         InputError: bad parameters or inputs (exit code 2 on the command line).
@@ -128,8 +98,7 @@ def train(
         StoreError: not a store, corrupt, damaged or tampered, held by another run, disk full, ... (4).
         Interrupted: ``stop`` was set; the store holds everything up to its last checkpoint.
     """
-    given = locals()  # the keyword parameters are TrainOptions' fields, by name (tests/test_api.py)
-    options = TrainOptions(**{f.name: given[f.name] for f in dataclasses.fields(TrainOptions)})
+    options = TrainOptions.of(locals())  # the keyword parameters are its fields, by name (tests/test_api.py)
     job = _check(inputs, db, vocab_size, special_tokens, options, progress, stop)  # 1. check
     release_free_memory()  # from here on, large blocks one phase frees are not kept resident by the next
     merger = _plan(job)                                    # 2. plan (or check a resume)
@@ -139,6 +108,11 @@ def train(
             merger = _pairs(job)                           # 4. pairs
         _merge(job, merger or job.options.engine)          # 5. merge
         return read_result(job.store)                      # 6. done
+
+
+# help(train) lists the options from TrainOptions' docstring, where each is said once
+train.__doc__ = inspect.cleandoc(train.__doc__ or "").replace(
+    "    (the options: ``TrainOptions``' fields, listed here from its docstring)\n", options_doc())
 
 
 @contextlib.contextmanager

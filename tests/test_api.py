@@ -130,7 +130,8 @@ def test_train_options_have_one_source():
 @pytest.mark.parametrize("column, value, ok", [
     ("max_pretoken_bytes", 1 << 26, True), ("max_pretoken_bytes", (1 << 26) + 1, False),
     ("max_pretoken_bytes", 3, False), ("max_token_length", 1 << 32, True), ("max_token_length", 1, False),
-    ("min_frequency", (1 << 63) - 1, True),
+    ("min_frequency", (1 << 63) - 1, True), ("pattern", r"\w+|\s+", True), ("pattern", "a|" * 5000 + "b", False),
+    ("pattern", "(a|aa)+$", False),
 ])
 def test_the_store_and_the_options_hold_a_run_to_the_same_bounds(tmp_path, column, value, ok):
     """What ``train`` accepts for a new run, a store's run row may hold, and nothing else: both read

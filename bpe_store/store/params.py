@@ -75,19 +75,37 @@ def check_pattern(pattern: str, where: str) -> None:
         return  # ours; checked by the tests
     import regex
 
-    if len(pattern) > MAX_PATTERN_CHARS:
-        raise StoreError(f"{where}: its pattern is {len(pattern)} characters long (at most {MAX_PATTERN_CHARS})")
+    problem = pattern_length_problem(pattern)
+    if problem:
+        raise StoreError(f"{where}: its pattern {problem}")
     try:
         compiled = regex.compile(pattern)
     except (regex.error, RecursionError, OverflowError) as exc:
         raise StoreError(f"{where}: its pattern does not compile ({exc})") from None
+    problem = pattern_probe_problem(pattern, compiled)
+    if problem:
+        raise StoreError(f"{where}: its pattern {problem}")
+
+
+def pattern_length_problem(pattern: str) -> str | None:
+    """Why ``pattern`` is too long for a store (``MAX_PATTERN_CHARS``), or None: said once, for
+    the store's check and a new run's (``training.options``)."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return f"is {len(pattern)} characters long (at most {MAX_PATTERN_CHARS})"
+    return None
+
+
+def pattern_probe_problem(pattern: str, compiled: Any) -> str | None:
+    """Why ``pattern`` (``compiled``) backtracks catastrophically on ``PATTERN_PROBES``, or None:
+    said once, for the store's check and a new run's (``training.options``)."""
     try:
         for probe in PATTERN_PROBES:
             for _ in compiled.finditer(probe, timeout=PATTERN_PROBE_SECONDS):
                 pass
     except TimeoutError:
-        raise StoreError(f"{where}: its pattern {pattern[:60]!r} takes more than {PATTERN_PROBE_SECONDS:g} s "
-                         "on a 41-character probe (catastrophic backtracking); refusing it") from None
+        return (f"{pattern[:60]!r} takes more than {PATTERN_PROBE_SECONDS:g} s on a 41-character probe "
+                "(catastrophic backtracking); refusing it")
+    return None
 
 
 def check_run(p: Path, row: dict[str, Any]) -> None:

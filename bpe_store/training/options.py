@@ -36,6 +36,8 @@ from ..store.params import (
     MIN_MAX_PRETOKEN_BYTES,
     MIN_MAX_TOKEN_LENGTH,
     RunParams,
+    pattern_length_problem,
+    pattern_probe_problem,
 )
 from .merge import ENGINES, native_available
 
@@ -188,6 +190,29 @@ def check_run_options(workers: int | None, chunk_size: int, checkpoint_merges: i
 _BUILT_IN_PATTERNS = frozenset(PATTERNS.values())
 
 
+def _check_pattern(pattern: str) -> None:
+    """Refuse a pattern that is not text, does not compile, or is beyond what a store may hold
+    (too long, or catastrophic backtracking: ``bpe_store.store.params``, whose check of a store
+    would refuse the store this run made)."""
+    if not isinstance(pattern, str):
+        raise InputError(f"the pre-tokenization pattern must be a string, not {pattern!r}")
+    text_argument(pattern, "the pre-tokenization pattern")
+    if pattern in _BUILT_IN_PATTERNS:  # Why: compiling GPT-2's costs ~30 ms, importing `regex` ~20 ms more
+        return
+    problem = pattern_length_problem(pattern)
+    if problem:
+        raise InputError(f"the pre-tokenization pattern {problem}")
+    import regex
+
+    try:
+        compiled = regex.compile(pattern)
+    except (regex.error, RecursionError, OverflowError) as exc:
+        raise InputError(f"the pre-tokenization pattern does not compile: {exc}") from None
+    problem = pattern_probe_problem(pattern, compiled)
+    if problem:
+        raise InputError(f"the pre-tokenization pattern {problem}")
+
+
 def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, invalid_utf8: str,
                  max_pretoken_bytes: int | None = None) -> RunParams:
     """Validate the parameters that define a run; raise InputError naming the bad one.
@@ -213,16 +238,7 @@ def check_params(vocab_size: int, special_tokens: Sequence[str], pattern: str, i
     if vocab_size > MAX_VOCAB_SIZE:
         raise InputError(f"vocab size {vocab_size} is too large: token ids are 32-bit, so at most "
                          f"{MAX_VOCAB_SIZE}")
-    if not isinstance(pattern, str):
-        raise InputError(f"the pre-tokenization pattern must be a string, not {pattern!r}")
-    text_argument(pattern, "the pre-tokenization pattern")
-    if pattern not in _BUILT_IN_PATTERNS:  # Why: compiling GPT-2's costs ~30 ms, importing `regex` ~20 ms more
-        import regex
-
-        try:
-            regex.compile(pattern)
-        except regex.error as exc:
-            raise InputError(f"the pre-tokenization pattern does not compile: {exc}") from None
+    _check_pattern(pattern)
     if invalid_utf8 not in INVALID_UTF8_POLICIES:
         raise InputError(f"invalid_utf8 must be 'strict' or 'replace', not {invalid_utf8!r}")
     if max_pretoken_bytes is not None:

@@ -154,3 +154,18 @@ def test_each_rule_is_stated_once_in_python(rule, pattern):
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
              if re.search(pattern, line) and not line.lstrip().startswith(">>>")]  # doctests aside
     assert found == [f for f in found if f.startswith("counting/pretokenize.py")] and len(found) == 1, (rule, found)
+
+
+#: The one file outside the package allowed to spell a known pattern's words: tiktoken's own
+#: spelling of GPT-2's regex (possessive), which the test compares with tiktoken's.
+_OWN_SPELLINGS = {"tests/test_from_tiktoken.py"}
+
+
+@pytest.mark.parametrize("fragment", [r"ll|ve|re)", r"'s|'t|'re|'ve|'m|'ll|'d"])
+def test_tests_and_bench_import_the_patterns(fragment):
+    """The shipped patterns' contractions (GPT-2's and cl100k's; o200k's, Llama 3's and Qwen2's)
+    are written in bpe_store/counting/pretokenize.py only: tests, bench and tools import the
+    patterns instead of copying them (two copies of cl100k's once lacked its ``\\s++$``)."""
+    found = sorted(str(p.relative_to(ROOT)) for d in ("tests", "bench", "tools") for p in (ROOT / d).rglob("*.py")
+                   if p.resolve() != Path(__file__).resolve() and fragment in p.read_text(encoding="utf-8"))
+    assert [f for f in found if f not in _OWN_SPELLINGS] == [], found

@@ -420,3 +420,14 @@ def test_readers_see_consistent_snapshots_while_a_run_writes(tmp_path):
     assert len(seen_mid) >= 3, seen_mid
     assert held_by_it
     assert json.loads(run("status", db, "--json").stdout)["held"] is False
+
+
+def test_status_counts_a_wal_that_vanishes_as_it_looks(tmp_path, monkeypatch):
+    """A run that closes removes its WAL: status, looking at the store meanwhile, counts it 0
+    (it once found the file, then failed to stat it: FileNotFoundError under load)."""
+    from bpe_store.inspection import inspection as insp
+
+    db = tmp_path / "s.db"
+    db.write_bytes(b"x" * 100)
+    monkeypatch.setattr(Path, "exists", lambda self: True)  # the WAL was there when looked for
+    assert insp._db_bytes(db) == 100

@@ -191,7 +191,15 @@ def _holder(held: bool, sessions: list[Row]) -> Row | None:
 
 
 def _db_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+    """The store's bytes, its WAL's included. A file gone meanwhile counts 0: a run that closes
+    removes its WAL, maybe between a look and a stat."""
+    total = 0
+    for p in (path, Path(f"{path}-wal")):
+        try:
+            total += p.stat().st_size
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def _wal_note(wal: Row, last_write_deferred: bool) -> str | None:

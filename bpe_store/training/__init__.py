@@ -12,8 +12,9 @@ Owns a run from its options to its result. From the top:
 - ``merge``: the merge engine (Python spec and native choice, the tie-break, ``merge_pair``);
   ``reference``: the slow pure-Python trainer the tests hold the fast path to.
 
-A new run option is a field of ``options.TrainOptions`` (its default, its check in ``checked``) and a
-keyword parameter of ``train`` of the same name; ``job._Job.options`` carries it to the step that
-uses it. Its bounds, if the store keeps it, go in ``bpe_store.store.params``.
+A new run option is a field of ``options.TrainOptions`` (its default, its line in the docstring's
+Attributes, which ``help(train)`` shows, its check in ``checked``) and a keyword parameter of
+``train`` of the same name; ``job._Job.options`` carries it to the step that uses it. Its bounds,
+if the store keeps it, go in ``bpe_store.store.params``.
 Uses the store (where the state lives) and counting (the map step).
 """

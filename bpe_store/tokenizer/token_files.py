@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import InputError
-from ..temporaries import pause_for_tests
+from ..pauses import pause_for_tests
 from .outfiles import new_files
 
 if TYPE_CHECKING:

@@ -193,7 +193,7 @@ class DocumentSplit:
         return self.doc
 
 
-#: Text read per block by ``encode_to_file`` (``inputs.input_blocks``): memory stays at a few times this.
+#: Text read per block by ``encode_to_file`` (``whole_inputs.input_blocks``): memory stays at a few times this.
 ENCODE_BLOCK = 16 << 20
 
 

@@ -1,9 +1,9 @@
 """Counting throughput: the native scanner (threads or processes) against the `regex` path.
 
-Runs the counting phase's map + in-memory reduce exactly as ``train._count`` does (chunks planned
-by ``plan_chunks``, ``count_chunk_task`` per chunk, ``Counter.update`` into one total), without the
-store, so it measures pre-tokenizing and counting only. Each configuration runs in a fresh
-subprocess so its peak RSS is its own.
+Runs the counting phase's map + in-memory reduce exactly as ``count_step._count`` does (chunks
+planned by ``plan_chunks``, ``count_chunk_task`` per chunk, ``Counter.update`` into one total),
+without the store, so it measures pre-tokenizing and counting only. Each configuration runs in a
+fresh subprocess so its peak RSS is its own.
 
 Example::
 
@@ -88,7 +88,7 @@ def run_one(engine: str, pool_kind: str, workers: int, path: str, limit: int, ch
     cpu0 = cpu_seconds()
     t0 = time.perf_counter()
     pool = None
-    # as `train._count`: native chunk counts stay in C++ and are summed by a WordCounter, except
+    # as `count_step._count`: native chunk counts stay in C++ and are summed by a WordCounter, except
     # across processes, where they must come back as pickled dicts (what a process pool costs)
     native = engine == "native" and pool_kind != "processes"
     task = count_chunk_native_task if native else count_chunk_task
@@ -256,8 +256,8 @@ def main() -> None:
         f"Parallelism actually available (2 threads of GIL-free sha256 vs 1, before each round): "
         f"{', '.join(f'{x:.2f}x' for x in probes)}; 2.0x means two free cores, 1.0x means one.",
         f"Corpus: `{os.path.basename(args.corpus)}`, special token `<|endoftext|>`, chunks of "
-        f"{args.chunk_mb:g} MiB, map + in-memory reduce as in `train._count` (no store writes), except the "
-        "`train counting` rows: `train`'s whole counting phase, flushes into SQLite included. "
+        f"{args.chunk_mb:g} MiB, map + in-memory reduce as in `count_step._count` (no store writes), except "
+        "the `train counting` rows: `train`'s whole counting phase, flushes into SQLite included. "
         f"Best of {args.repeat} runs; the machine is shared with other builds and tests, so timings are "
         "noisy (all runs are listed).",
         "",

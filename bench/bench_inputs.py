@@ -12,7 +12,7 @@ checkpoint, ``total_s`` the whole run (fingerprinting included), ``cpu_s`` the p
 time (user + sys, the least of the runs: on a shared machine the stable figure) and ``rss_mb``
 its peak resident memory. MB/s are of the documents' text (the plain text file's size), so every
 kind is measured against the same work. ``--read-only``: CPU seconds of one thread turning every
-work unit into the blocks counting consumes (``inputs.unit_blocks``: decompressing, parsing,
+work unit into the blocks counting consumes (``units.unit_blocks``: decompressing, parsing,
 checking UTF-8), without counting; it also reads bz2 and xz conversions (``--make`` writes them;
 they inflate too slowly to be worth a counting run). Results: bench/RESULTS-inputs.md.
 """

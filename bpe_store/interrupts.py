@@ -1,7 +1,7 @@
 """Ctrl-C (SIGINT) in a process that queries stores: never lost, never turned into another error.
 
 ``ctrl_c_stops_statements`` installs the handler (the command line does, first thing);
-``sqlite_call`` marks a call into SQLite; a store's progress handler (``store._Guard``) stops a
+``sqlite_call`` marks a call into SQLite; a store's progress handler (``connection._Guard``) stops a
 statement while ``CtrlC.pending``. Only the standard library is imported here, so the entry point
 can install the handler before the command line's own imports.
 """

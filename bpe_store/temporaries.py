@@ -25,12 +25,7 @@ import fcntl
 import os
 import re
 import shutil
-import sys
-import time
 from pathlib import Path
-
-#: How long a test pause (``test_pause``) sleeps: long enough for the test to kill the process.
-_PAUSE_SECONDS = 120
 
 
 def proc_stat(pid: int) -> tuple[bytes, int, int] | None:
@@ -183,14 +178,3 @@ def remove_stale(directory: Path, prefix: str, suffix: str = "", tails: tuple[st
         removed.append(path)
     return removed
 
-
-def pause_for_tests(point: str) -> None:
-    """Tests only: when ``BPE_STORE_TEST_PAUSE`` names ``point``, say so on stderr and sleep, for a
-    kill -9 just there. Points: ``create`` (a store half built), ``published`` (a new store under
-    its name, not yet opened), ``flush:N`` / ``checkpoint:N`` / ``merge_log:N`` (inside the N-th
-    such transaction, its rows written), ``encode:written`` (an encode's outputs begun),
-    ``export:staged`` (an export's files written in its staging folder). The pause lasts
-    ``BPE_STORE_TEST_PAUSE_SECONDS`` (default 120): a short one holds a run still for a signal."""
-    if os.environ.get("BPE_STORE_TEST_PAUSE") == point:
-        print(f"bpe_store: paused at {point}", file=sys.stderr, flush=True)
-        time.sleep(float(os.environ.get("BPE_STORE_TEST_PAUSE_SECONDS", _PAUSE_SECONDS)))

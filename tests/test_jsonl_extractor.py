@@ -1,5 +1,5 @@
 """The native jsonl text-field extractor (``_core.jsonl_texts``, native/jsonl.cpp) against the
-reference reading of jsonl (``inputs.parse_lines``: ``json.loads`` per line): whatever the
+reference reading of jsonl (``jsonl.parse_lines``: ``json.loads`` per line): whatever the
 extractor accepts it reads byte for byte as Python does, under both ``--invalid-utf8`` policies;
 what it is not sure of it leaves to Python (None), and it is sure of every valid record.
 

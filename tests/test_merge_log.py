@@ -1,4 +1,4 @@
-"""Merges logged between full checkpoints (``train.MERGE_LOG_SECONDS``) and replayed on resume.
+"""Merges logged between full checkpoints (``merge_step.MERGE_LOG_SECONDS``) and replayed on resume.
 
 A merge log holds merges, their vocabulary and the progress but no word or pair rows, so the
 store's ``merges`` runs ahead of ``words.tokens`` and ``pair_counts`` (``run.state_merges``). A

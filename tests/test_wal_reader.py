@@ -62,6 +62,42 @@ class Reader:
             self.con = None
 
 
+class CountingReader(Reader):
+    """A reader that comes once counting has begun (the store exists) and leaves after training
+    has waited for it ``leave_after`` times (deferred events with ``waiting``); ``peak`` is the
+    WAL's largest size while it stayed. ``progress`` is the run's progress callback."""
+
+    def __init__(self, db: Path, leave_after: int):
+        super().__init__(db)
+        self.leave_after, self.waits, self.peak = leave_after, 0, 0
+
+    def progress(self, e: dict) -> None:
+        if self.con is None and e["stage"] == "counting" and self.db.exists():
+            self.hold()
+        if self.con is not None:
+            self.peak = max(self.peak, wal_size(self.db))
+            if e["stage"] == "deferred" and e["waiting"]:
+                self.waits += 1
+                if self.waits == self.leave_after:
+                    self.leave()
+
+
+@pytest.fixture
+def counting_reader(monkeypatch):
+    """``make(db, leave_after)``: a ``CountingReader`` of ``db``, with a deferred event at every
+    check; it leaves at the end of the test whatever happened."""
+    monkeypatch.setattr(wal_watch, "REPORT_SECONDS", 0.0)  # a deferred event at every check
+    made: list[CountingReader] = []
+
+    def make(db: Path, leave_after: int) -> CountingReader:
+        made.append(CountingReader(db, leave_after))
+        return made[-1]
+
+    yield make
+    for reader in made:
+        reader.leave()
+
+
 def test_a_reader_through_merging_and_the_end_bounds_the_wal_and_changes_no_result(tmp_path, clean):
     db = tmp_path / "run.db"
     reader, peak, deferred = Reader(db), [0], []
@@ -94,56 +130,26 @@ def test_a_reader_through_merging_and_the_end_bounds_the_wal_and_changes_no_resu
     assert inspection.status(db)["wal_note"] is None
 
 
-def test_a_reader_through_counting_defers_the_flushes_and_changes_no_result(tmp_path, clean, monkeypatch):
-    monkeypatch.setattr(wal_watch, "REPORT_SECONDS", 0.0)  # a deferred event at every check
+def test_a_reader_through_counting_defers_the_flushes_and_changes_no_result(tmp_path, clean, counting_reader):
     db = tmp_path / "run.db"
-    reader, peak, waits = Reader(db), [0], [0]
-
-    def progress(e: dict) -> None:
-        if reader.con is None and e["stage"] == "counting" and db.exists():
-            reader.hold()
-        if reader.con is not None:
-            peak[0] = max(peak[0], wal_size(db))
-            if e["stage"] == "deferred" and e["waiting"]:
-                waits[0] += 1
-                if waits[0] == 4:  # counting is over and waits for the reader: let it go
-                    reader.leave()
-
-    try:
-        train([CORPUS], db, VOCAB, [SPECIAL], progress=progress, **OPTIONS)
-    finally:
-        reader.leave()
-    assert waits[0] == 4
-    assert peak[0] <= 64 << 10, peak[0]  # nothing but the probe's page while the reader stayed
+    reader = counting_reader(db, leave_after=4)  # by then counting is over and waits for the reader
+    train([CORPUS], db, VOCAB, [SPECIAL], progress=reader.progress, **OPTIONS)
+    assert reader.waits == 4
+    assert reader.peak <= 64 << 10, reader.peak  # nothing but the probe's page while the reader stayed
     assert store_contents(db) == store_contents(clean)
     assert wal_size(db) == 0
 
 
-def test_a_reader_while_a_stream_is_counted_defers_its_flushes(tmp_path, monkeypatch):
+def test_a_reader_while_a_stream_is_counted_defers_its_flushes(tmp_path, counting_reader):
     from bpe_store import train_from_iterator
 
-    monkeypatch.setattr(wal_watch, "REPORT_SECONDS", 0.0)
     docs = CORPUS.read_text(encoding="utf-8").split(SPECIAL)
     db, clean_db = tmp_path / "run.db", tmp_path / "clean.db"
     options = {"count_flush_seconds": 0, "chunk_size": 16 << 10}
     train_from_iterator(docs, clean_db, 400, [SPECIAL], **options)
-    reader, peak, waits = Reader(db), [0], [0]
-
-    def progress(e: dict) -> None:
-        if reader.con is None and e["stage"] == "counting" and db.exists():
-            reader.hold()
-        if reader.con is not None:
-            peak[0] = max(peak[0], wal_size(db))
-            if e["stage"] == "deferred" and e["waiting"]:
-                waits[0] += 1
-                if waits[0] == 3:
-                    reader.leave()
-
-    try:
-        train_from_iterator(docs, db, 400, [SPECIAL], progress=progress, **options)
-    finally:
-        reader.leave()
-    assert waits[0] == 3 and peak[0] <= 64 << 10, (waits, peak)
+    reader = counting_reader(db, leave_after=3)
+    train_from_iterator(docs, db, 400, [SPECIAL], progress=reader.progress, **options)
+    assert reader.waits == 3 and reader.peak <= 64 << 10, (reader.waits, reader.peak)
     assert store_contents(db) == store_contents(clean_db)
 
 

@@ -1,7 +1,7 @@
 """Draws the package's wings and the imports between them, for docs/design.md.
 
 A wing is a subpackage of ``bpe_store`` (cli, inspection, tokenizer, training, store, counting)
-or one of the basic modules at its root (errors, interrupts, temporaries, _version). Every
+or one of the basic modules at its root (errors, interrupts, temporaries, pauses, _version). Every
 ``import`` in the package counts, the ones inside functions too; the compiled ``_core`` and the
 package root (the public facade, which imports everything on first use) are left out.
 
@@ -26,7 +26,7 @@ DESIGN = ROOT / "docs" / "design.md"
 BEGIN, END = "<!-- wings: begin (tools/draw_wings.py) -->", "<!-- wings: end -->"
 #: The wings from the top down: import-linter's layers (pyproject.toml), the basics last.
 ORDER = ("__main__", "cli", "inspection", "tokenizer", "training", "store", "counting", "basics")
-BASICS = ("errors", "_version", "interrupts", "temporaries")
+BASICS = ("errors", "interrupts", "temporaries", "pauses", "_version")
 
 
 def _module_name(path: Path) -> str:
@@ -85,7 +85,7 @@ def drawing(counts: Counter[tuple[str, str]]) -> str:
     """The Mermaid flowchart: a box per wing, top to bottom, an arrow per importing pair."""
     lines = ["```mermaid", "flowchart TD"]
     for wing in ORDER:
-        label = "errors, interrupts, temporaries, _version" if wing == "basics" else f"{wing}/"
+        label = ", ".join(BASICS) if wing == "basics" else f"{wing}/"
         if wing == "__main__":
             label = "__main__"
         lines.append(f'    {wing.strip("_")}["{label}"]')

@@ -1,8 +1,10 @@
 """The commands that use a trained store as a tokenizer: ``encode`` and ``export``."""
 
+import contextlib
+from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -12,6 +14,12 @@ from ..tokenizer.token_files import DTYPES, EncodeStopped, encode_to_file
 from .app import app
 from .input_args import InputFormat, InvalidUtf8, complete_pattern, resolve_inputs
 from .running import ProgressMode, StopOnSignal, _reporter
+
+if TYPE_CHECKING:
+    import threading
+
+    from ..inspection.progress import Reporter
+    from ..tokenizer.token_files import EncodeResult
 
 DType = Enum("DType", {d: d for d in DTYPES}, type=str)  # choices of --dtype, listed by --help
 ExportFormat = Enum("ExportFormat", {f: f for f in FORMATS}, type=str)  # --format's choices in help
@@ -68,52 +76,59 @@ def _encode_source(files: "list[Path]", tokenizer: "Optional[Path]", pattern: "O
     return None, files, tok
 
 
-@app.command()
-def encode(
-    files: list[Path] = typer.Argument(..., help="The store (SQLite file) holding the trained merges, then the "
-                                                 "inputs to encode, in order, as train reads them (text, jsonl, "
-                                                 "parquet; .gz/.zst/.bz2/.xz; directories, quoted globs, - for "
-                                                 "stdin); with --tokenizer, only the inputs."),
-    out: Path = typer.Option(..., "-o", "--out", help="Output: .npy (NumPy) or .bin (nanoGPT raw layout).",
-                             metavar="OUT"),
-    vocab_size: Optional[int] = typer.Option(None, "--vocab-size",
-                                             help="Use the first merges only (a prefix of the run)."),
-    tokenizer: Optional[Path] = typer.Option(
+class _Encode:
+    """``encode``'s arguments and options, as ``--help`` says them (in the order the command lists them)."""
+
+    files = typer.Argument(..., help="The store (SQLite file) holding the trained merges, then the inputs to "
+                                     "encode, in order, as train reads them (text, jsonl, parquet; "
+                                     ".gz/.zst/.bz2/.xz; directories, quoted globs, - for stdin); with "
+                                     "--tokenizer, only the inputs.")
+    out = typer.Option(..., "-o", "--out", help="Output: .npy (NumPy) or .bin (nanoGPT raw layout).", metavar="OUT")
+    vocab_size = typer.Option(None, "--vocab-size", help="Use the first merges only (a prefix of the run).")
+    tokenizer = typer.Option(
         None, "--tokenizer", metavar="FILE",
         help="Encode with a .tiktoken ranks file (plain or .gz; e.g. OpenAI's cl100k_base) instead of a store, "
-             "exactly as tiktoken does; needs --pattern."),
-    pattern: Optional[str] = typer.Option(
+             "exactly as tiktoken does; needs --pattern.")
+    pattern = typer.Option(
         None, "--pattern", metavar="NAME", autocompletion=complete_pattern,
         help="With --tokenizer: the pattern the ranks were made with, a name (cl100k, o200k, gpt2, ...) "
-             "or a regex."),
-    special: list[str] = typer.Option(
+             "or a regex.")
+    special = typer.Option(
         [], "--special", metavar="TEXT",
         help="With --tokenizer: a special token, TEXT=ID with its id (OpenAI's: '<|endoftext|>=100257' for "
-             "cl100k_base, '<|endoftext|>=199999' for o200k_base) or TEXT for the next free id; repeatable."),
-    threads: int = typer.Option(0, "--threads", help="Encoding threads (0 = all cores)."),
-    separator: Optional[str] = typer.Option(None, "--separator",
-                                            help="A special token written after each file, e.g. '<|endoftext|>'; "
-                                                 "it also ends a document for --val-fraction."),
-    dtype: DType = typer.Option("auto", "--dtype",
-                                help="auto: uint16 when every id fits, else uint32 (.npy; a .bin is "
-                                     "refused); a uint32 .bin must have 'uint32' in its name."),
-    val_fraction: Optional[float] = typer.Option(
+             "cl100k_base, '<|endoftext|>=199999' for o200k_base) or TEXT for the next free id; repeatable.")
+    threads = typer.Option(0, "--threads", help="Encoding threads (0 = all cores).")
+    separator = typer.Option(None, "--separator", help="A special token written after each file, e.g. "
+                                                       "'<|endoftext|>'; it also ends a document for --val-fraction.")
+    dtype = typer.Option("auto", "--dtype", help="auto: uint16 when every id fits, else uint32 (.npy; a .bin is "
+                                                 "refused); a uint32 .bin must have 'uint32' in its name.")
+    val_fraction = typer.Option(
         None, "--val-fraction",
         help="Also write a validation file (train.bin -> val.bin, x.npy -> x.val.npy) with this fraction "
-             "of the documents: document i when floor((i+1)F) > floor(iF)."),
-    input_format: Optional[InputFormat] = typer.Option(
-        None, "--format",
-        help="How to read the inputs (default: by extension, as for train; stdin: text)."),
-    text_field: str = typer.Option("text", "--text-field", metavar="NAME",
-                                   help="The jsonl field / parquet column holding the text."),
-    glob: str = typer.Option("*", "--glob", metavar="PATTERN",
-                             help="Files to take from directory inputs, e.g. '**/*.jsonl.gz'."),
-    invalid_utf8: InvalidUtf8 = typer.Option(InvalidUtf8.strict, "--invalid-utf8",
-                                             help="strict: refuse invalid UTF-8; replace: decode it as U+FFFD."),
-    force: bool = typer.Option(False, "--force", help="Replace the output if it exists."),
-    progress: ProgressMode = typer.Option(ProgressMode.auto, "--progress",
-                                          help="auto: a bar on a terminal, else JSON lines on stderr."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
+             "of the documents: document i when floor((i+1)F) > floor(iF).")
+    input_format = typer.Option(None, "--format",
+                                help="How to read the inputs (default: by extension, as for train; stdin: text).")
+    text_field = typer.Option("text", "--text-field", metavar="NAME",
+                              help="The jsonl field / parquet column holding the text.")
+    glob = typer.Option("*", "--glob", metavar="PATTERN",
+                        help="Files to take from directory inputs, e.g. '**/*.jsonl.gz'.")
+    invalid_utf8 = typer.Option(InvalidUtf8.strict, "--invalid-utf8",
+                                help="strict: refuse invalid UTF-8; replace: decode it as U+FFFD.")
+    force = typer.Option(False, "--force", help="Replace the output if it exists.")
+    progress = typer.Option(ProgressMode.auto, "--progress",
+                            help="auto: a bar on a terminal, else JSON lines on stderr.")
+    quiet = typer.Option(False, "--quiet", "-q", help="No progress and no summary.")
+
+
+@app.command()
+def encode(
+    files: list[Path] = _Encode.files, out: Path = _Encode.out, vocab_size: Optional[int] = _Encode.vocab_size,
+    tokenizer: Optional[Path] = _Encode.tokenizer, pattern: Optional[str] = _Encode.pattern,
+    special: list[str] = _Encode.special, threads: int = _Encode.threads,
+    separator: Optional[str] = _Encode.separator, dtype: DType = _Encode.dtype,
+    val_fraction: Optional[float] = _Encode.val_fraction, input_format: Optional[InputFormat] = _Encode.input_format,
+    text_field: str = _Encode.text_field, glob: str = _Encode.glob, invalid_utf8: InvalidUtf8 = _Encode.invalid_utf8,
+    force: bool = _Encode.force, progress: ProgressMode = _Encode.progress, quiet: bool = _Encode.quiet,
 ) -> None:
     """Encode inputs into one token-id array (uint16 when the vocab fits, else uint32).
 
@@ -134,28 +149,42 @@ def encode(
     fmt = input_format.value if input_format is not None else None
     inputs = resolve_inputs([str(p) for p in given], glob, Path(db if db is not None else tokenizer), fmt, text_field)
     reporter = _reporter(progress, quiet)
+    outs = [out] if val_fraction is None else [out, val_path(out)]
+    with _stopped_cleanly(reporter, outs) as stop:
+        result = encode_to_file(db, inputs, out, tokenizer=tok, vocab_size=vocab_size, threads=threads,
+                                separator=separator, force=force, dtype=DType(dtype).value,
+                                val_fraction=val_fraction, format=fmt, text_field=text_field,
+                                invalid_utf8=invalid_utf8.value, progress=reporter, stop=stop)
+    reporter.note(*_encode_summary(out, result, split=val_fraction is not None))
+
+
+@contextlib.contextmanager
+def _stopped_cleanly(reporter: "Reporter", outs: "list[Path]") -> "Iterator[threading.Event]":
+    """Run an encoding with SIGINT/SIGTERM setting the Event it yields; a stopped encoding
+    (``EncodeStopped``, or a second signal) says what became of ``outs`` and exits 130/143. The
+    reporter is closed either way."""
     stopper = StopOnSignal()
     try:
         with stopper:
-            result = encode_to_file(db, inputs, out, tokenizer=tok, vocab_size=vocab_size, threads=threads,
-                                    separator=separator, force=force, dtype=DType(dtype).value,
-                                    val_fraction=val_fraction, format=fmt, text_field=text_field,
-                                    invalid_utf8=invalid_utf8.value, progress=reporter, stop=stopper.event)
+            yield stopper.event
     except (EncodeStopped, KeyboardInterrupt):
         reporter.close()
-        outs = [out] if val_fraction is None else [out, val_path(out)]
         message = _stopped_message(stopper.signal_name, outs)
         reporter.note("", {"stage": "interrupted", "signal": stopper.signal_name, "message": message})
         typer.echo(message, err=True)
         raise typer.Exit(stopper.exit_code) from None
     finally:
         reporter.close()
+
+
+def _encode_summary(out: Path, result: "EncodeResult", split: bool) -> "tuple[str, dict]":
+    """What a finished ``encode`` says: a line for people and the JSON ``done`` event."""
     layout = "NumPy .npy" if out.suffix == ".npy" else "nanoGPT raw .bin"
     parts = [f"{p}: {n} tokens" for p, n in result.files]
-    docs = f" from {result.documents} documents" if val_fraction is not None else ""
-    reporter.note(f"{'; '.join(parts)}{docs}, as {result.dtype} ({layout})",
-                  {"stage": "done", "files": {str(p): n for p, n in result.files}, "dtype": result.dtype,
-                   "layout": layout, "documents": result.documents if val_fraction is not None else None})
+    docs = f" from {result.documents} documents" if split else ""
+    return (f"{'; '.join(parts)}{docs}, as {result.dtype} ({layout})",
+            {"stage": "done", "files": {str(p): n for p, n in result.files}, "dtype": result.dtype,
+             "layout": layout, "documents": result.documents if split else None})
 
 
 @app.command()

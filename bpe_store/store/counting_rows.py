@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..counting.count import PackedCounts
 from ..errors import StoreError
-from ..temporaries import pause_for_tests as _test_pause
+from ..pauses import pause_for_tests as _test_pause
 from . import store_db
 from .bulk import _PackedDeltas, _PackedWords, words_bulk
 from .connection import BUSY_TIMEOUT_MS, WAL_SIZE_LIMIT, now

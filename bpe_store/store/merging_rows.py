@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..temporaries import pause_for_tests as _test_pause
+from ..pauses import pause_for_tests as _test_pause
 from . import digest
 from .bulk import BulkWriter, words_bulk
 from .connection import now

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
 from ..interrupts import sqlite_call
-from ..temporaries import pause_for_tests as _test_pause
+from ..pauses import pause_for_tests as _test_pause
 from ..temporaries import remove_stale, temp_name
 from . import migrate, store_db
 from .bulk import BulkWriter

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import InputError, StoreError
-from ..temporaries import new_dir, new_file, pause_for_tests, remove_stale
+from ..pauses import pause_for_tests
+from ..temporaries import new_dir, new_file, remove_stale
 
 #: errno values meaning "no room left" (the file system or the user's quota).
 _FULL = (errno.ENOSPC, errno.EDQUOT)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import InputError
-from ..temporaries import pause_for_tests
+from ..pauses import pause_for_tests
 from .outfiles import new_files
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ class DocumentSplit:
         return self.doc
 
 
-#: Text read per block by ``encode_to_file`` (``inputs.input_blocks``): memory stays at a few times this.
+#: Text read per block by ``encode_to_file`` (``whole_inputs.input_blocks``): memory stays at a few times this.
 ENCODE_BLOCK = 16 << 20
 
 
@@ -219,18 +219,47 @@ def encode_to_file(db: str | Path | None, inputs: Sequence[str | Path | FileInpu
     ``stop`` (an Event) ends the work at the next block with ``EncodeStopped``. Nothing is left
     under an output name unless the whole encoding succeeded.
     """
-    import numpy as np
-
     # imported here: the CLI imports this module for every command (bz2, lzma, ... cost ~35 ms)
-    from ..counting.inputs import FileInput, file_input
-    from ..counting.pretokenize import DOC_SEP
-    from ..counting.streams import Stream
-    from ..counting.whole_inputs import has_documents, input_blocks
     from .tokenizer import Tokenizer
 
     out = Path(out)
+    items, files = _input_items(inputs, format, text_field)
+    fraction = _checked_request(db, tokenizer, vocab_size, items, invalid_utf8, val_fraction)
+    outs = [out] if fraction is None else [out, val_path(out)]
+    _check_paths(outs, force, db, files)
+    tok = tokenizer if tokenizer is not None else Tokenizer.from_store(db, vocab_size)
+    sep_id = None if separator is None else tok.special_id(separator)
+    dt = choose_dtype(out, max(tok.vocab), dtype)
+    step = _Steps(progress, stop, _total_bytes(items, files))
+    with new_files(outs) as handles:
+        ids = _IdWriter([IdSink(f, dt, out.suffix == ".npy") for f in handles], fraction, sep_id)
+        step(0, items[0].path)
+        for item in items:
+            _encode_input(item, tok, threads, invalid_utf8, ids, step)
+        ids.finish(val_fraction)
+    return EncodeResult([(o, s.n) for o, s in zip(outs, ids.sinks)], dt, ids.documents_seen)
+
+
+# -- encode_to_file's steps ------------------------------------------------------------------------
+
+def _input_items(inputs: Sequence[str | Path | FileInput | Stream], format: str | None,
+                 text_field: str) -> tuple[list[FileInput | Stream], list[Path]]:
+    """``(inputs as FileInput / Stream, the paths of the files among them)``: a path's kind from
+    its extension unless ``format`` says it."""
+    from ..counting.inputs import FileInput, file_input
+    from ..counting.streams import Stream
+
     items = [p if isinstance(p, (FileInput, Stream)) else file_input(p, format, text_field) for p in inputs]
-    files = [i.path for i in items if isinstance(i, FileInput)]
+    return items, [i.path for i in items if isinstance(i, FileInput)]
+
+
+def _checked_request(db: str | Path | None, tokenizer: Tokenizer | None, vocab_size: int | None,
+                     items: list[FileInput | Stream], invalid_utf8: str,
+                     val_fraction: float | None) -> Fraction | None:
+    """Refuse a request that makes no sense (InputError, exit 2); the validation fraction as an
+    exact ``Fraction``, or None without one."""
+    from ..counting.streams import Stream
+
     if (db is None) == (tokenizer is None):
         raise InputError("give either a store or a tokenizer to encode with, not both" if tokenizer is not None
                          else "give a store or a tokenizer to encode with")
@@ -242,80 +271,124 @@ def encode_to_file(db: str | Path | None, inputs: Sequence[str | Path | FileInpu
         raise InputError("- (standard input) must be the only input")
     if invalid_utf8 not in ("strict", "replace"):
         raise InputError(f"--invalid-utf8 must be strict or replace, not {invalid_utf8!r}")
-    fraction = None
-    if val_fraction is not None:
-        if not 0 < val_fraction < 1:
-            raise InputError(f"--val-fraction must be between 0 and 1 (exclusive), not {val_fraction}")
-        fraction = Fraction(repr(float(val_fraction)))
-    outs = [out] if fraction is None else [out, val_path(out)]
+    if val_fraction is None:
+        return None
+    if not 0 < val_fraction < 1:
+        raise InputError(f"--val-fraction must be between 0 and 1 (exclusive), not {val_fraction}")
+    return Fraction(repr(float(val_fraction)))
+
+
+def _check_paths(outs: list[Path], force: bool, db: str | Path | None, files: list[Path]) -> None:
+    """Refuse outputs that would lose data or be misread (``check_output``), and inputs that are
+    not files (InputError, exit 2)."""
     for o in outs:
         check_output(o, force, [*([] if db is None else [Path(db)]), *files])
     for p in files:
         if not p.is_file():
             raise InputError(f"{p}: no such file" if not p.exists() else f"{p}: is not a file")
-    tok = tokenizer if tokenizer is not None else Tokenizer.from_store(db, vocab_size)
-    sep_id = None if separator is None else tok.special_id(separator)
-    sep = None if sep_id is None else np.array([sep_id], dtype=np.uint32)
-    dt = choose_dtype(out, max(tok.vocab), dtype)
-    npy = out.suffix == ".npy"
-    plain = all(isinstance(i, FileInput) and i.format == "text" and i.compression == "none" for i in items)
-    total = sum(p.stat().st_size for p in files) if plain else None
-    native = tok._core is not None and tok._core.native_split
-    done = 0
 
-    def step(nread: int, where: object) -> None:
-        nonlocal done
-        done += nread
+
+def _total_bytes(items: list[FileInput | Stream], files: list[Path]) -> int | None:
+    """The text bytes to read, known only when every input is an uncompressed text file."""
+    from ..counting.inputs import FileInput
+
+    plain = all(isinstance(i, FileInput) and i.format == "text" and i.compression == "none" for i in items)
+    return sum(p.stat().st_size for p in files) if plain else None
+
+
+class _Steps:
+    """Called after each block read (and at each input's start and end, with 0 bytes): counts the
+    text bytes done, ends the work when ``stop`` is set (``EncodeStopped``) and tells ``progress``."""
+
+    def __init__(self, progress: Callable[[dict], None] | None, stop: threading.Event | None,
+                 total: int | None):
+        self.progress, self.stop, self.total, self.done = progress, stop, total, 0
+
+    def __call__(self, nread: int, where: object) -> None:
+        self.done += nread
         if nread:
             pause_for_tests("encode:written")  # tests: kill with the outputs begun
-        if stop is not None and stop.is_set():
+        if self.stop is not None and self.stop.is_set():
             raise EncodeStopped()
-        if progress is not None:
-            progress({"stage": "encoding", "done": done, "total": total, "file": str(where)})
+        if self.progress is not None:
+            self.progress({"stage": "encoding", "done": self.done, "total": self.total, "file": str(where)})
 
-    def documents(block: bytes) -> tuple[np.ndarray, np.ndarray]:
-        """``(ids, ids per document)`` of a block of documents joined by DOC_SEP, each encoded alone."""
-        if native:
-            return tok._core.encode_documents(block, threads)
-        parts = [tok.encode_to_array(d, threads) for d in block.split(DOC_SEP)]
-        return np.concatenate(parts), np.array([len(a) for a in parts], dtype=np.uint64)
 
-    with new_files(outs) as handles:
-        sinks = [IdSink(f, dt, npy) for f in handles]
-        split = DocumentSplit(sinks[0], sinks[1], fraction, sep_id) if fraction is not None else None
-        write = split.write if split is not None else sinks[0].write
-        step(0, items[0].path)
-        for item in items:
-            docs = has_documents(item)
-            # valid UTF-8 blocks: the readers check it (per --invalid-utf8), as for training
-            for block in input_blocks(item, tok.special_tokens, tok.pattern, invalid_utf8, ENCODE_BLOCK):
-                if not docs:
-                    write(tok.encode_to_array(block, threads))
-                    step(len(block), item.path)
-                    continue
-                ids, lengths = documents(block)
-                ends = np.cumsum(lengths)
-                if split is None:  # one write per block: a separator after each document
-                    write(ids if sep is None else np.insert(ids, ends.astype(np.intp), sep_id))
-                else:  # the split routes whole documents
-                    for a, b in zip(np.concatenate(([0], ends[:-1])), ends):
-                        write(ids[int(a):int(b)])
-                        if sep is not None:
-                            write(sep)
-                        split.end_file()
-                step(len(block), item.path)
-            if not docs:  # a text input is one document
-                if sep is not None:
-                    write(sep)
-                if split is not None:
-                    split.end_file()
-            step(0, item.path)
-        documents_seen = split.documents if split is not None else 0
-        if split is not None and sinks[1].n == 0:
+class _IdWriter:
+    """Where the ids go: the training file's sink, or with a validation ``fraction`` a
+    ``DocumentSplit`` over both sinks; ``sep_id`` (the separator) after every document."""
+
+    def __init__(self, sinks: list[IdSink], fraction: Fraction | None, sep_id: int | None):
+        import numpy as np
+
+        self.sinks, self.sep_id = sinks, sep_id
+        self.sep = None if sep_id is None else np.array([sep_id], dtype=np.uint32)
+        self.split = DocumentSplit(sinks[0], sinks[1], fraction, sep_id) if fraction is not None else None
+        self.write: Callable[[np.ndarray], None] = self.split.write if self.split is not None else sinks[0].write
+
+    def write_documents(self, ids: np.ndarray, lengths: np.ndarray) -> None:
+        """A block's documents: ``ids`` of them all, ``lengths`` ids per document."""
+        import numpy as np
+
+        ends = np.cumsum(lengths)
+        if self.split is None:  # one write per block: a separator after each document
+            self.write(ids if self.sep is None else np.insert(ids, ends.astype(np.intp), self.sep_id))
+            return
+        write, sep, split = self.write, self.sep, self.split
+        for a, b in zip(np.concatenate(([0], ends[:-1])), ends):  # the split routes whole documents
+            write(ids[int(a):int(b)])
+            if sep is not None:
+                write(sep)
+            split.end_file()
+
+    def end_text(self) -> None:
+        """A text input ended: it is one document."""
+        if self.sep is not None:
+            self.write(self.sep)
+        if self.split is not None:
+            self.split.end_file()
+
+    @property
+    def documents_seen(self) -> int:
+        """Documents seen, counted only when splitting (0 otherwise)."""
+        return self.split.documents if self.split is not None else 0
+
+    def finish(self, val_fraction: float | None) -> None:
+        """Refuse a validation file without a document (InputError), else complete the files."""
+        if self.split is not None and self.sinks[1].n == 0:
             raise InputError(f"--val-fraction {val_fraction} takes no document: the input holds "
-                             f"{documents_seen} document(s) and the validation file gets floor(n * F) of them; "
-                             "give a --separator that splits the text into documents, or more files")
-        for s in sinks:
+                             f"{self.documents_seen} document(s) and the validation file gets floor(n * F) of "
+                             "them; give a --separator that splits the text into documents, or more files")
+        for s in self.sinks:
             s.finish()
-    return EncodeResult([(o, s.n) for o, s in zip(outs, sinks)], dt, documents_seen)
 
+
+def _encode_input(item: FileInput | Stream, tok: Tokenizer, threads: int, invalid_utf8: str, ids: _IdWriter,
+                  step: _Steps) -> None:
+    """Encode one input into ``ids``, a block at a time: a text file as one document, each jsonl
+    record or parquet row as one of its own."""
+    from ..counting.whole_inputs import has_documents, input_blocks
+
+    docs = has_documents(item)
+    # valid UTF-8 blocks: the readers check it (per --invalid-utf8), as for training
+    for block in input_blocks(item, tok.special_tokens, tok.pattern, invalid_utf8, ENCODE_BLOCK):
+        if docs:
+            ids.write_documents(*_document_ids(tok, block, threads))
+        else:
+            ids.write(tok.encode_to_array(block, threads))
+        step(len(block), item.path)
+    if not docs:  # a text input is one document
+        ids.end_text()
+    step(0, item.path)
+
+
+def _document_ids(tok: Tokenizer, block: bytes, threads: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, ids per document)`` of a block of documents joined by DOC_SEP, each encoded alone."""
+    import numpy as np
+
+    from ..counting.pretokenize import DOC_SEP
+
+    if tok._core is not None and tok._core.native_split:
+        return tok._core.encode_documents(block, threads)
+    parts = [tok.encode_to_array(d, threads) for d in block.split(DOC_SEP)]
+    return np.concatenate(parts), np.array([len(a) for a in parts], dtype=np.uint64)

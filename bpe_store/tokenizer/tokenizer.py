@@ -144,6 +144,44 @@ def _check_vocab_and_merges(vocab: object, merges: object, special_tokens: objec
             text_argument(s, f"special token {s!r}")
 
 
+def _first_ids(vocab: dict[int, bytes], special_tokens: list[str]) -> dict[bytes, int]:
+    """``{bytes: first id}`` of ``vocab``; a special token whose bytes are not there is added to
+    ``vocab`` (and to the result) at the next free id."""
+    id_of: dict[bytes, int] = {}
+    for i in sorted(vocab):
+        id_of.setdefault(vocab[i], i)
+    for s in special_tokens:
+        b = s.encode("utf-8")
+        if b not in id_of:
+            new = max(vocab, default=-1) + 1
+            vocab[new] = b
+            id_of[b] = new
+    return id_of
+
+
+def _byte_ids(id_of: Mapping[bytes, int]) -> list[int]:
+    """The id of each single byte, 0 to 255; InputError where the vocabulary lacks one."""
+    missing = [b for b in range(256) if bytes([b]) not in id_of]
+    if missing:
+        raise InputError(f"the vocabulary lacks {len(missing)} single byte(s) (first: {missing[0]:#04x}); "
+                         "a byte-level BPE needs all 256")
+    return [id_of[bytes([b])] for b in range(256)]
+
+
+def _merge_table(merges: list[tuple[bytes, bytes]], id_of: Mapping[bytes, int], by_merged_id: bool) -> MergeTable:
+    """The merge table of ``merges`` (see ``MergeTable``): a repeated pair keeps its first rank;
+    ``by_merged_id`` (tiktoken's rule) ranks a pair by the id of the token it makes instead of its
+    position. InputError where a merge uses bytes the vocabulary lacks."""
+    table: MergeTable = {}
+    for rank, (a, b) in enumerate(merges):
+        ia, ib, iab = id_of.get(a), id_of.get(b), id_of.get(a + b)
+        if ia is None or ib is None or iab is None:
+            which = a if ia is None else b if ib is None else a + b
+            raise InputError(f"merge {rank} ({a!r}, {b!r}) uses {which!r}, which is not in the vocabulary")
+        table.setdefault((ia, ib), (iab if by_merged_id else rank, iab))
+    return table
+
+
 def _native():
     """The native module, or None where it is not built (pure-Python fallback)."""
     try:
@@ -179,48 +217,35 @@ class Tokenizer:
         self._pat = regex.compile(self.pattern)
         self.special_tokens: list[str] = list(dict.fromkeys(special_tokens or ()))
 
-        # first id of each byte string: {bytes: id}
-        self._id_of: dict[bytes, int] = {}
-        for i in sorted(self.vocab):
-            self._id_of.setdefault(self.vocab[i], i)
-        for s in self.special_tokens:
-            b = s.encode("utf-8")
-            if b not in self._id_of:
-                new = max(self.vocab, default=-1) + 1
-                self.vocab[new] = b
-                self._id_of[b] = new
+        # first id of each byte string: {bytes: id}; a special not in the vocabulary is added to it
+        self._id_of: dict[bytes, int] = _first_ids(self.vocab, self.special_tokens)
         self._special_id: dict[str, int] = {s: self._id_of[s.encode("utf-8")] for s in self.special_tokens}
         self._special_re = special_splitter(self.special_tokens, keep=True)  # longest first
         self._max_special = max((len(s) for s in self.special_tokens), default=0)
         # where a stream or a file may be cut (None without the native core: at specials only)
         self._splitter = native_splitter(self.special_tokens, self.pattern)
 
-        missing = [b for b in range(256) if bytes([b]) not in self._id_of]
-        if missing:
-            raise InputError(f"the vocabulary lacks {len(missing)} single byte(s) (first: {missing[0]:#04x}); "
-                             "a byte-level BPE needs all 256")
-        self._byte_id: list[int] = [self._id_of[bytes([b])] for b in range(256)]
+        self._byte_id: list[int] = _byte_ids(self._id_of)
         # tiktoken's rule (from_tiktoken): {token bytes: id} of the ranks, for a piece that is a token
         self._whole: Mapping[bytes, int] | None = _tiktoken_ranks
-        self._table: MergeTable = {}
-        for rank, (a, b) in enumerate(self.merges):
-            ia, ib, iab = self._id_of.get(a), self._id_of.get(b), self._id_of.get(a + b)
-            if ia is None or ib is None or iab is None:
-                which = a if ia is None else b if ib is None else a + b
-                raise InputError(f"merge {rank} ({a!r}, {b!r}) uses {which!r}, which is not in the vocabulary")
-            # a repeated pair keeps its first rank; tiktoken ranks a pair by the token it makes
-            self._table.setdefault((ia, ib), (rank if _tiktoken_ranks is None else iab, iab))
+        self._table: MergeTable = _merge_table(self.merges, self._id_of, by_merged_id=_tiktoken_ranks is not None)
         self._cache: dict[bytes, list[int]] = {}
-        core = _native() if native else None
-        self._core = None
-        if core is not None:
-            # rows (left, right, merged) in rank order; the native side ranks by position
-            rows = sorted((r, a, b, t) for (a, b), (r, t) in self._table.items())
-            self._core = core.Encoder(self._byte_id, [(a, b, t) for _, a, b, t in rows],
-                                      [(s.encode("utf-8"), i) for s, i in self._special_id.items()],
-                                      native_scanner(self.pattern))
-            if _tiktoken_ranks is not None:
-                self._core.use_tiktoken_rules(list(_tiktoken_ranks.items()))
+        self._core = self._native_encoder() if native else None
+
+    def _native_encoder(self):
+        """The native core's ``Encoder`` of this tokenizer (the same table, specials and pattern),
+        or None where the core is not built."""
+        core = _native()
+        if core is None:
+            return None
+        # rows (left, right, merged) in rank order; the native side ranks by position
+        rows = sorted((r, a, b, t) for (a, b), (r, t) in self._table.items())
+        encoder = core.Encoder(self._byte_id, [(a, b, t) for _, a, b, t in rows],
+                               [(s.encode("utf-8"), i) for s, i in self._special_id.items()],
+                               native_scanner(self.pattern))
+        if self._whole is not None:
+            encoder.use_tiktoken_rules(list(self._whole.items()))
+        return encoder
 
     # -- construction --------------------------------------------------------------------------
 

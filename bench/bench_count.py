@@ -101,7 +101,7 @@ def run_one(engine: str, pool_kind: str, workers: int, path: str, limit: int, ch
         results = map(task, tasks)
     total = new_word_counts(native)
     pretokens = 0
-    for _, counts, n in results:
+    for _, counts, n, *_ in results:
         add_counts(total, counts)
         pretokens += n
     seconds = time.perf_counter() - t0

@@ -97,7 +97,7 @@ def counted_store(corpus: Path, workers: int) -> Path:
         total: Counter[bytes] = Counter()
         marks = []
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            for cid, counts, n in pool.imap_unordered(count_chunk_task, tasks):
+            for cid, counts, n, _ in pool.imap_unordered(count_chunk_task, tasks):
                 total.update(counts)
                 marks.append((cid, n))
         store.add_word_counts(total.items(), marks, time.perf_counter() - t0)

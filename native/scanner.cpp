@@ -14,9 +14,16 @@
 #include "scanner.h"
 #include "utf8.h"
 
+// XXH3-128, vendored (BSD-2, xxHash 0.8.3): the fingerprint of a unit is taken in the read that
+// counts it (count_file_range), the same function as the Python `xxhash` package's xxh3_128.
+#define XXH_INLINE_ALL
+#define XXH_STATIC_LINKING_ONLY
+#include "third_party/xxhash.h"
+
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -148,6 +155,9 @@ struct ChunkCounts {
     std::unique_ptr<ChunkMemory> memory;
     bpe::detail::WordTable table;
     uint64_t total = 0;
+    // XXH3-128 of the bytes counted, canonical (big-endian) as xxhash.xxh3_128_digest gives it;
+    // set by count_file_range only (the fingerprint of a work unit, fingerprint.py)
+    std::optional<std::array<uint8_t, 16>> digest;
 
     ChunkCounts(nb::object d, std::unique_ptr<ChunkMemory> m, bpe::detail::WordTable t)
         : data(std::move(d)), memory(std::move(m)), table(std::move(t)) {}
@@ -229,20 +239,37 @@ std::optional<ChunkCounts> count_file_range(int fd, uint64_t offset, size_t leng
     std::optional<ChunkCounts> out;
     {
         nb::gil_scoped_release release;
+        // Why in pieces, each digested as soon as it is read: the piece is still in this core's
+        // cache, so the fingerprint costs no pass over memory of its own (an 8 MB unit is not).
+        constexpr size_t kPiece = size_t(256) << 10;
+        XXH3_state_t state;
+        XXH3_128bits_reset(&state);
         size_t got = 0;
         while (got < length) {
-            const ssize_t r = ::pread(fd, s + got, length - got, off_t(offset + got));
-            if (r < 0 && errno == EINTR) continue;
-            if (r <= 0) {
-                err = r < 0 ? errno : 0;
-                break;
+            const size_t want = std::min(kPiece, length - got);
+            size_t in_piece = 0;
+            while (in_piece < want) {
+                const ssize_t r = ::pread(fd, s + got + in_piece, want - in_piece, off_t(offset + got + in_piece));
+                if (r < 0 && errno == EINTR) continue;
+                if (r <= 0) {
+                    err = r < 0 ? errno : 0;
+                    break;
+                }
+                in_piece += size_t(r);
             }
-            got += size_t(r);
+            XXH3_128bits_update(&state, s + got, in_piece);
+            got += in_piece;
+            if (in_piece < want) break;
         }
         ok = got == length && bpe::valid_utf8(s, length);
         if (ok) {
             bpe::detail::WordTable table(expected_words(length), std::move(memory->table));
             out.emplace(nb::object(), std::move(memory), std::move(table));  // a null object: no refcount touched
+            XXH128_canonical_t canon;
+            XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(&state));
+            std::array<uint8_t, 16> d;
+            std::memcpy(d.data(), canon.digest, 16);
+            out->digest = d;
             count_into(*out, s, length, std::move(toks), max_bytes, p);
         }
     }
@@ -849,6 +876,25 @@ static void register_chunk_counting(nb::module_ &m) {
     nb::class_<ChunkCounts>(m, "ChunkCounts",
                             "Word counts of one chunk, kept native (see ``count_chunk``); add it to a WordCounter.")
         .def_ro("total", &ChunkCounts::total, "Number of pre-tokens.")
+        .def_prop_rw(
+            "digest",
+            [](const ChunkCounts &c) -> nb::object {
+                if (!c.digest) return nb::none();
+                return nb::bytes(reinterpret_cast<const char *>(c.digest->data()), 16);
+            },
+            [](ChunkCounts &c, nb::object d) {
+                if (d.is_none()) {
+                    c.digest.reset();
+                    return;
+                }
+                const nb::bytes b = nb::cast<nb::bytes>(d);
+                if (b.size() != 16) throw nb::value_error("a digest is 16 bytes");
+                std::array<uint8_t, 16> v;
+                std::memcpy(v.data(), b.c_str(), 16);
+                c.digest = v;
+            },
+            "XXH3-128 of the bytes counted (16 bytes, as ``xxhash.xxh3_128_digest``): set by "
+            "``count_file_range`` (or by the caller that read them); None otherwise.")
         .def("__len__", [](const ChunkCounts &c) { return c.table.entries().size(); })
         .def("to_dict", [](const ChunkCounts &c) { return to_dict(c.table); }, "``{word bytes: count}``.")
         .def("pack", [](const ChunkCounts &c) {
@@ -869,7 +915,8 @@ static void register_chunk_counting(nb::module_ &m) {
     m.def("count_file_range", &count_file_range, nb::arg("fd"), nb::arg("offset"), nb::arg("length"),
           nb::arg("specials"), nb::arg("max_bytes") = 0, nb::arg("pattern") = "gpt2",
           "``count_chunk`` of bytes ``[offset, offset + length)`` of the open file ``fd``, read natively into "
-          "reused memory; None if the file ends before them or they are not valid UTF-8. Releases the GIL.");
+          "reused memory, with their XXH3-128 (``ChunkCounts.digest``); None if the file ends before them or they "
+          "are not valid UTF-8. Releases the GIL.");
     m.def("release_chunk_memory", [] { chunk_memory_pool().clear(); },
           "Free the memory ``count_file_range`` keeps for the next chunk (call when counting ends).");
 }

@@ -148,7 +148,37 @@ def test_invalid_utf8_says_where(tmp_path, db_path):
     bad.write_bytes(b"hello\nworld\n" + b"ok \xff\xfe more\n" * 3)
     e = _raises(InputError, r"invalid UTF-8 at byte 15 \(line 3\)", [bad], db_path, 300, SPECIAL)
     assert "--invalid-utf8 replace" in str(e)
-    assert not db_path.exists()
+    # found as it is counted (text is checked in the read that counts it): nothing of it is counted
+    with sqlite3.connect(db_path) as con:
+        assert con.execute("SELECT phase FROM run").fetchone()[0] == "counting"
+        assert con.execute("SELECT count(*) FROM chunks WHERE counted = 1").fetchone() == (0,)
+        assert con.execute("SELECT count(*) FROM words").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_invalid_utf8_found_while_counting_keeps_the_units_before_and_says_the_first(tmp_path, db_path, workers):
+    """Invalid UTF-8 deep in a text file is found by the read that counts it: the store keeps the
+    units committed before (its last checkpoint), the message names the file's first invalid
+    byte whichever unit a thread found first, and every run says the same and changes nothing."""
+    good = SMALL_TEXT.read_bytes()[:40_000]
+    cut = good.index(b" ", 25_000)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(good[:cut] + b" \xc3(" + good[cut:] + b" \xff end\n")
+    line = good[:cut].count(b"\n") + 1
+    kwargs = dict(chunk_size=4_000, count_flush_seconds=0, workers=workers)
+    e = _raises(InputError, rf"bad.txt: invalid UTF-8 at byte {cut + 1} \(line {line}\)", [bad], db_path, 300,
+                SPECIAL, **kwargs)
+    assert "--invalid-utf8 replace" in str(e) and "\n" not in str(e)
+    with sqlite3.connect(db_path) as con:
+        assert con.execute("SELECT phase FROM run").fetchone()[0] == "counting"
+        counted = con.execute('SELECT start, "end" FROM chunks WHERE counted = 1').fetchall()
+    bad_at = (cut + 1, bad.read_bytes().index(b"\xff"))
+    assert not [(a, b) for a, b in counted if any(a <= x < b for x in bad_at)]  # no unit holding a bad byte
+    if workers == 1:
+        assert len(counted) >= 5  # the units before it, in order, each committed
+    before = store_dump(db_path)
+    again = _raises(InputError, "invalid UTF-8", [bad], db_path, 300, SPECIAL, **kwargs)
+    assert str(again) == str(e) and store_dump(db_path) == before
 
 
 def test_invalid_utf8_across_read_blocks(tmp_path, db_path, monkeypatch):

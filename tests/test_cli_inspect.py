@@ -77,7 +77,7 @@ def test_status_json(store_path):
     assert st["db_bytes"] >= store_path.stat().st_size > 0
     assert st["counting"]["bytes_done"] == st["counting"]["bytes_total"] == SMALL_TEXT.stat().st_size
     assert st["inputs"][0]["state"] == "ok" and len(st["inputs"][0]["digest"]) == 32
-    assert st["inputs"][0]["hash"] == "xxh3_128_8MiB"
+    assert st["inputs"][0]["hash"] == "xxh3_128_units"  # text: fingerprinted as it is counted
     assert st["last_checkpoint"]["merges_done"] == TARGET and st["eta_s"] == 0.0
     assert [s["outcome"] for s in st["sessions"]] == ["done"]
     assert st["sessions"][0]["merges_start"] == 0 and st["sessions"][0]["merges_end"] == TARGET

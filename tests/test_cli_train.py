@@ -80,7 +80,7 @@ def test_several_files_directories_and_globs_are_recorded(tmp_path):
     assert r.exit_code == 0, r.output
     with sqlite3.connect(db) as con:
         rows = con.execute("SELECT path, size, digest FROM sources ORDER BY id").fetchall()
-        assert {h for (h,) in con.execute("SELECT hash FROM sources")} == {"xxh3_128_8MiB"}
+        assert {h for (h,) in con.execute("SELECT hash FROM sources")} == {"xxh3_128_units"}
     assert [Path(p).relative_to(data).as_posix() for p, _, _ in rows] == ["a.txt", "b.txt", "more/c.txt"]
     assert [s for _, s, _ in rows] == [len(parts[1]), len(parts[0]), len(parts[2])]
     assert all(len(h) == 32 for _, _, h in rows)

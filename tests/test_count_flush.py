@@ -237,9 +237,9 @@ def test_a_flush_buffer_holds_exactly_the_counts_of_the_units_it_marks(native):
 
     def check(counts, marks: list[tuple[int, int]]) -> None:  # each take checked, then dropped
         words = dict(counts.items())
-        assert words.pop(b" common", 0) == len(marks) and all(n == 2 for _, n in marks)
-        assert set(words) == {_unit_word(cid) for cid, _ in marks} and set(words.values()) <= {1}
-        seen.extend(cid for cid, _ in marks)
+        assert words.pop(b" common", 0) == len(marks) and all(m[1] == 2 for m in marks)
+        assert set(words) == {_unit_word(cid) for cid, *_ in marks} and set(words.values()) <= {1}
+        seen.extend(cid for cid, *_ in marks)
 
     threads = [threading.Thread(target=add, args=(range(k, units, 4),)) for k in range(4)]
     for t in threads:

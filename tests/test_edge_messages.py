@@ -13,14 +13,16 @@ from bpe_store.counting import input_checks
 
 @pytest.mark.parametrize("invalid_utf8", ["strict", "replace"])
 def test_a_file_that_grows_while_it_is_fingerprinted_is_refused(tmp_path, monkeypatch, invalid_utf8):
-    corpus = tmp_path / "growing.txt"
-    corpus.write_text("hello world " * 50_000, encoding="utf-8")
+    # jsonl: fingerprinted whole when planned (uncompressed text is fingerprinted as it is counted,
+    # and a change under it is caught there: test_fingerprint.py)
+    corpus = tmp_path / "growing.jsonl"
+    corpus.write_text('{"text": "hello world"}\n' * 50_000, encoding="utf-8")
     real_digest = input_checks.digest_file
 
     def digest_then_grow(*args, **kwargs):  # the file grows while its one read is under way
         digest = real_digest(*args, **kwargs)
         with open(corpus, "ab") as f:
-            f.write(b" and more")
+            f.write(b'{"text": "and more"}\n')
         return digest
 
     monkeypatch.setattr(input_checks, "digest_file", digest_then_grow)

@@ -1,9 +1,10 @@
 """Input fingerprints: what a store records of its inputs, and what a resume or a running count
 does when an input changed.
 
-New stores fingerprint files with ``xxh3_128_8MiB`` in the read that checks them; stores made with
-SHA-256 keep resuming against their SHA-256; an input that changes while it is being counted is
-refused before its counts are committed; a resume over counted inputs reads none of them.
+New stores fingerprint uncompressed text unit by unit (``xxh3_128_units``) in the read that counts
+it, and read nothing of it before counting; stores made with ``xxh3_128_8MiB`` or SHA-256 keep
+resuming against their fingerprints; an input that changes while it is being counted is refused
+before its counts are committed; a resume over counted inputs reads none of them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 from conftest import SMALL_TEXT, store_dump
 
 from bpe_store import InputError, Interrupted, ResumeMismatch, train
-from bpe_store.counting.fingerprint import BLOCK, DEFAULT_HASH, digest_file
+from bpe_store.counting.fingerprint import DEFAULT_HASH, UNITS_HASH, digest_file
 
 SPECIAL = ["<|endoftext|>"]
 
@@ -50,16 +51,94 @@ def _stop_after_units(n: int, **kwargs):
     return dict(stop=stop, progress=progress, count_flush_seconds=0, **kwargs)
 
 
-def test_new_store_records_xxh3_of_its_blocks(corpus, tmp_path):
-    db = tmp_path / "x.db"
-    train([corpus], db, 300, SPECIAL)
-    [(path, size, _, digest, hash_name)] = _sources(db)
-    assert (path, size, hash_name) == (str(corpus.resolve()), corpus.stat().st_size, DEFAULT_HASH)
+def _units_fingerprint(data: bytes, units: list[tuple[int, int]]) -> str:
+    """``xxh3_128_units`` as its definition says (bpe_store/counting/fingerprint.py)."""
     import xxhash
 
-    data = corpus.read_bytes()
-    assert len(data) < BLOCK  # one block: the digest of its digest and the size
-    assert digest == xxhash.xxh3_128_hexdigest(xxhash.xxh3_128_digest(data) + len(data).to_bytes(8, "little"))
+    total = 0
+    for a, b in units:
+        u = xxhash.xxh3_128_digest(data[a:b])
+        total += int.from_bytes(xxhash.xxh3_128_digest(u + a.to_bytes(8, "little") + b.to_bytes(8, "little")), "big")
+    return f"{total % (1 << 128):032x}"
+
+
+def _units(db: Path, counted_only: bool = False) -> list[tuple[int, int]]:
+    with sqlite3.connect(db) as con:
+        return con.execute('SELECT start, "end" FROM chunks' + (" WHERE counted = 1" if counted_only else "")
+                           + " ORDER BY start").fetchall()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("pattern", ["gpt2", r"\S+|\s+"])  # the native counter, and the regex path
+def test_new_store_records_xxh3_of_its_units_as_counted(corpus, tmp_path, workers, pattern):
+    db = tmp_path / "x.db"
+    train([corpus], db, 300, SPECIAL, chunk_size=8_000, workers=workers, pattern=pattern)
+    [(path, size, _, digest, hash_name)] = _sources(db)
+    assert (path, size, hash_name) == (str(corpus.resolve()), corpus.stat().st_size, UNITS_HASH)
+    units = _units(db)
+    assert len(units) > 4 and units[0][0] == 0 and units[-1][1] == size
+    assert digest == _units_fingerprint(corpus.read_bytes(), units)
+
+
+def test_mid_count_fingerprint_covers_exactly_the_counted_units(corpus, tmp_path):
+    db = tmp_path / "m.db"
+    with pytest.raises(Interrupted):
+        train([corpus], db, 300, SPECIAL, chunk_size=8_000, **_stop_after_units(3, workers=1))
+    counted = _units(db, counted_only=True)
+    assert 1 <= len(counted) < len(_units(db))
+    assert _sources(db)[0][3] == _units_fingerprint(corpus.read_bytes(), counted)
+
+
+def test_unit_fingerprint_from_the_counting_read_is_xxh3_128(tmp_path):
+    """The native read that counts a unit digests it piece by piece (256 KiB): the same XXH3-128
+    as ``xxhash`` of the whole range, wherever the range starts and however long it is; a range
+    that is not UTF-8 (counted through a bytes object, ``--invalid-utf8 replace``) too."""
+    import xxhash
+
+    from bpe_store.counting.count import count_chunk_native, count_chunk_task
+
+    data = ("héllo wörld ✓ 𝄞 " * 40_000).encode() + b"plain ascii text " * 60_000  # ~1.9 MB
+    p = tmp_path / "f.txt"
+    p.write_bytes(data)
+    at = len(data) - (800 << 10)  # ranges in the ASCII part may start and end anywhere
+    for a, b in [(0, len(data)), (at + 1, at + 1 + (256 << 10)), (at + 7, at + 7 + (256 << 10) + 1),
+                 (at + 1000, at + 1000 + (512 << 10) - 3), (0, 1), (0, 0)]:
+        got = count_chunk_native(str(p), a, b, SPECIAL, "strict").digest
+        assert got == xxhash.xxh3_128_digest(data[a:b]), (a, b)
+        assert count_chunk_task((0, str(p), a, b, SPECIAL, r"\S+", "strict"))[3] == got
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(data[:5000] + b"\xff" + data[:5000])
+    got = count_chunk_native(str(bad), 0, 10_001, SPECIAL, "replace").digest
+    assert got == xxhash.xxh3_128_digest(bad.read_bytes())
+
+
+def _read_chars() -> int:
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar")
+
+
+def test_text_is_read_once_planning_reads_none_of_it(tmp_path):
+    """No second pass: training reads an uncompressed text input once, in counting (planning reads
+    only a few KB around each cut point), where it was read whole to be fingerprinted and checked
+    first. ``rchar``: bytes this process read through any read call (the store's own are few here)."""
+    if not Path("/proc/self/io").exists():
+        pytest.skip("needs /proc/self/io")
+    p = tmp_path / "big.txt"
+    p.write_bytes(SMALL_TEXT.read_bytes()[:50_000] * 120)  # 6 MB, few distinct words: a small store
+    size = p.stat().st_size
+    warm = tmp_path / "warm.txt"
+    warm.write_bytes(SMALL_TEXT.read_bytes()[:5_000])
+    train([warm], tmp_path / "warm.db", 300, SPECIAL, workers=1)  # imports (their files) read before
+    events: list[tuple[str, int]] = []
+    before = _read_chars()
+    train([p], tmp_path / "o.db", 300, SPECIAL, workers=1, chunk_size=1 << 20,
+          progress=lambda e: events.append((e["stage"], _read_chars())))
+    read = _read_chars() - before
+    planned = next(n for stage, n in events if stage == "counting") - before
+    assert planned < 0.05 * size, planned
+    assert read < 1.3 * size, read
 
 
 def test_fingerprint_of_many_blocks_does_not_depend_on_threads(tmp_path):
@@ -71,32 +150,42 @@ def test_fingerprint_of_many_blocks_does_not_depend_on_threads(tmp_path):
     assert len(got) == 1 and None not in got
 
 
-def _as_sha256_store(db: Path) -> None:
-    """Make ``db``'s inputs look as a store made before ``xxh3_128_8MiB`` records them."""
+def _as_old_store(db: Path, hash_name: str) -> None:
+    """Make ``db``'s inputs look as a store made before ``xxh3_128_units`` records them: the whole
+    file's fingerprint, by ``hash_name``, taken when it was planned."""
     with sqlite3.connect(db) as con:
         for sid, path in con.execute("SELECT id, path FROM sources").fetchall():
-            con.execute("UPDATE sources SET digest = ?, hash = 'sha256' WHERE id = ?",
-                        (hashlib.sha256(Path(path).read_bytes()).hexdigest(), sid))
+            data = Path(path).read_bytes()
+            if hash_name == "sha256":
+                digest = hashlib.sha256(data).hexdigest()
+            else:
+                with open(path, "rb") as f:
+                    digest = digest_file(path, f.fileno(), len(data), hash_name)
+            con.execute("UPDATE sources SET digest = ?, hash = ? WHERE id = ?", (digest, hash_name, sid))
 
 
-def test_sha256_store_resumes_and_refuses_a_changed_input(corpus, tmp_path):
+@pytest.mark.parametrize("hash_name", ["sha256", DEFAULT_HASH])
+def test_old_store_resumes_and_refuses_a_changed_input(corpus, tmp_path, hash_name):
     whole = train([corpus], tmp_path / "whole.db", 300, SPECIAL, chunk_size=8_000)
     db = tmp_path / "old.db"
     with pytest.raises(Interrupted):
         train([corpus], db, 300, SPECIAL, chunk_size=8_000, **_stop_after_units(2))
-    _as_sha256_store(db)
+    _as_old_store(db, hash_name)
     st = corpus.stat()
     os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns + 7_000_000_000))  # touched: digested again
     r = train([corpus], db, 300, SPECIAL, chunk_size=8_000)
     assert (r.merges, r.merge_counts) == (whole.merges, whole.merge_counts)
-    assert _sources(db)[0][4] == "sha256"  # the store keeps its hash
+    assert _sources(db)[0][4] == hash_name  # the store keeps its hash, and its fingerprint
+    with open(corpus, "rb") as f:
+        want = digest_file(corpus, f.fileno(), st.st_size, hash_name)
+    assert _sources(db)[0][3] == want
 
     data = bytearray(corpus.read_bytes())
     data[500:505] = b"XXXXX"
     corpus.write_bytes(bytes(data))
     os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns + 9_000_000_000))
     before = store_dump(db)
-    with pytest.raises(ResumeMismatch, match=r"changed content \(sha256 "):
+    with pytest.raises(ResumeMismatch, match=rf"changed content \({hash_name} "):
         train([corpus], db, 310, SPECIAL, chunk_size=8_000)
     assert store_dump(db) == before
 
@@ -127,22 +216,64 @@ def test_input_changed_while_counting_is_refused_before_its_counts_commit(corpus
         counted = con.execute("SELECT count(*) FROM chunks WHERE counted = 1").fetchone()[0]
         total = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
     assert 1 <= counted < total  # what committed before the change, and nothing after it
-    # and a resume refuses the changed input
-    with pytest.raises(ResumeMismatch, match="changed size" if change == "grow" else "changed content"):
+    # and a resume refuses the changed input (the change is in a unit not counted yet)
+    with pytest.raises(ResumeMismatch, match="changed size" if change == "grow" else "units are not counted yet"):
         train([corpus], db, 300, SPECIAL, chunk_size=8_000)
 
 
-def test_touched_input_resumes_mid_count(corpus, tmp_path):
-    """A resume that finds an input's content the same goes on counting it, checking it against
-    its time now, not the store's (which the resume does not write: a refused resume changes
-    nothing)."""
+def test_touched_input_mid_count_is_refused_until_its_time_is_back(corpus, tmp_path):
+    """Mid-count, the store has fingerprints of the counted units only: a resume whose input's
+    time moved digests those again, but cannot know whether the rest changed, so it refuses,
+    saying how to go on, and writes nothing; with the time given back it resumes."""
     whole = train([corpus], tmp_path / "whole.db", 300, SPECIAL, chunk_size=8_000)
     db = tmp_path / "t.db"
     with pytest.raises(Interrupted):
-        train([corpus], db, 300, SPECIAL, chunk_size=8_000, **_stop_after_units(2))
+        train([corpus], db, 300, SPECIAL, chunk_size=8_000, **_stop_after_units(2, workers=1))
+    assert 1 <= len(_units(db, counted_only=True)) < len(_units(db))
+    st = corpus.stat()
     os.utime(corpus, ns=(0, 1_000_000_000))
+    before = store_dump(db)
+    with pytest.raises(ResumeMismatch, match="units are not counted yet") as info:
+        train([corpus], db, 300, SPECIAL, chunk_size=8_000, count_flush_seconds=0)
+    sec, ns = divmod(st.st_mtime_ns, 10**9)
+    assert f"touch -d @{sec}.{ns:09d} '{corpus.resolve()}'" in str(info.value)
+    assert store_dump(db) == before
+    os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns))
     r = train([corpus], db, 300, SPECIAL, chunk_size=8_000, count_flush_seconds=0)
     assert (r.merges, r.merge_counts) == (whole.merges, whole.merge_counts)
+
+
+def test_changed_counted_unit_mid_count_is_refused_as_changed_content(corpus, tmp_path):
+    db = tmp_path / "c.db"
+    with pytest.raises(Interrupted):
+        train([corpus], db, 300, SPECIAL, chunk_size=8_000, **_stop_after_units(2, workers=1))
+    (a, b), *_ = _units(db, counted_only=True)
+    data = bytearray(corpus.read_bytes())
+    data[a + 10:a + 15] = b"XXXXX"
+    corpus.write_bytes(bytes(data))
+    before = store_dump(db)
+    with pytest.raises(ResumeMismatch, match=r"changed content \(xxh3_128_units "):
+        train([corpus], db, 300, SPECIAL, chunk_size=8_000)
+    assert store_dump(db) == before
+
+
+def test_touched_input_resumes_once_counted_and_refuses_a_changed_one(corpus, tmp_path):
+    """Past counting, every unit has its fingerprint: a touched input is digested again (unit by
+    unit) and resumes when its content is the same; other content is refused."""
+    db = tmp_path / "g.db"
+    train([corpus], db, 300, SPECIAL, chunk_size=8_000)
+    bigger = train([corpus], tmp_path / "big.db", 320, SPECIAL, chunk_size=8_000)
+    st = corpus.stat()
+    os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    r = train([corpus], db, 320, SPECIAL, chunk_size=8_000)  # grow: a resume of a finished store
+    assert (r.merges, r.merge_counts) == (bigger.merges, bigger.merge_counts)
+    data = bytearray(corpus.read_bytes())
+    data[-300:-295] = b"XXXXX"
+    corpus.write_bytes(bytes(data))
+    before = store_dump(db)
+    with pytest.raises(ResumeMismatch, match=r"changed content \(xxh3_128_units "):
+        train([corpus], db, 330, SPECIAL, chunk_size=8_000)
+    assert store_dump(db) == before
 
 
 def test_resume_reads_none_of_the_counted_shards(tmp_path, monkeypatch):
@@ -224,11 +355,12 @@ def test_downgrade_keeps_an_xxh3_digest_that_no_sha256_equals(corpus, tmp_path):
 
     db = tmp_path / "d.db"
     train([corpus], db, 300, SPECIAL)
-    [(_, _, _, digest, _)] = _sources(db)
+    [(_, _, _, digest, hash_name)] = _sources(db)
+    assert hash_name == UNITS_HASH
     with Store.open(db) as store:
         command.downgrade(migrate.alembic_config(store.conn), "v0_3_0_next_pairs")
         store.conn.commit()
-        assert store.sql("SELECT sha256 FROM sources").fetchall() == [(f"{DEFAULT_HASH}:{digest}",)]
+        assert store.sql("SELECT sha256 FROM sources").fetchall() == [(f"{UNITS_HASH}:{digest}",)]
         command.upgrade(migrate.alembic_config(store.conn), "head")
         store.conn.commit()
-    assert _sources(db)[0][3:] == (f"{DEFAULT_HASH}:{digest}", "sha256")  # refused if touched, as before
+    assert _sources(db)[0][3:] == (f"{UNITS_HASH}:{digest}", "sha256")  # refused if touched, as before

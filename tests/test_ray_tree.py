@@ -41,6 +41,20 @@ def _result(r) -> tuple:
     return r.merges, r.merge_counts, r.vocab
 
 
+def _fingerprint_is_the_files(db: Path, corpus: Path) -> bool:
+    """Whether the store's fingerprint of ``corpus`` is that of its units read now: each unit's
+    fingerprint came back from the node that counted it, once (a unit counted again after a loss
+    adds its own only once)."""
+    import sqlite3
+
+    from test_fingerprint import _units_fingerprint
+
+    with sqlite3.connect(db) as con:
+        [(digest, hash_name)] = con.execute("SELECT digest, hash FROM sources").fetchall()
+        units = con.execute('SELECT start, "end" FROM chunks ORDER BY start').fetchall()
+    return hash_name == "xxh3_128_units" and digest == _units_fingerprint(corpus.read_bytes(), units)
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """4 MB of text (the 1 MB fixture 4 times), counted in 256 KiB units: 16 units."""
@@ -122,6 +136,7 @@ def test_a_node_removed_while_counting_changes_nothing(three_nodes, corpus, loca
     # the removed node's units (in flight, or counted and not taken) were counted again
     assert counting[-1]["recounted"] > 0
     assert _result(r) == local_result
+    assert _fingerprint_is_the_files(tmp_path / "ray.db", corpus)
 
 
 DRIVER = """
@@ -160,6 +175,7 @@ def test_driver_killed_on_three_nodes_resumes_identically(three_nodes, corpus, l
     first = next(e for e in events if e["stage"] == "counting")
     assert first["done"] > 0  # resumed: the flushed units were not counted again
     assert _result(r) == local_result
+    assert _fingerprint_is_the_files(db, corpus)
 
 
 def test_parts_split_words_by_a_stable_hash():

@@ -23,7 +23,7 @@ from bpe_store import _core
 from bpe_store.counting.count import add_counts, count_chunk, native_counts
 from bpe_store.counting.parallel import count_chunks_threaded
 from bpe_store.counting.pretokenize import GPT2_PATTERN, count_words
-from bpe_store.errors import Interrupted
+from bpe_store.errors import InputError, Interrupted
 from bpe_store.training.train import train
 
 GPT2 = regex.compile(GPT2_PATTERN)
@@ -245,7 +245,8 @@ def test_count_chunk_native_equals_regex_path(tmp_path: Path) -> None:
         native = count_chunk(str(path), 0, size, specials, GPT2_PATTERN, "replace")
         python = count_chunk(str(path), 0, size, specials, same_pattern, "replace")
         assert native == python
-    with pytest.raises(UnicodeDecodeError):
+    # strict: the file's first invalid byte, as planning used to say it
+    with pytest.raises(InputError, match=rf"c.txt: invalid UTF-8 at byte {len(text.encode())} \(line \d+\)"):
         count_chunk(str(path), 0, size, [], GPT2_PATTERN, "strict")
 
 
@@ -339,7 +340,7 @@ def test_threaded_counting_stops_cleanly(tmp_path: Path) -> None:
     results.close()  # the consumer stops early: queued chunks are cancelled, threads end
     assert first[2] > 0
     assert not [t for t in threading.enumerate() if t.name.startswith("bpe-count")]
-    counted = sorted(cid for cid, _, _ in count_chunks_threaded(tasks, 2))
+    counted = sorted(cid for cid, *_ in count_chunks_threaded(tasks, 2))
     assert counted == list(range(100))
 
 

@@ -35,9 +35,13 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import xxhash
 
 from ..errors import InputError
-from .input_checks import _valid_utf8, open_regular
+from .input_checks import _raise_invalid_utf8, _valid_utf8, open_regular
 from .native import (
     ChunkCounts,
     WordCounter,
@@ -64,13 +68,37 @@ def count_chunk(path: str, start: int, end: int, special_tokens: Sequence[str], 
                 invalid_utf8: str = "strict", max_pretoken_bytes: int | None = None) -> tuple[dict[bytes, int], int]:
     """The map step: ``({word bytes: count}, number of pre-tokens)`` of ``path[start:end]``; a
     pre-token longer than ``max_pretoken_bytes`` counts as pieces (``split_long_pretoken``)."""
+    counts, n, _ = _count_range(path, start, end, special_tokens, pattern, invalid_utf8, max_pretoken_bytes)
+    return counts, n
+
+
+def _count_range(path: str, start: int, end: int, special_tokens: Sequence[str], pattern: str,
+                 invalid_utf8: str, max_pretoken_bytes: int | None) -> tuple[dict[bytes, int], int, bytes]:
+    """``count_chunk`` and the XXH3-128 of the bytes it counted (the unit's fingerprint)."""
     data = _read_chunk(path, start, end)
-    if native_counts(pattern):
-        return _native_count_words(_valid_utf8(data, invalid_utf8), [s.encode("utf-8") for s in special_tokens],
-                                   max_pretoken_bytes or 0, native_scanner(pattern))
-    text = data.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict")
-    counts = regex_count_words(text, special_tokens, pattern, max_pretoken_bytes)
-    return dict(counts), sum(counts.values())
+    digest = xxhash.xxh3_128_digest(data)
+    try:
+        if native_counts(pattern):
+            counts, n = _native_count_words(_valid_utf8(data, invalid_utf8),
+                                            [s.encode("utf-8") for s in special_tokens],
+                                            max_pretoken_bytes or 0, native_scanner(pattern))
+            return counts, n, digest
+        text = data.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict")
+    except UnicodeDecodeError:
+        invalid_utf8_error(path)
+    words = regex_count_words(text, special_tokens, pattern, max_pretoken_bytes)
+    return dict(words), sum(words.values()), digest
+
+
+def invalid_utf8_error(path: str) -> NoReturn:
+    """Raise the InputError that says where ``path`` first stops being UTF-8 (a unit of it was
+    found not to be, as it was counted with ``--invalid-utf8 strict``).
+
+    Why the whole file's first invalid byte, not the unit's: units are counted in any order, by
+    any thread; the first one in the file makes the message the same on every run, the one
+    planning gave when it checked the whole file first (``input_checks._raise_invalid_utf8``)."""
+    _raise_invalid_utf8(Path(path))
+    raise AssertionError("unreachable")  # pragma: no cover - _raise_invalid_utf8 always raises
 
 
 def _read_chunk(path: str, start: int, end: int) -> bytes:
@@ -86,19 +114,27 @@ def count_chunk_native(path: str, start: int, end: int, special_tokens: Sequence
                        invalid_utf8: str = "strict", max_pretoken_bytes: int | None = None,
                        pattern: str = GPT2_PATTERN) -> ChunkCounts:
     """``count_chunk`` for a pattern with a native scanner, keeping the counts native for a
-    ``WordCounter``.
+    ``WordCounter``; ``.digest`` of the result is the XXH3-128 of the bytes read (the unit's
+    fingerprint, ``fingerprint.UNITS_HASH``).
 
     The range is read natively into memory reused from chunk to chunk (``count_file_range``;
-    why: see ChunkMemory in native/scanner.cpp); only a range that is not valid UTF-8, or a file
-    grown shorter, takes the path through a bytes object, which reports it or replaces."""
+    why: see ChunkMemory in native/scanner.cpp), and digested and checked to be UTF-8 in that
+    read; only a range that is not valid UTF-8, or a file grown shorter, takes the path through a
+    bytes object, which reports it (``invalid_utf8_error``) or replaces."""
     specials = [s.encode("utf-8") for s in special_tokens]
     scanner = native_scanner(pattern)
     with open_regular(path) as f:
         counts = _native_count_file_range(f.fileno(), start, end - start, specials, max_pretoken_bytes or 0, scanner)
     if counts is not None:
         return counts
-    data = _valid_utf8(_read_chunk(path, start, end), invalid_utf8)
-    return _native_count_chunk(data, specials, max_pretoken_bytes or 0, scanner)
+    raw = _read_chunk(path, start, end)
+    try:
+        data = _valid_utf8(raw, invalid_utf8)
+    except UnicodeDecodeError:
+        invalid_utf8_error(path)
+    counts = _native_count_chunk(data, specials, max_pretoken_bytes or 0, scanner)
+    counts.digest = xxhash.xxh3_128_digest(raw)
+    return counts
 
 
 def release_chunk_memory() -> None:
@@ -108,12 +144,12 @@ def release_chunk_memory() -> None:
         _native_release_chunk_memory()
 
 
-def count_chunk_native_task(args: tuple) -> tuple[int, ChunkCounts, int]:
+def count_chunk_native_task(args: tuple) -> tuple[int, ChunkCounts, int, bytes]:
     """``count_chunk_native`` for a pool, same tuples as ``count_chunk_task``."""
     cid, path, start, end, special_tokens, pattern, invalid_utf8, *max_bytes = args
     counts = count_chunk_native(path, start, end, special_tokens, invalid_utf8, max_bytes[0] if max_bytes else None,
                                 pattern)
-    return cid, counts, counts.total
+    return cid, counts, counts.total, counts.digest
 
 
 def count_unit_packed(task: tuple) -> tuple[int, bytes, int]:
@@ -128,27 +164,28 @@ def count_unit_packed(task: tuple) -> tuple[int, bytes, int]:
     for ``WordCounter.add_packed``, never as a dict per word. Needs the native core; any pattern
     (a user's own regex counts through ``regex``).
     """
-    cid, counts, n = count_unit_counts(task)
+    cid, counts, n, _ = count_unit_counts(task)
     return cid, counts if isinstance(counts, bytes) else counts.pack(), n
 
 
-def count_unit_counts(task: tuple) -> tuple[int, ChunkCounts | WordCounter | bytes, int]:
+def count_unit_counts(task: tuple) -> tuple[int, ChunkCounts | WordCounter | bytes, int, bytes | None]:
     """``count_unit_packed`` without the packing where there is nothing to pack: the native counts
     (``ChunkCounts``, or a ``WordCounter`` for a unit read in blocks), packed bytes only for the
     ``regex`` path's dict; any of them goes into a ``WordCounter`` by ``add_counts``. For a process
-    that sums many units itself (a Ray node counter, bpe_store.counting.ray_node)."""
+    that sums many units itself (a Ray node counter, bpe_store.counting.ray_node). The last item
+    is the unit's fingerprint for a byte range of a text file (``count_chunk_task``), else None."""
     if not isinstance(task[1], str):  # a unit of any input kind, read block by block (bpe_store.counting.inputs)
         if not native_counts(task[3]):
             cid, words, n = count_unit_task(task)
-            return cid, _native_pack_counts(words), n
+            return cid, _native_pack_counts(words), n, None
         cid, unit, special_tokens, pattern, invalid_utf8, block_size, *rest = task
         total, n = _count_unit_native(unit, special_tokens, pattern, invalid_utf8, block_size,
                                       rest[0] if rest else None)
-        return cid, total, n
+        return cid, total, n, None
     if native_counts(task[5]):
         return count_chunk_native_task(task)
-    cid, words, n = count_chunk_task(task)
-    return cid, _native_pack_counts(words), n
+    cid, words, n, digest = count_chunk_task(task)
+    return cid, _native_pack_counts(words), n, digest
 
 
 def new_word_counts(native: bool) -> Counter[bytes] | WordCounter:
@@ -189,18 +226,19 @@ def native_counts(pattern: str) -> bool:
     return native_scanner(pattern) != "" and _native_count_words is not None
 
 
-def count_chunk_task(args: tuple) -> tuple[int, dict[bytes, int], int]:
+def count_chunk_task(args: tuple) -> tuple[int, dict[bytes, int], int, bytes]:
     """``count_chunk`` for a pool: ``(chunk id, path, start, end, specials, pattern, policy[,
-    max pre-token bytes])``."""
-    cid, *rest = args
-    counts, n = count_chunk(*rest)
-    return cid, counts, n
+    max pre-token bytes])`` -> ``(chunk id, counts, pre-tokens, XXH3-128 of the bytes counted)``."""
+    cid, path, start, end, special_tokens, pattern, invalid_utf8, *max_bytes = args
+    counts, n, digest = _count_range(path, start, end, special_tokens, pattern, invalid_utf8,
+                                     max_bytes[0] if max_bytes else None)
+    return cid, counts, n, digest
 
 
 def _count_into(task: Callable[[tuple], tuple], into: FlushBuffer, t: tuple) -> tuple[int, None, int]:
-    """``task(t)``, its counts added into ``into`` on this thread."""
-    cid, counts, n = task(t)
-    into.add(cid, counts, n)
+    """``task(t)``, its counts (and its fingerprint, if it gives one) added into ``into`` on this thread."""
+    cid, counts, n, *digest = task(t)
+    into.add(cid, counts, n, *digest)
     return cid, None, n
 
 
@@ -255,7 +293,8 @@ def count_unit_task(args: tuple) -> tuple[int, dict[bytes, int], int]:
 
 class FlushBuffer:
     """The reduce step's buffer: the word counts of the units counted since the last flush, and
-    those units' marks ``(unit id, pre-tokens)``, always together.
+    those units' marks ``(unit id, pre-tokens, fingerprint)``, always together (the fingerprint:
+    XXH3-128 of a byte range of a text file as it was read, ``fingerprint.UNITS_HASH``; else None).
 
     A unit's counts are added and its mark recorded under one lock, by whichever thread counted
     it, and ``take`` swaps both out at once: a flush then holds exactly the counts of the units it
@@ -268,15 +307,16 @@ class FlushBuffer:
         self.native = native
         self._lock = threading.Lock()
         self._counts = new_word_counts(native)
-        self._marks: list[tuple[int, int]] = []
+        self._marks: list[tuple[int, int, bytes | None]] = []
 
-    def add(self, cid: int, counts: dict[bytes, int] | ChunkCounts | bytes, n: int) -> None:
+    def add(self, cid: int, counts: dict[bytes, int] | ChunkCounts | bytes, n: int,
+            digest: bytes | None = None) -> None:
         """Add one unit's counts (``add_counts``) and its mark."""
         with self._lock:  # a native add releases the GIL: the other threads go on meanwhile
             add_counts(self._counts, counts)
-            self._marks.append((cid, n))
+            self._marks.append((cid, n, digest))
 
-    def take(self) -> tuple[Counter[bytes] | WordCounter, list[tuple[int, int]]]:
+    def take(self) -> tuple[Counter[bytes] | WordCounter, list[tuple[int, int, bytes | None]]]:
         """The counts and marks so far, leaving the buffer empty."""
         with self._lock:
             out = self._counts, self._marks

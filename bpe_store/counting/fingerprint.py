@@ -1,4 +1,5 @@
-"""Fingerprints of input files: one read that checks a file is UTF-8 and digests it, on every core.
+"""Fingerprints of input files: taken in the read that counts a text file, unit by unit, or in
+one read before counting that checks a file is UTF-8 and digests it, on every core.
 
 A store records each input's fingerprint (``sources.digest``) and the hash that made it
 (``sources.hash``); a resume whose input's modification time changed digests the file again
@@ -6,7 +7,18 @@ with that hash and refuses it if the digest differs.
 
 Hashes:
 
-* ``xxh3_128_8MiB`` (new stores): the file is cut into blocks of ``BLOCK`` (8 MiB); each block's
+* ``xxh3_128_units`` (new stores, uncompressed text): taken in the read that counts the file, not
+  before it. Each work unit ``[start, end)`` (a ``chunks`` row) gets ``u`` = XXH3-128 of its bytes,
+  computed natively as the unit is read to be counted (``count_file_range``), and
+  ``h`` = XXH3-128 of ``u`` + ``start`` + ``end`` (8 bytes each, little-endian) as a 128-bit
+  big-endian number. ``sources.digest`` is the sum of ``h`` over the file's counted units (mod
+  2**128, 32 hex digits), added to in the flush that marks the units counted (one transaction);
+  once every unit is counted it is the whole file's fingerprint. Why a sum: units are counted in
+  any order, by any thread or Ray node, and each flush adds its own. Why no separate pass: reading
+  1 GB from the page cache to fingerprint it before counting cost ~3 % of counting it
+  (bench/RESULTS-plan.md). The UTF-8 check is then counting's own (``count_file_range``).
+* ``xxh3_128_8MiB`` (stores made before it, and other inputs: jsonl, compressed files, parquet):
+  the file is cut into blocks of ``BLOCK`` (8 MiB), read and checked when planned; each block's
   XXH3-128 digest (16 bytes), in file order, then the file's size (8 bytes, little-endian) are
   digested again with XXH3-128; the hex of that is the fingerprint. Blocks are read and digested
   on several threads (``os.preadv`` and XXH3 release the GIL), so a file is fingerprinted at
@@ -33,10 +45,14 @@ import xxhash
 from ..errors import InputError
 from .sources import Source
 
-#: The hash of new stores' inputs.
+#: The hash of new stores' uncompressed text inputs: taken unit by unit as they are counted.
+UNITS_HASH = "xxh3_128_units"
+#: The hash of new stores' other inputs (jsonl, compressed, parquet): the whole file, when planned.
 DEFAULT_HASH = "xxh3_128_8MiB"
 #: Every hash a store may name, newest first.
-HASHES = (DEFAULT_HASH, "sha256")
+HASHES = (UNITS_HASH, DEFAULT_HASH, "sha256")
+#: ``sources.digest`` of a ``UNITS_HASH`` input none of whose units is counted yet.
+UNITS_NONE = "0" * 32
 #: Bytes per block of ``xxh3_128_8MiB``: part of the hash's definition (a store's digests stay
 #: comparable only with the same block size). Also the read size of every hash.
 BLOCK = 8 << 20
@@ -203,3 +219,37 @@ def changed_since_planned(source: Source) -> str | None:
     if st.st_mtime_ns != source.mtime_ns:
         return "it was modified"
     return None
+
+
+def unit_term(digest: bytes, start: int, end: int) -> int:
+    """A counted unit's share of a ``UNITS_HASH`` fingerprint: XXH3-128 of its bytes' XXH3-128
+    ``digest`` (16 bytes) and its place (``start``, ``end``), as a number."""
+    return xxhash.xxh3_128_intdigest(digest + start.to_bytes(8, "little") + end.to_bytes(8, "little"))
+
+
+def add_units(fingerprint: str, terms: int) -> str:
+    """``fingerprint`` (``sources.digest`` of a ``UNITS_HASH`` input) with ``terms`` (a sum of
+    ``unit_term``) added."""
+    return f"{(int(fingerprint, 16) + terms) % (1 << 128):032x}"
+
+
+def digest_units(path: str | os.PathLike, units: list[tuple[int, int]]) -> str:
+    """The ``UNITS_HASH`` fingerprint of the units ``[(start, end)]`` of the file ``path`` as it is
+    now (a resume checks the counted units of an input whose modification time moved)."""
+    p = Path(path)
+    total = 0
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read ({exc.strerror})") from exc
+    try:
+        for start, end in units:
+            h = xxhash.xxh3_128()
+            for at in range(start, end, BLOCK):
+                n = min(BLOCK, end - at)
+                view = _read_block(fd, at, n, p)
+                h.update(view)
+            total += unit_term(h.digest(), start, end)
+    finally:
+        os.close(fd)
+    return add_units(UNITS_NONE, total)

@@ -163,7 +163,7 @@ class RayCounter:
         self._refs: dict = {}  # ObjectRef of a count call -> its _Node
         self._ready: collections.deque = collections.deque()  # acknowledged refs not yet handled
         self._pending = PackedCounts()  # counts taken from the nodes, not yet handed to a flush
-        self._pending_marks: list[tuple[int, int]] = []
+        self._pending_marks: list[tuple[int, int, bytes | None]] = []
         self._status: dict[str, int] = {}
         self._status_at = 0.0
         self._closed = False
@@ -332,7 +332,7 @@ class RayCounter:
                 raise
             # a part was lost with its node: the units of this take are counted again
             for node, marks, _ in got:
-                ids = [cid for cid, _ in marks]
+                ids = [m[0] for m in marks]
                 node.owned.difference_update(ids)
                 node.acked.difference_update(ids)
                 self._requeue(ids)
@@ -341,13 +341,14 @@ class RayCounter:
         # the parts of one take hold disjoint words, so each distinct word is hashed once
         self._pending.parts.extend(packed)
         for node, marks, _ in got:
-            ids = {cid for cid, _ in marks}
+            ids = {m[0] for m in marks}
             node.owned -= ids
             node.acked -= ids
             self._pending_marks.extend(marks)
 
-    def take(self) -> tuple[PackedCounts, list[tuple[int, int]]]:
-        """Everything counted so far and not yet handed over: ``(counts, [(unit id, pre-tokens)])``."""
+    def take(self) -> tuple[PackedCounts, list[tuple[int, int, bytes | None]]]:
+        """Everything counted so far and not yet handed over: ``(counts, [(unit id, pre-tokens,
+        fingerprint or None)])``."""
         self._take()
         out = self._pending, self._pending_marks
         self._pending, self._pending_marks = PackedCounts(), []
@@ -382,7 +383,7 @@ class _TreeBuffer:
     def __init__(self, counter: RayCounter):
         self._counter = counter
 
-    def take(self) -> tuple[PackedCounts, list[tuple[int, int]]]:
+    def take(self) -> tuple[PackedCounts, list[tuple[int, int, bytes | None]]]:
         return self._counter.take()
 
     def __bool__(self) -> bool:

@@ -36,15 +36,16 @@ class NodeCounter:
         return os.uname().nodename, os.getpid()
 
     def count(self, task: tuple) -> tuple[int, int]:
-        """Count one unit (a ``count.count_unit_packed`` task tuple) into this node's buffer;
-        ``(unit id, pre-tokens)`` once its counts are in."""
-        cid, counts, n = count_unit_counts(task)
-        self._buffer.add(cid, counts, n)
+        """Count one unit (a ``count.count_unit_packed`` task tuple) into this node's buffer, with
+        its fingerprint when it has one (a byte range of a text file); ``(unit id, pre-tokens)``
+        once its counts are in."""
+        cid, counts, n, digest = count_unit_counts(task)
+        self._buffer.add(cid, counts, n, digest)
         return cid, n
 
     def take(self, parts: int) -> list:
         """``[marks, part 0, ..., part parts-1]``: the units counted since the last take,
-        ``[(unit id, pre-tokens)]``, then their summed counts as ``parts`` packed buffers (word w
+        ``[(unit id, pre-tokens, fingerprint or None)]``, then their summed counts as ``parts`` packed buffers (word w
         in part fnv1a64(w) % parts), each a Ray return value of its own (``num_returns``), so a
         part goes to the task that sums it without passing through the driver. The buffer is
         left empty."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..counting.count import PackedCounts
+from ..counting.fingerprint import UNITS_HASH, add_units, unit_term
 from ..errors import StoreError
 from ..pauses import pause_for_tests as _test_pause
 from . import store_db
@@ -37,6 +38,32 @@ _COUNT_DELTAS = ("UPDATE words SET count = count + ? WHERE id = ?",
 _PARALLEL_READ_MIN = 1 << 20
 #: Words a resume's first counting flush reads from the store at a time (``Store._load_words``).
 _WORD_LOAD_BATCH = 1 << 20
+
+
+def _add_unit_fingerprints(w: Any, chunk_done: Sequence[tuple]) -> None:
+    """In a counting flush's transaction: add the fingerprints of the units it marks counted to
+    their inputs' ``sources.digest`` (``fingerprint.UNITS_HASH``: a sum over the counted units),
+    so a store's fingerprint of an input always covers exactly its counted units. A unit of such
+    an input marked without one is a bug, refused before anything commits."""
+    digests = {m[0]: m[2] for m in chunk_done if len(m) > 2 and m[2] is not None}
+    ids = [m[0] for m in chunk_done]
+    if not ids:
+        return
+    rows = []
+    for i in range(0, len(ids), 500):  # SQLite's bound-parameter limit
+        part = ids[i:i + 500]
+        rows += w.execute('SELECT c.id, c.source_id, c.start, c."end", s.digest FROM chunks c'
+                          " JOIN sources s ON s.id = c.source_id"
+                          f" WHERE s.hash = ? AND c.id IN ({', '.join('?' * len(part))})", [UNITS_HASH, *part])
+    sums: dict[int, int] = {}
+    now_: dict[int, str] = {}
+    for cid, sid, start, end, digest in rows:
+        if cid not in digests:
+            raise RuntimeError(f"unit {cid} of an input fingerprinted unit by unit was counted without its fingerprint")
+        sums[sid] = sums.get(sid, 0) + unit_term(digests[cid], start, end)
+        now_[sid] = digest
+    w.executemany("UPDATE sources SET digest = ? WHERE id = ?",
+                  [(add_units(now_[sid], total), sid) for sid, total in sorted(sums.items())])
 
 
 def unpack_tokens(blob: bytes) -> list[int]:
@@ -66,9 +93,11 @@ class StreamMark:
 class CountingRows:
     """Counting's words (a part of ``Store``: needs its connections, ``sql`` and transactions)."""
 
-    def add_word_counts(self, counts: Iterable[tuple[bytes, int]], chunk_done: Sequence[tuple[int, int]],
+    def add_word_counts(self, counts: Iterable[tuple[bytes, int]], chunk_done: Sequence[tuple],
                         elapsed_s: float, stream_at: StreamMark | None = None) -> None:
-        """One transaction: add ``(word, count)`` deltas and mark ``(chunk id, pre-tokens)`` counted.
+        """One transaction: add ``(word, count)`` deltas and mark ``(chunk id, pre-tokens[,
+        fingerprint])`` counted; a unit's fingerprint (XXH3-128 of its bytes as they were counted)
+        is added to its input's ``UNITS_HASH`` fingerprint (``_add_unit_fingerprints``).
 
         ``counts``: a native ``WordCounter``, a ``{bytes: count}`` dict, or ``(word, count)`` pairs.
         ``stream_at``: where a stream's counting stands once these counts are in (written in the
@@ -207,7 +236,8 @@ class CountingRows:
             if len(old):
                 w.executemany(_COUNT_DELTAS[0], old, words_bulk(w, len(old), _COUNT_DELTAS))
             w.executemany("UPDATE chunks SET counted = 1, pretokens = ? WHERE id = ?",
-                          [(n, cid) for cid, n in chunk_done])
+                          [(m[1], m[0]) for m in chunk_done])
+            _add_unit_fingerprints(w, chunk_done)
             if stream_at is not None:
                 m = stream_at
                 w.execute("UPDATE sources SET size = ?, digest = ?, documents = ? WHERE id = ?",

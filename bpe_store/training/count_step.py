@@ -161,9 +161,9 @@ def _count_reduce(job: _Job, results: Iterable, buffer: FlushBuffer, status: Cal
     writer = _CountWriter(job, total, done, background=job.options.count_flush_seconds > 0 or ray, by_bytes=not ray)
     try:
         last_flush = time.monotonic()
-        for cid, counts, n in results:
+        for cid, counts, n, *digest in results:  # digest: the unit's fingerprint, when counting read it here
             if counts is not None:
-                buffer.add(cid, counts, n)
+                buffer.add(cid, counts, n, *digest)
             done += size_of[cid] if n >= 0 else -size_of[cid]  # -1: a Ray unit lost, counted again
             job.emit(stage="counting", done=done, total=total, **status())
             writer.poll()
@@ -249,7 +249,7 @@ class _CountWriter:
         wait = max(self.job.options.count_flush_seconds, 2 * self.write_s)
         return time.monotonic() - last_flush >= wait
 
-    def check_inputs(self, marks: list[tuple[int, int]]) -> None:
+    def check_inputs(self, marks: list[tuple[int, int, bytes | None]]) -> None:
         """Refuse to commit units read from an input file that changed since it was planned (or
         since a resume found its content the same): the stat comes after every read of those
         units, so a write during or before one shows in it (``changed_since_planned``)."""
@@ -258,7 +258,7 @@ class _CountWriter:
             for sid, mtime in self.job.touched.items():  # verified by the resume: their time now
                 self._sources[sid] = dataclasses.replace(self._sources[sid], mtime_ns=mtime)
         sources = self._sources
-        for sid in sorted({self._source_of[cid] for cid, _ in marks}):
+        for sid in sorted({self._source_of[m[0]] for m in marks}):
             why = changed_since_planned(sources[sid])
             if why is not None:
                 raise InputError(f"{sources[sid].path} changed while training: {why}. The counts read from it "
@@ -266,7 +266,7 @@ class _CountWriter:
                                  "what was committed before. Put the file back as it was to resume, or "
                                  "--restart to count it again")
 
-    def write(self, delta: Counter[bytes] | WordCounter, marks: list[tuple[int, int]]) -> None:
+    def write(self, delta: Counter[bytes] | WordCounter, marks: list[tuple[int, int, bytes | None]]) -> None:
         t0 = time.monotonic()
         self.job.store.add_word_counts(delta, marks, self.job.elapsed())
         self.write_s = time.monotonic() - t0
@@ -275,8 +275,8 @@ class _CountWriter:
         """Report the flush in flight if it has committed meanwhile."""
         self.job.writes.poll()
 
-    def flush(self, delta: Counter[bytes] | WordCounter, marks: list[tuple[int, int]], done: int, final: bool,
-              wait: bool) -> None:
+    def flush(self, delta: Counter[bytes] | WordCounter, marks: list[tuple[int, int, bytes | None]], done: int,
+              final: bool, wait: bool) -> None:
         """Write ``delta`` and ``marks``: in the background unless ``wait`` (or there is no background)."""
         job = self.job
         job.writes.wait()

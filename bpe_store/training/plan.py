@@ -12,15 +12,17 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .._version import __version__
+from ..counting.fingerprint import UNITS_HASH, digest_units
 from ..counting.input_checks import scan_source
 from ..counting.inputs import STDIN, FileInput, file_input
-from ..counting.planning import plan_units, same_kind_diffs, scan_input
+from ..counting.planning import plan_source, plan_units, same_kind_diffs, scan_input
 from ..counting.sources import Source
 from ..counting.streams import Stream
 from ..errors import ArgumentTypeError, InputError, ResumeMismatch, StoreError, path_argument
 from ..store.files import _remove_files
 from ..store.params import RunParams
 from ..store.result import result_check
+from ..store.run_rows import Chunk
 from ..store.store import Store
 from .job import Progress, _Job
 from .merge import Engine
@@ -72,12 +74,13 @@ def _plan(job: _Job) -> Engine | None:
 
 
 def _create(job: _Job) -> Store:
-    """A new store: fingerprint the inputs, cut them into work units, and create the store holding
-    its schema, run, plan and vocabulary; everything is checked before the file is created."""
+    """A new store: check the inputs (``plan_source``: uncompressed text is fingerprinted and
+    checked to be UTF-8 as it is counted, other inputs now), cut them into work units, and create
+    the store holding its schema, run, plan and vocabulary, all checked before the file is created."""
     sources: list[Source] = []
     for p in job.paths:
         job.emit(stage="plan", file=str(p.name if isinstance(p, Stream) else p.path))
-        sources.append(p.source() if isinstance(p, Stream) else scan_input(p, job.params.invalid_utf8))
+        sources.append(p.source() if isinstance(p, Stream) else plan_source(p, job.params.invalid_utf8))
     limit = max_pretoken_bytes(job.params.max_pretoken_bytes, None)  # a new store: the given one or the default
     params = dataclasses.replace(job.params, max_pretoken_bytes=limit)
     chunks: list[tuple[int, int, int, str, int | None]] = []
@@ -168,8 +171,11 @@ def _input_diffs(store: Store, paths: Sequence[FileInput | Stream],
                  touched: dict[int, int] | None = None) -> list[str]:
     """How the inputs ``paths`` differ from those the store was started with. An input whose
     modification time changed is digested again; if its content is the same, ``touched`` gets
-    ``{source id: its modification time now}``."""
+    ``{source id: its modification time now}``. An input fingerprinted unit by unit
+    (``UNITS_HASH``) has a fingerprint of its counted units only: those are digested again
+    (``_units_diff``), and while some are not counted yet a moved time is refused."""
     sources = store.sources()
+    units: dict[int, list[Chunk]] | None = None  # each input's work units
     given = [p.name if isinstance(p, Stream) else str(p.path.resolve()) for p in paths]
     if [s.path for s in sources] != given:
         return [f"inputs {[s.path for s in sources]} -> {given}"]
@@ -184,12 +190,41 @@ def _input_diffs(store: Store, paths: Sequence[FileInput | Stream],
         st = p.stat()
         if st.st_size != s.size:
             diffs.append(f"{s.path} changed size ({s.size} -> {st.st_size} bytes)")
+        elif st.st_mtime_ns != s.mtime_ns and s.hash == UNITS_HASH:
+            if units is None:  # read once: a resume may find many inputs touched
+                units = {}
+                for c in store.chunks():
+                    units.setdefault(c.source_id, []).append(c)
+            if (why := _units_diff(units.get(i, []), s)) is not None:
+                diffs.append(why)
+            elif touched is not None:
+                touched[i] = st.st_mtime_ns
         elif st.st_mtime_ns != s.mtime_ns:  # touched: digested again, with the store's hash
             if scan_source(p, "replace", s.hash).digest != s.digest:
                 diffs.append(f"{s.path} changed content ({s.hash} {s.digest[:12]}...)")
             elif touched is not None:
                 touched[i] = st.st_mtime_ns
     return diffs
+
+
+def _units_diff(units: list[Chunk], s: Source) -> str | None:
+    """How the input ``s`` (``UNITS_HASH``; ``units``: its work units), whose modification time
+    moved, differs from what the store counted of it; None if it is the same.
+
+    Its counted units are read and digested again (a changed one: "changed content"). Its units
+    not counted yet were never read, so nothing says whether they changed: then the moved time is
+    refused, saying how to go on (its time restored, the store's check is the size and time)."""
+    counted = [(c.start, c.end) for c in units if c.counted]
+    if digest_units(s.path, counted) != s.digest:
+        return f"{s.path} changed content ({s.hash} {s.digest[:12]}...)"
+    left = len(units) - len(counted)
+    if not left:
+        return None
+    sec, ns = divmod(s.mtime_ns, 10**9)
+    return (f"{s.path} was modified after the run started (its modification time moved) and {left} of its "
+            f"{len(units)} work units are not counted yet: a unit is fingerprinted as it is counted, so whether "
+            f"those changed cannot be checked (the counted ones are unchanged). If its content is the same, "
+            f"give it back its time (touch -d @{sec}.{ns:09d} '{s.path}') and resume")
 
 
 def _preflight(job: _Job, store: Store, grow: bool) -> Engine | None:

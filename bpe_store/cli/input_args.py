@@ -1,5 +1,6 @@
 """How ``train`` and ``encode`` name their inputs: files, directories (``--glob``), quoted globs and
-``-``, expanded in order; the ``--format`` and ``--invalid-utf8`` choices.
+``-``, expanded in order; the input options both commands take (``--format``, ``--text-field``,
+``--glob``, ``--invalid-utf8``), declared once with training's defaults.
 """
 
 from __future__ import annotations
@@ -9,7 +10,10 @@ from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 
+import typer
+
 from ..errors import InputError
+from ..training.options import TrainOptions
 
 
 class InvalidUtf8(str, Enum):
@@ -21,6 +25,29 @@ class InputFormat(str, Enum):
     text = "text"
     jsonl = "jsonl"
     parquet = "parquet"
+
+
+def format_option(help: str):
+    """``--format``: how to read the inputs (None: by extension)."""
+    return typer.Option(None, "--format", help=help)
+
+
+def text_field_option():
+    """``--text-field``: the jsonl field / parquet column, defaulting as a run does."""
+    return typer.Option(TrainOptions.text_field, "--text-field", metavar="NAME",
+                        help="The jsonl field / parquet column holding the text.")
+
+
+def glob_option(example: str):
+    """``--glob``: which files of a directory input are read; ``example`` shows one in the help."""
+    return typer.Option("*", "--glob", metavar="PATTERN",
+                        help=f"Files to take from directory inputs, e.g. {example!r}.")
+
+
+def invalid_utf8_option():
+    """``--invalid-utf8``: refuse or replace invalid UTF-8, defaulting as a run does."""
+    return typer.Option(InvalidUtf8(TrainOptions.invalid_utf8), "--invalid-utf8",
+                        help="strict: refuse invalid UTF-8; replace: decode it as U+FFFD.")
 
 
 def _is_glob(arg: str) -> bool:

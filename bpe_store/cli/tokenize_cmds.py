@@ -12,7 +12,16 @@ from ..errors import InputError
 from ..tokenizer.export import FORMATS
 from ..tokenizer.token_files import DTYPES, EncodeStopped, encode_to_file
 from .app import app
-from .input_args import InputFormat, InvalidUtf8, complete_pattern, resolve_inputs
+from .input_args import (
+    InputFormat,
+    InvalidUtf8,
+    complete_pattern,
+    format_option,
+    glob_option,
+    invalid_utf8_option,
+    resolve_inputs,
+    text_field_option,
+)
 from .running import ProgressMode, StopOnSignal, _reporter
 
 if TYPE_CHECKING:
@@ -106,14 +115,10 @@ class _Encode:
         None, "--val-fraction",
         help="Also write a validation file (train.bin -> val.bin, x.npy -> x.val.npy) with this fraction "
              "of the documents: document i when floor((i+1)F) > floor(iF).")
-    input_format = typer.Option(None, "--format",
-                                help="How to read the inputs (default: by extension, as for train; stdin: text).")
-    text_field = typer.Option("text", "--text-field", metavar="NAME",
-                              help="The jsonl field / parquet column holding the text.")
-    glob = typer.Option("*", "--glob", metavar="PATTERN",
-                        help="Files to take from directory inputs, e.g. '**/*.jsonl.gz'.")
-    invalid_utf8 = typer.Option(InvalidUtf8.strict, "--invalid-utf8",
-                                help="strict: refuse invalid UTF-8; replace: decode it as U+FFFD.")
+    input_format = format_option("How to read the inputs (default: by extension, as for train; stdin: text).")
+    text_field = text_field_option()
+    glob = glob_option("**/*.jsonl.gz")
+    invalid_utf8 = invalid_utf8_option()
     force = typer.Option(False, "--force", help="Replace the output if it exists.")
     progress = typer.Option(ProgressMode.auto, "--progress",
                             help="auto: a bar on a terminal, else JSON lines on stderr.")

@@ -18,7 +18,16 @@ from ..inspection.progress import Reporter
 from ..store.params import MAX_MAX_PRETOKEN_BYTES, MIN_MAX_PRETOKEN_BYTES
 from ..training.options import DEFAULT_MAX_PRETOKEN_BYTES, TrainOptions
 from .app import _ARGV_KEY, _Command, _set_verbose, _verbose_option, app
-from .input_args import InputFormat, InvalidUtf8, complete_pattern, resolve_inputs
+from .input_args import (
+    InputFormat,
+    InvalidUtf8,
+    complete_pattern,
+    format_option,
+    glob_option,
+    invalid_utf8_option,
+    resolve_inputs,
+    text_field_option,
+)
 from .running import ProgressMode, StopOnSignal, _reporter
 
 if TYPE_CHECKING:
@@ -100,13 +109,11 @@ class _Train:
     pattern = typer.Option(
         None, "--pattern", metavar="PATTERN", autocompletion=complete_pattern,
         help="Pre-tokenization pattern: gpt2 (the default), gpt4 (= cl100k), o200k, llama3, qwen2, or a regex.")
-    glob = typer.Option("*", "--glob", metavar="PATTERN", help="Files to take from directory inputs, e.g. '**/*.txt'.")
-    input_format = typer.Option(
-        None, "--format",
-        help="How to read the inputs (default: by extension: .jsonl/.ndjson/.json -> jsonl, .parquet -> parquet, "
-             "else text; stdin: text).")
-    text_field = typer.Option(TrainOptions.text_field, "--text-field", metavar="NAME",
-                              help="The jsonl field / parquet column holding the text.")
+    glob = glob_option("**/*.txt")
+    input_format = format_option(
+        "How to read the inputs (default: by extension: .jsonl/.ndjson/.json -> jsonl, .parquet -> parquet, "
+        "else text; stdin: text).")
+    text_field = text_field_option()
     workers = typer.Option(TrainOptions.workers, "--workers", "--threads", metavar="N",
                            help="Counting workers (default: all cores).")
     chunk_size = typer.Option(TrainOptions.chunk_size, "--chunk-size", metavar="BYTES",
@@ -115,8 +122,7 @@ class _Train:
                                      help="Also end a batch after this many merges (default: by time only).")
     checkpoint_seconds = typer.Option(TrainOptions.checkpoint_seconds, "--checkpoint-seconds", metavar="S",
                                       help="Seconds of merging per checkpoint.")
-    invalid_utf8 = typer.Option(InvalidUtf8(TrainOptions.invalid_utf8), "--invalid-utf8",
-                                help="strict: refuse invalid UTF-8; replace: decode it as U+FFFD.")
+    invalid_utf8 = invalid_utf8_option()
     restart = typer.Option(TrainOptions.restart, "--restart", help="Discard the store's progress and start over.")
     engine = typer.Option(EngineName(TrainOptions.engine), "--engine",
                           help="Merge engine: native (C++), python, or auto (native when built).")

@@ -232,7 +232,7 @@ void MergeEngine::merge_word(StepWork &work, u32 w, u32 a, u32 b, u32 t) {
         if (next >= n) break;
         i = next;
     }
-    ar_[w + kLen] = m;
+    shorten(w, m);
     if (!(ar_[w + kStamp] & kChangedBit)) {
         ar_[w + kStamp] |= kChangedBit;
         work.changed.push_back(w);

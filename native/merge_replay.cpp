@@ -181,7 +181,7 @@ void MergeEngine::replay_words(const std::vector<u32> &log, u32 base) {
             if (len < 2) continue;
             const u32 merged = replay_word(ranks, &ar_[o + kHdr], len, rk);
             if (merged == kNone) continue;
-            ar_[o + kLen] = merged;
+            shorten(o, merged);
             ar_[o + kStamp] |= kChangedBit;
             changed.push_back(u32(o));
         }

@@ -99,17 +99,21 @@ class PairIndex {
 };
 
 // The pair -> words lists of all slots in ONE pool of u32, in blocks of 2^k entries recycled
-// through a free list per size. Why not a std::vector per slot: 24 bytes of header in every slot
-// plus a heap allocation (16 more bytes and a pointer chase) per pair; enwiki-100M has ~555 K
-// pairs and 3.2 M list entries, zhwiki-20M 2.65 M pairs and 13.5 M entries.
+// through a free list per size, or in exact-size blocks (see place_exact). Why not a std::vector
+// per slot: 24 bytes of header in every slot plus a heap allocation (16 more bytes and a pointer
+// chase) per pair; enwiki-100M has ~555 K pairs and 3.2 M list entries, zhwiki-20M 2.65 M pairs
+// and 13.5 M entries.
 class WordLists {
   public:
+    static constexpr u8 kExact = 0xFF;  // List::cls of an exact-size block: it holds len entries
     // Packed (9 bytes): it sits in every pair slot (see MergeEngine::Slot).
     struct __attribute__((packed)) List {
         u32 off = 0;   // first entry in the pool
         u32 len = 0;   // entries in use
-        u8 cls = 0;    // capacity 2^cls entries; 0 with len 0: no block
+        u8 cls = 0;    // capacity 2^cls entries, or len (kExact); 0 with len 0: no block
         bool has_block() const { return len != 0 || cls != 0; }
+        // An exact block is always full: nothing is appended to it without moving it first.
+        bool full() const { return cls == kExact || len == (u32(1) << cls); }
     };
 
     WordLists() = default;
@@ -119,19 +123,34 @@ class WordLists {
 
     const u32 *data(const List &l) const { return pool_ + l.off; }
 
-    // Appends w unless it is already the last entry (a word adding several pairs in one visit).
-    void add(List &l, u32 w) {
-        if (l.len != 0 && pool_[l.off + l.len - 1] == w) return;
-        append(l, w);
-    }
-
-    // Appends w without reading the last entry: the caller knows it is not w, or accepts a repeat
-    // (apply() skips a word listed twice by its stamp). Why: the last entries of the lists are
+    // Appends w (without reading the last entry: the caller knows it is not w, or accepts a
+    // repeat, which apply() skips by the word's stamp). Why: the last entries of the lists are
     // scattered over tens of MB, so reading one is a cache miss, and a load that misses stalls
     // where a store does not (half of the first pair count, a third of adding a merge's changes).
     void append(List &l, u32 w) {
-        if (!l.has_block() || l.len == (u32(1) << l.cls)) grow(l);
+        if (!l.has_block() || l.full()) grow(l);
         pool_[l.off + l.len++] = w;
+    }
+
+    // Gives the empty list l a block of exactly n entries at the end of the pool, filled by
+    // fill() (n times) before anything else touches the pool. Why exact: the first pair count
+    // lists every word under each pair it holds (~9 entries a word), and in power-of-two blocks
+    // that was 1.5 times the entries (50 M words: 2.7 GB of blocks for 1.8 GB of entries), the
+    // largest part of the engine when merging starts. Moved to a power-of-two block (its old
+    // block left a hole, reclaimed by compact) when it grows, which the lists of pairs that
+    // are merged away never do.
+    void place_exact(List &l, u32 n) {
+        if (size_ + n > kNone) throw std::overflow_error("more than 2^32 - 1 pair -> word entries");
+        if (size_ + n > cap_) reserve(std::max(size_ + n, cap_ + cap_ / 2 + 1024));
+        l = List{u32(size_), 0, kExact};
+        size_ += n;
+        in_use_ += n;
+    }
+    void fill(List &l, u32 w) { pool_[l.off + l.len++] = w; }
+    // Room for n more entries, allocated at once (before a run of place_exact).
+    void reserve_more(size_t n) {
+        if (size_ + n > kNone) throw std::overflow_error("more than 2^32 - 1 pair -> word entries");
+        if (size_ + n > cap_) reserve(size_ + n);
     }
 
     // Gives the list's block back (the list is empty after).
@@ -145,20 +164,25 @@ class WordLists {
     bool fragmented() const { return size_ > (size_t(1) << 20) && size_ > 2 * in_use_; }
 
     // Packs the blocks of `lists` (every list with a block, each exactly once, none being
-    // iterated) to the front of the pool, each in the smallest block that holds it, and gives
-    // the rest of the pool back to the OS. In place: blocks only move down, in pool order.
+    // iterated) to the front of the pool, each in an exact-size block, and gives the rest of the
+    // pool back to the OS. In place: blocks only move down, in pool order.
     // Why sorted in place, not a sorted copy: at 50 M words there are tens of millions of lists,
     // and a copy of their pointers was ~0.3 GB more at the moment of a run's peak.
+    // Why exact blocks, not the smallest power of two that holds each: most lists get no entry
+    // after a compaction (their pairs are merged away or stop changing), and power-of-two blocks
+    // made the pool ~1.4 times its entries again right after it was packed.
     void compact(std::vector<List *> &lists) {
         std::sort(lists.begin(), lists.end(), [](const List *x, const List *y) { return x->off < y->off; });
         size_t at = 0;
         for (List *l : lists) {
-            u8 cls = 1;
-            while ((u32(1) << cls) < l->len) ++cls;
-            if (l->len != 0) std::memmove(pool_ + at, pool_ + l->off, size_t(l->len) * sizeof(u32));
+            if (l->len == 0) {  // an empty block (none are made; kept safe): no block at all
+                *l = List{};
+                continue;
+            }
+            std::memmove(pool_ + at, pool_ + l->off, size_t(l->len) * sizeof(u32));
             l->off = u32(at);
-            l->cls = cls;
-            at += size_t(1) << cls;
+            l->cls = kExact;
+            at += l->len;
         }
         for (auto &f : free_) std::vector<u32>().swap(f);
         size_ = in_use_ = at;
@@ -181,8 +205,14 @@ class WordLists {
   private:
     static constexpr u8 kMaxClass = 31;
     void grow(List &l) {
-        // first block: 2 entries (cls 1; cls 0 with len 0 means "no block"); then doubling
-        const u8 cls = l.has_block() ? u8(l.cls + 1) : u8(1);
+        // first block: 2 entries (cls 1; cls 0 with len 0 means "no block"); then doubling; an
+        // exact block moves to the smallest power of two with room for one more entry
+        u8 cls = 1;
+        if (l.cls == kExact) {
+            while ((size_t(1) << cls) <= l.len) ++cls;
+        } else if (l.has_block()) {
+            cls = u8(l.cls + 1);
+        }
         if (cls > kMaxClass) throw std::overflow_error("a pair held by more than 2^31 words");
         u32 off;
         if (!free_[cls].empty()) {
@@ -202,9 +232,16 @@ class WordLists {
         in_use_ += size_t(1) << cls;
     }
 
+    // An exact block becomes a hole until the next compact (only blocks of a power-of-two size
+    // are reused); at the top of the pool it is simply cut off.
     void give_back(const List &l) {
-        free_[l.cls].push_back(l.off);
-        in_use_ -= size_t(1) << l.cls;
+        if (l.cls != kExact) {
+            free_[l.cls].push_back(l.off);
+            in_use_ -= size_t(1) << l.cls;
+            return;
+        }
+        in_use_ -= l.len;
+        if (size_t(l.off) + l.len == size_) size_ = l.off;
     }
 
     // Why malloc/realloc and not a std::vector: the pool is tens of MB, and realloc moves a large

@@ -67,6 +67,7 @@ nb::dict MergeEngine::memory() const {
     d["word_lists"] = lists_.bytes();
     d["pair_index"] = index_.bytes();
     d["heap"] = heap_.capacity() * sizeof(HeapEntry);
+    d["changed"] = (changed_words_.capacity() + changed_pairs_.capacity()) * sizeof(u32);
     return d;
 }
 

@@ -308,7 +308,10 @@ class MergeEngine {
     std::unordered_map<u32, i64> big_counts_;  // arena offset -> count, for counts >= kNone
     BigArray<u32> ar_;
     size_t n_words_ = 0;
-    std::vector<u32> changed_words_;
+    // Why PodVecs (changed_words_, changed_pairs_): between checkpoints they grow to about one
+    // entry per word and per pair (50 M words: ~0.2 GB each); a vector doubled into a copy,
+    // holding three times that at once.
+    PodVec<u32> changed_words_;
     u32 stamp_ = 0;
 
     // pairs, by slot. Why one struct: a pair update reads count, mark and word list together,
@@ -331,7 +334,7 @@ class MergeEngine {
     WordLists lists_;
     PairIndex index_;
     PodVec<Slot> slots_;
-    std::vector<u32> changed_pairs_;
+    PodVec<u32> changed_pairs_;
     PodVec<HeapEntry> heap_;
 
     StepWork work_;  // the merge being applied: its pair changes (see apply())

@@ -38,7 +38,8 @@ class PairIndex {
         }
     }
 
-    // The slot of `key`, inserting `fresh` if absent (`inserted` tells which happened).
+    // The slot of `key`, inserting `fresh` if absent (`inserted` tells which happened). Slots are
+    // inserted in order: `fresh` is the number of slots inserted so far (see rehash).
     template <class KeyOf>
     u32 find_or_insert(u64 key, u32 fresh, bool &inserted, const KeyOf &key_of) {
         if ((size_ + 1) * 4 > cells_.size() * 3) rehash(cells_.size() * 2, key_of);  // load <= 3/4
@@ -75,17 +76,20 @@ class PairIndex {
         u64 h = key * 0x9E3779B97F4A7C15ull;
         return h ^ (h >> 29);
     }
+    // Every slot 0 .. size_ - 1 is in the table (a slot is inserted once, when it is made), so
+    // the larger table is filled from the slots' keys, not from the old cells. Why: the old table
+    // is freed first, not held beside the new one (at 50 M words the step from 2^25 to 2^26
+    // cells held 0.25 GB more at once), and the slots are read in order.
     template <class KeyOf>
     void rehash(size_t cap, const KeyOf &key_of) {
-        std::vector<Cell> old;
-        old.swap(cells_);
+        std::vector<Cell>().swap(cells_);
         cells_.assign(cap, Cell{0, kNone});
         mask_ = cap - 1;
-        for (const Cell &c : old) {
-            if (c.slot == kNone) continue;
-            size_t i = hash(key_of(c.slot)) & mask_;
+        for (size_t s = 0; s < size_; ++s) {
+            const u64 h = hash(key_of(u32(s)));
+            size_t i = h & mask_;
             while (cells_[i].slot != kNone) i = (i + 1) & mask_;
-            cells_[i] = c;
+            cells_[i] = Cell{u32(h >> 32), u32(s)};
         }
     }
 
@@ -163,44 +167,55 @@ class WordLists {
     // only reused by lists of their own size, so merging leaves many behind).
     bool fragmented() const { return size_ > (size_t(1) << 20) && size_ > 2 * in_use_; }
 
-    // Packs the blocks of `lists` (every list with a block, each exactly once, none being
-    // iterated) to the front of the pool, each in an exact-size block, and gives the rest of the
-    // pool back to the OS. In place: blocks only move down, in pool order.
-    // Why sorted in place, not a sorted copy: at 50 M words there are tens of millions of lists,
-    // and a copy of their pointers was ~0.3 GB more at the moment of a run's peak.
+    // Packs the blocks of the lists `ids` names (list_of(id): the list; every list with a block,
+    // each exactly once, none being iterated) to the front of the pool, each in an exact-size
+    // block, and gives the rest of the pool back to the OS. In place: blocks only move down, in
+    // pool order. Why ids sorted in place, not pointers or a sorted copy: at 50 M words there
+    // are tens of millions of lists, and 4 bytes each is what this costs at a run's peak.
     // Why exact blocks, not the smallest power of two that holds each: most lists get no entry
     // after a compaction (their pairs are merged away or stop changing), and power-of-two blocks
     // made the pool ~1.4 times its entries again right after it was packed.
-    void compact(std::vector<List *> &lists) {
-        std::sort(lists.begin(), lists.end(), [](const List *x, const List *y) { return x->off < y->off; });
-        size_t at = 0;
-        for (List *l : lists) {
-            if (l->len == 0) {  // an empty block (none are made; kept safe): no block at all
-                *l = List{};
-                continue;
+    // Why the pages past the packed size are given back as the packing passes them: the blocks
+    // written below refill pages that were given back (holes), and without this the pool was
+    // resident twice over until the end (at 5 M words, 8 B a word more at the run's peak).
+    template <class ListOf>
+    void compact(std::vector<u32> &ids, const ListOf &list_of) {
+        std::sort(ids.begin(), ids.end(), [&](u32 x, u32 y) { return list_of(x).off < list_of(y).off; });
+        size_t total = 0;
+        for (u32 id : ids) total += list_of(id).len;
+        size_t at = 0, released = total;  // pool_[total, released) is given back
+        for (u32 id : ids) {
+            List &l = list_of(id);
+            const size_t end = size_t(l.off) + l.len;
+            if (l.len != 0) std::memmove(pool_ + at, pool_ + l.off, size_t(l.len) * sizeof(u32));
+            l = l.len == 0 ? List{} : List{u32(at), l.len, kExact};  // an empty block (none are made): none
+            at += l.len;
+            if (end >= released + (size_t(1) << 18)) {  // 1 MiB more read past the packed size
+                release_pages(pool_ + released, (end - released) * sizeof(u32));
+                released = end;
             }
-            std::memmove(pool_ + at, pool_ + l->off, size_t(l->len) * sizeof(u32));
-            l->off = u32(at);
-            l->cls = kExact;
-            at += l->len;
         }
         for (auto &f : free_) std::vector<u32>().swap(f);
         size_ = in_use_ = at;
+        kept_ = 0;
         reserve(std::max<size_t>(size_ + size_ / 4, 1024));  // shrinks: the tail pages are unmapped
     }
 
     void clear() {
         std::free(pool_);
         pool_ = nullptr;
-        size_ = cap_ = in_use_ = 0;
+        size_ = cap_ = in_use_ = kept_ = 0;
         for (auto &f : free_) std::vector<u32>().swap(f);
     }
 
+    // The pool's resident bytes, about: the blocks in use and the freed blocks whose pages were
+    // kept (see give_back), and the free lists.
     size_t bytes() const {
-        size_t n = size_ * sizeof(u32);
+        size_t n = (in_use_ + kept_) * sizeof(u32);
         for (const auto &f : free_) n += f.capacity() * sizeof(u32);
         return n;
     }
+    size_t pool_bytes() const { return size_ * sizeof(u32); }  // all blocks, freed or not
 
   private:
     static constexpr u8 kMaxClass = 31;
@@ -218,6 +233,7 @@ class WordLists {
         if (!free_[cls].empty()) {
             off = free_[cls].back();
             free_[cls].pop_back();
+            if (cls < kReleaseClass) kept_ -= size_t(1) << cls;
         } else {
             const size_t size = size_t(1) << cls;
             if (size_ + size > kNone) throw std::overflow_error("more than 2^32 - 1 pair -> word entries");
@@ -232,16 +248,19 @@ class WordLists {
         in_use_ += size_t(1) << cls;
     }
 
-    // An exact block becomes a hole until the next compact (only blocks of a power-of-two size
-    // are reused); at the top of the pool it is simply cut off.
+    // A freed power-of-two block goes to the free list of its size; an exact block becomes a hole
+    // until the next compact (only power-of-two blocks are reused). A block of 2^kReleaseClass
+    // entries or more has its pages given back to the OS at once (they are mapped again, zero,
+    // when a list reuses the block). Why: merging frees the lists of the pairs it merges, the
+    // largest of all early on (the first merges take lists of millions of words), and a freed
+    // block is reused only by a list of its own size, so without this the pool stayed resident
+    // at its largest until a compaction (50 M words: ~36 B a word when about half was free).
     void give_back(const List &l) {
-        if (l.cls != kExact) {
-            free_[l.cls].push_back(l.off);
-            in_use_ -= size_t(1) << l.cls;
-            return;
-        }
-        in_use_ -= l.len;
-        if (size_t(l.off) + l.len == size_) size_ = l.off;
+        const size_t n = l.cls == kExact ? l.len : size_t(1) << l.cls;
+        in_use_ -= n;
+        if (l.cls != kExact) free_[l.cls].push_back(l.off);
+        if (n >= (size_t(1) << kReleaseClass)) release_pages(pool_ + l.off, n * sizeof(u32));
+        else kept_ += n;
     }
 
     // Why malloc/realloc and not a std::vector: the pool is tens of MB, and realloc moves a large
@@ -255,9 +274,11 @@ class WordLists {
 
     }
 
+    static constexpr u8 kReleaseClass = 14;  // 64 KiB: 16 pages, a system call is cheap beside them
     u32 *pool_ = nullptr;
     size_t size_ = 0, cap_ = 0;
-    size_t in_use_ = 0;  // entries in blocks that lists hold (size_ - in_use_ are in free_)
+    size_t in_use_ = 0;  // entries in blocks that lists hold (the rest are free blocks and holes)
+    size_t kept_ = 0;    // entries in free blocks and holes whose pages were kept (small ones)
     std::vector<u32> free_[kMaxClass + 1];
 };
 

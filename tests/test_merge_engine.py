@@ -328,6 +328,28 @@ def test_a_word_costs_a_16_byte_header_and_the_first_lists_are_exact(en_counts):
 
 
 @needs_native
+def test_a_merged_pairs_large_list_is_given_back_at_once():
+    """Merging a pair frees its list of words, and a block of 2**14 entries or more gives its
+    pages back to the OS at once rather than at the next compaction of the pool: the engine's
+    account of its lists drops by the list. 40 K words "ab" + two bytes, no pair made with "ab"
+    counted (max_token_length 2), so the merge adds no list; with their two bytes reversed as
+    more words, 55 K pairs grow the pair index past its first size (rebuilt from the slots).
+    The merges are Python's."""
+    tails = [bytes([x, y]) for x in range(100, 256) for y in range(256)]  # no "ab" in them
+    counts = {b"ab" + t: 1 for t in tails} | {t[::-1]: 1 for t in tails}
+    args = (byte_vocab(), SPECIALS, SPECIALS + 256, 0)
+    e = new_engine(rows_of(counts), *args, "native", max_token_length=2)
+    python = new_engine(rows_of(counts), *args, "python", max_token_length=2)
+    before = e._e.memory["word_lists"]
+    assert before == 4 * e._e.index_entries
+    merges = e.step(1)
+    assert as_bytes(e, merges) == [(b"a", b"b", len(tails))]
+    assert e._e.memory["word_lists"] == before - 4 * len(tails) == 4 * e._e.index_entries
+    assert as_bytes(python, python.step(1) + python.step(30)) == as_bytes(e, merges + e.step(30))
+    assert e.pair_counts() == python.pair_counts()
+
+
+@needs_native
 def test_a_malformed_packed_counter_is_a_value_error():
     from bpe_store import _core
 

@@ -210,11 +210,16 @@ class MergeEngine {
         const u32 c = ar_[o + kCount];
         return c != kNone ? i64(c) : big_counts_.at(u32(o));
     }
-    // Shortens the word at offset o to `len` tokens: the freed tail becomes padding.
+    // Shortens the word at offset o to `len` tokens: the freed tail becomes padding. Why the
+    // first cell apart: a merge mostly frees one cell, and compilers turn the loop into a call
+    // of memset, which cost ~20 % of the merge loop when made for every rewritten word.
     void shorten(size_t o, u32 len) {
+        u32 *t = &ar_[o + kHdr];
         const u32 old = ar_[o + kLen];
-        for (u32 k = len; k < old; ++k) ar_[o + kHdr + k] = kPad;
         ar_[o + kLen] = len;
+        if (len >= old) return;
+        t[len] = kPad;
+        for (u32 k = len + 1; k < old; ++k) t[k] = kPad;
     }
     // The offset of the word after the one at o (ar_.size() after the last): past its tokens
     // and the padding its merges left (no token, and no word's first cell, is kPad).

@@ -46,6 +46,19 @@
 //   by key for B-tree locality, and pairs whose count is back to what the store holds are
 //   skipped, so Python never loops over hundreds of thousands of rows itself.
 //
+// Memory per distinct word: what a word costs the engine (50 M synthetic words -> 64K merges,
+// `bench/bench_merge_words.py`; bench/RESULTS-scale.md has the runs), and why that size:
+//   tokens           39 B  u32 ids (~9.8 a word): a 64K vocabulary does not fit 16 bits
+//   word header      16 B  length, stamp, 32-bit count (escape for 4 G+), store id (see ar_)
+//   pair -> words    35 B when built, ~9 B at the end (resident): exact-size blocks at first,
+//                          freed large blocks' pages given back at once (WordLists)
+//   pair slots       35 B  34 B per pair ever seen, ~1 pair per word (Slot)
+//   pair index       11 B  8-byte cells at load <= 3/4 (PairIndex)
+//   heap             16 B  12-byte entries, ~1.4 per word with the stale ones (HeapEntry)
+//   changed          8 B   words and pairs changed since the last checkpoint (none taken here)
+// The process's peak (reading the rows, building, merging) is ~146 B a word; before these
+// layouts it was 177.
+//
 // Native code never prints; errors surface as Python exceptions.
 //
 // The files, by what they do:

@@ -32,6 +32,21 @@ inline u64 pair_key(u32 a, u32 b) { return (u64(a) << 32) | b; }
 // the peak fell from 215 to 151 MB with the threshold fixed. Cheap: a walk over the free lists.
 void release_free_memory();  // merge_engine.cpp
 
+// Gives the whole pages inside [p, p + bytes) back to the OS (Linux: MADV_DONTNEED); they read
+// as zero when next touched. For freed parts of a large array the process keeps (the pair ->
+// words pool): RSS, not the address space, is what a run pays for. Elsewhere nothing.
+inline void release_pages(void *p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_DONTNEED)
+    constexpr uintptr_t kPage = 4096;  // whole pages of any larger page size are whole 4 KiB pages too
+    const uintptr_t lo = (uintptr_t(p) + kPage - 1) & ~(kPage - 1);
+    const uintptr_t hi = (uintptr_t(p) + bytes) & ~(kPage - 1);
+    if (hi > lo) madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_DONTNEED);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
 // A growable array of trivially copyable T on malloc/realloc. Why not std::vector for the arrays
 // that grow while merging (pair slots, heap): a vector grows by copying into a new buffer while
 // the old one is still held, which made the peak of a run (22 MB of slots copied at once on

@@ -114,14 +114,19 @@ MergeEngine::MergeEngine(nb::bytes packed, i64 first_id, nb::list token_bytes, u
 }
 
 // The same from the store's rows read by the native connection (StoreDb.read_word_rows): a
-// resume builds the engine without a Python tuple per word (see store_db.h's WordRows).
-MergeEngine::MergeEngine(const WordRows &rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,
+// resume builds the engine without a Python tuple per word (see store_db.h's WordRows). The
+// rows are emptied once loaded. Why: the words are then in the arena, and the buffer (34 bytes
+// a word at 50 M words, 1.7 GB) would otherwise stay alive through the pair count until the
+// caller dropped it, on top of the lists that count makes.
+MergeEngine::MergeEngine(WordRows &rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,
             i64 min_count, u64 max_token_length, nb::bytes replay)
     : first_merge_id_(first_merge_id), next_rank_(next_rank), min_count_(min_count),
       max_len_(max_token_length) {
     check_limits(next_rank, min_count);
     load_vocab(token_bytes);
     load_rows(BufferRows{rows}, n_specials);
+    std::vector<uint8_t>().swap(rows.data);
+    rows.n = 0;
     build(n_specials, replay);
 }
 
@@ -225,7 +230,7 @@ void MergeEngine::load_rows(const Rows &rows, u32 n_specials) {
             }
             if (!ok || at != nbytes) {
                 if (bad_word_ < 0) bad_word_ = i64(i);
-                ar_[pos + kLen] = 0;  // the caller refuses the store; keep the engine memory-safe
+                shorten(pos, 0);  // the caller refuses the store; keep the engine memory-safe
             }
         }
         pos += kHdr + cap;
@@ -240,47 +245,74 @@ void MergeEngine::alloc_arena(size_t total, size_t words) {
     n_words_ = words;
 }
 
-// Counts every pair of every word, and lists each word once under each pair it holds.
-// Why a dense table for pairs of two bytes: when counting is just over (and on a resume before
-// the first merge checkpoint) every word is still its bytes, and the pair index's hash probe
-// and tag check were a third of this loop (a 2 GB corpus: 2.65 M words, 13 M pairs); the
-// table (256 KiB) stays in cache. Slots are still made in first-seen order, as before. Why
-// the seen-slots list: a word lists itself under a pair once; checking the list's last entry
-// instead (WordLists::add) was half of this loop in cache misses.
-void MergeEngine::build_pairs(u32 n_specials) {
-    constexpr u32 kDenseSide = 256, kLocal = 32;
-    const u32 base = n_specials;
-    std::vector<u32> dense(kDenseSide * kDenseSide, kNone);
-    u32 seen[kLocal];
-    for (size_t o = 0; o < ar_.size(); o = next_word(o)) {
-        const u32 w = u32(o);  // a word is known by its offset in the arena
-        const u32 *p = &ar_[o + kHdr];
-        const i64 c = count_at(o);
-        const u32 n = ar_[o + kLen];
-        u32 nseen = 0;
-        for (u32 i = 0; i + 1 < n; ++i) {
-            const u32 x = p[i], y = p[i + 1];
-            if (too_long(x, y)) continue;
-            u32 s;
-            const u32 dx = x - base, dy = y - base;  // wraps to large for ids below base
-            if (dx < kDenseSide && dy < kDenseSide) {
-                u32 &d = dense[dx * kDenseSide + dy];
-                if (d == kNone) d = slot_of(x, y);
-                s = d;
-            } else {
-                s = slot_of(x, y);
-            }
-            slots_[s].count += c;
-            if (n - 1 > kLocal) {
-                add_where(s, w);
-                continue;
-            }
-            bool listed = false;
-            for (u32 k = 0; k < nseen; ++k) listed |= seen[k] == s;
-            if (listed) continue;
-            seen[nseen++] = s;
-            lists_.append(slots_[s].where, w);
+// The slots of the pairs of the word at offset o, one per pair in order (pairs too long left
+// out), into `occ`; makes the slots of pairs not seen before. Why a dense table for pairs of two
+// bytes: when counting is just over (and on a resume before the first merge checkpoint) every
+// word is still its bytes, and the pair index's hash probe and tag check were a third of the
+// first pair count (a 2 GB corpus: 2.65 M words, 13 M pairs); the table (256 KiB) stays in
+// cache. Slots are made in first-seen order.
+void MergeEngine::word_pair_slots(size_t o, u32 base, std::vector<u32> &dense, std::vector<u32> &occ) {
+    const u32 *p = &ar_[o + kHdr];
+    const u32 n = ar_[o + kLen];
+    occ.clear();
+    for (u32 i = 0; i + 1 < n; ++i) {
+        const u32 x = p[i], y = p[i + 1];
+        if (too_long(x, y)) continue;
+        const u32 dx = x - base, dy = y - base;  // wraps to large for ids below base
+        if (dx < kDenseSide && dy < kDenseSide) {
+            u32 &d = dense[dx * kDenseSide + dy];
+            if (d == kNone) d = slot_of(x, y);
+            occ.push_back(d);
+        } else {
+            occ.push_back(slot_of(x, y));
         }
+    }
+}
+
+namespace {
+
+// Leaves each slot of `occ` once (in any order: a word is listed once under each of its pairs).
+// Why a scan for short words: most words hold a handful of pairs, and sorting them cost more.
+void distinct_slots(std::vector<u32> &occ) {
+    constexpr size_t kShort = 32;
+    if (occ.size() > kShort) {
+        std::sort(occ.begin(), occ.end());
+        occ.erase(std::unique(occ.begin(), occ.end()), occ.end());
+        return;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < occ.size(); ++i) {
+        bool seen = false;
+        for (size_t j = 0; j < k; ++j) seen |= occ[j] == occ[i];
+        if (!seen) occ[k++] = occ[i];
+    }
+    occ.resize(k);
+}
+
+}  // namespace
+
+// Counts every pair of every word, and lists each word once under each pair it holds, in two
+// passes over the words: the first counts the pairs and how many words hold each (in the
+// list's len, the lists being empty), the second lists the words in blocks of exactly that size
+// (WordLists::place_exact says why). A word's offset is its name in the lists.
+void MergeEngine::build_pairs(u32 n_specials) {
+    std::vector<u32> dense(kDenseSide * kDenseSide, kNone), occ;
+    for (size_t o = 0; o < ar_.size(); o = next_word(o)) {
+        word_pair_slots(o, n_specials, dense, occ);
+        const i64 c = count_at(o);
+        for (u32 s : occ) slots_[s].count += c;
+        distinct_slots(occ);
+        for (u32 s : occ) ++slots_[s].where.len;
+    }
+    size_t entries = 0;
+    for (const Slot &s : slots_) entries += s.where.len;
+    lists_.reserve_more(entries);
+    for (Slot &s : slots_)
+        if (s.where.len != 0) lists_.place_exact(s.where, s.where.len);
+    for (size_t o = 0; o < ar_.size(); o = next_word(o)) {
+        word_pair_slots(o, n_specials, dense, occ);
+        distinct_slots(occ);
+        for (u32 s : occ) lists_.fill(slots_[s].where, u32(o));
     }
     heap_.reserve(slots_.size());
     for (u32 s = 0; s < slots_.size(); ++s) {
@@ -288,7 +320,6 @@ void MergeEngine::build_pairs(u32 n_specials) {
         if (slots_[s].count > 0) heap_.push_back({slots_[s].count, s});
     }
     std::make_heap(heap_.begin(), heap_.end(), HeapLess{this});
-    if (lists_.fragmented()) compact_lists();
 }
 
 }  // namespace bpe::merge

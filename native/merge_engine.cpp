@@ -67,6 +67,7 @@ nb::dict MergeEngine::memory() const {
     d["word_lists"] = lists_.bytes();
     d["pair_index"] = index_.bytes();
     d["heap"] = heap_.capacity() * sizeof(HeapEntry);
+    d["changed"] = (changed_words_.capacity() + changed_pairs_.capacity()) * sizeof(u32);
     return d;
 }
 
@@ -104,10 +105,10 @@ void register_merge_engine(nb::module_ &m) {
              nb::arg("token_bytes"), nb::arg("n_specials"), nb::arg("first_merge_id"), nb::arg("next_rank"),
              nb::arg("min_count") = 1, nb::arg("max_token_length") = 0,
              "The same from packed counts (WordCounter.pack): words still single bytes, ids from first_id.")
-        .def(nb::init<const WordRows &, nb::list, u32, u32, i64, i64, u64, nb::bytes>(), nb::arg("rows"),
+        .def(nb::init<WordRows &, nb::list, u32, u32, i64, i64, u64, nb::bytes>(), nb::arg("rows"),
              nb::arg("token_bytes"), nb::arg("n_specials"), nb::arg("first_merge_id"), nb::arg("next_rank"),
              nb::arg("min_count") = 1, nb::arg("max_token_length") = 0, nb::arg("replay") = nb::bytes("", 0),
-             "The same from the store's rows read natively (StoreDb.read_word_rows).")
+             "The same from the store's rows read natively (StoreDb.read_word_rows), emptied once loaded.")
         .def("step", &MergeEngine::step, nb::arg("max_merges"),
              "Learn up to max_merges merges: [(rank, left, right, token, count)]; fewer only when exhausted.")
         .def("take_checkpoint_rows", &MergeEngine::take_checkpoint_rows,

@@ -46,6 +46,19 @@
 //   by key for B-tree locality, and pairs whose count is back to what the store holds are
 //   skipped, so Python never loops over hundreds of thousands of rows itself.
 //
+// Memory per distinct word: what a word costs the engine (50 M synthetic words -> 64K merges,
+// `bench/bench_merge_words.py`; bench/RESULTS-scale.md has the runs), and why that size:
+//   tokens           39 B  u32 ids (~9.8 a word): a 64K vocabulary does not fit 16 bits
+//   word header      16 B  length, stamp, 32-bit count (escape for 4 G+), store id (see ar_)
+//   pair -> words    35 B when built, ~9 B at the end (resident): exact-size blocks at first,
+//                          freed large blocks' pages given back at once (WordLists)
+//   pair slots       35 B  34 B per pair ever seen, ~1 pair per word (Slot)
+//   pair index       11 B  8-byte cells at load <= 3/4 (PairIndex)
+//   heap             16 B  12-byte entries, ~1.4 per word with the stale ones (HeapEntry)
+//   changed          8 B   words and pairs changed since the last checkpoint (none taken here)
+// The process's peak (reading the rows, building, merging) is ~147 B a word (was 168 with
+// 24-byte headers and power-of-two first lists, 177 before slots and heap entries were packed).
+//
 // Native code never prints; errors surface as Python exceptions.
 //
 // The files, by what they do:
@@ -132,8 +145,9 @@ class MergeEngine {
     // one still single bytes, ids first_id, first_id + 1, ... in their order).
     MergeEngine(nb::bytes packed, i64 first_id, nb::list token_bytes, u32 n_specials, u32 first_merge_id,
                 i64 next_rank, i64 min_count, u64 max_token_length);
-    // The same from the store's rows read by the native connection (StoreDb.read_word_rows).
-    MergeEngine(const WordRows &rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,
+    // The same from the store's rows read by the native connection (StoreDb.read_word_rows),
+    // which it empties once their words are loaded.
+    MergeEngine(WordRows &rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,
                 i64 min_count, u64 max_token_length, nb::bytes replay);
 
     // ---- catching up with logged merges (merge_replay.cpp) ----------------------------------
@@ -191,20 +205,42 @@ class MergeEngine {
     void load_words(nb::list rows, u32 n_specials);
     void alloc_arena(size_t total, size_t words);
     void build_pairs(u32 n_specials);
+    static constexpr u32 kDenseSide = 256;  // build_pairs' dense table: pairs of two byte tokens
+    void word_pair_slots(size_t o, u32 base, std::vector<u32> &dense, std::vector<u32> &occ);
 
     // Writes the header of the word at offset o (its tokens follow; its stamp starts at 0).
     void start_word(size_t o, u32 len, i64 count, u32 id) {
         ar_[o + kLen] = len;
-        ar_[o + kCap] = len;
-        std::memcpy(&ar_[o + kCount], &count, sizeof count);
         ar_[o + kId] = id;
+        if (u64(count) < kNone) {
+            ar_[o + kCount] = u32(count);
+        } else {  // rare (a word counted 4 G times): see big_counts_
+            ar_[o + kCount] = kNone;
+            big_counts_.emplace(u32(o), count);
+        }
     }
     i64 count_at(size_t o) const {
-        i64 c;
-        std::memcpy(&c, &ar_[o + kCount], sizeof c);
-        return c;
+        const u32 c = ar_[o + kCount];
+        return c != kNone ? i64(c) : big_counts_.at(u32(o));
     }
-    size_t next_word(size_t o) const { return o + kHdr + ar_[o + kCap]; }
+    // Shortens the word at offset o to `len` tokens: the freed tail becomes padding. Why the
+    // first cell apart: a merge mostly frees one cell, and compilers turn the loop into a call
+    // of memset, which cost ~20 % of the merge loop when made for every rewritten word.
+    void shorten(size_t o, u32 len) {
+        u32 *t = &ar_[o + kHdr];
+        const u32 old = ar_[o + kLen];
+        ar_[o + kLen] = len;
+        if (len >= old) return;
+        t[len] = kPad;
+        for (u32 k = len + 1; k < old; ++k) t[k] = kPad;
+    }
+    // The offset of the word after the one at o (ar_.size() after the last): past its tokens
+    // and the padding its merges left (no token, and no word's first cell, is kPad).
+    size_t next_word(size_t o) const {
+        size_t p = o + kHdr + ar_[o + kLen];
+        while (p < ar_.size() && ar_[p] == kPad) ++p;
+        return p;
+    }
 
     // Whether merging (a, b) would make a token longer than max_token_length: such a pair is
     // never counted. Token bytes never change, so a pair is too long always or never.
@@ -221,8 +257,6 @@ class MergeEngine {
         if (inserted) slots_.push_back(Slot{a, b, 0, 0, {}, 0});
         return s;
     }
-
-    void add_where(u32 s, u32 w) { lists_.add(slots_[s].where, w); }
 
     // Heap order: count, then (bytes_left, bytes_right) compared as a pair (CS336 tie-break).
     struct HeapLess {
@@ -274,18 +308,28 @@ class MergeEngine {
     bool rewrite_pairs_ = false;  // see build()
 
     // words: ONE arena of u32, each word a header then its tokens, in store id order; a word is
-    // known by its offset (the pair -> words lists and the changed words hold offsets). Header:
-    // current length, stamp (the merge that last visited it; kChangedBit: listed in
-    // changed_words_), count (64-bit, two halves), store id, capacity (its length when loaded:
-    // words only shrink, so the next word starts kHdr + capacity on).
+    // known by its offset (the pair -> words lists and the changed words hold offsets). Header
+    // (16 bytes): current length, stamp (the merge that last visited it; kChangedBit: listed in
+    // changed_words_), count, store id. Merging only shortens a word, and the tokens it frees are
+    // overwritten with kPad, which is how a walk finds the next word.
     // Why headers inline, not records in an array beside the tokens: a merge visits its words at
     // random, and a record pointing to the tokens made two dependent cache misses per word (the
     // record, then the tokens); here it is one, and one prefetch covers it (as gigabpe's arena).
-    static constexpr u32 kLen = 0, kStamp = 1, kCount = 2, kId = 4, kCap = 5, kHdr = 6;
+    // Why 16 bytes, not 24: the header is paid for every distinct word (50 M words: 0.8 GB at
+    // 16). The count is 32-bit with an escape (kNone: the count is in big_counts_), since only a
+    // handful of words are ever counted 4 G times, and the word's capacity (its length when
+    // loaded) is not kept: padding marks the end instead, and only walks over the whole arena
+    // (checkpoints, the stamps' wrap) read it, never a merge.
+    static constexpr u32 kLen = 0, kStamp = 1, kCount = 2, kId = 3, kHdr = 4;
+    static constexpr u32 kPad = kNone;  // a freed token; ids and lengths are below kNone
     static constexpr u32 kChangedBit = 0x80000000u;
+    std::unordered_map<u32, i64> big_counts_;  // arena offset -> count, for counts >= kNone
     BigArray<u32> ar_;
     size_t n_words_ = 0;
-    std::vector<u32> changed_words_;
+    // Why PodVecs (changed_words_, changed_pairs_): between checkpoints they grow to about one
+    // entry per word and per pair (50 M words: ~0.2 GB each); a vector doubled into a copy,
+    // holding three times that at once.
+    PodVec<u32> changed_words_;
     u32 stamp_ = 0;
 
     // pairs, by slot. Why one struct: a pair update reads count, mark and word list together,
@@ -308,7 +352,7 @@ class MergeEngine {
     WordLists lists_;
     PairIndex index_;
     PodVec<Slot> slots_;
-    std::vector<u32> changed_pairs_;
+    PodVec<u32> changed_pairs_;
     PodVec<HeapEntry> heap_;
 
     StepWork work_;  // the merge being applied: its pair changes (see apply())

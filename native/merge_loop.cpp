@@ -91,11 +91,16 @@ void MergeEngine::finish() {
 }
 
 // Only between merges: apply() holds a list outside its slot while it runs.
+// Why counted first: the ids are reserved at their exact number (a vector doubling as it grows
+// held up to 4 times their bytes at once, at the moment of the pool's largest).
 void MergeEngine::compact_lists() {
-    std::vector<WordLists::List *> lists;
-    for (Slot &s : slots_)
-        if (s.where.has_block()) lists.push_back(&s.where);
-    lists_.compact(lists);
+    size_t n = 0;
+    for (const Slot &s : slots_) n += s.where.has_block();
+    std::vector<u32> ids;
+    ids.reserve(n);
+    for (u32 s = 0; s < slots_.size(); ++s)
+        if (slots_[s].where.has_block()) ids.push_back(s);
+    lists_.compact(ids, [this](u32 s) -> WordLists::List & { return slots_[s].where; });
 }
 
 void MergeEngine::heap_push(i64 count, u32 slot) {
@@ -232,7 +237,7 @@ void MergeEngine::merge_word(StepWork &work, u32 w, u32 a, u32 b, u32 t) {
         if (next >= n) break;
         i = next;
     }
-    ar_[w + kLen] = m;
+    shorten(w, m);
     if (!(ar_[w + kStamp] & kChangedBit)) {
         ar_[w + kStamp] |= kChangedBit;
         work.changed.push_back(w);

@@ -181,7 +181,7 @@ void MergeEngine::replay_words(const std::vector<u32> &log, u32 base) {
             if (len < 2) continue;
             const u32 merged = replay_word(ranks, &ar_[o + kHdr], len, rk);
             if (merged == kNone) continue;
-            ar_[o + kLen] = merged;
+            shorten(o, merged);
             ar_[o + kStamp] |= kChangedBit;
             changed.push_back(u32(o));
         }
@@ -189,13 +189,15 @@ void MergeEngine::replay_words(const std::vector<u32> &log, u32 base) {
     // split at the first word past half the arena: the halves hold about as many tokens
     size_t mid = 0;
     while (mid < ar_.size() && mid < ar_.size() / 2) mid = next_word(mid);
-    std::vector<u32> second;
+    std::vector<u32> first, second;
     const bool two = n_words_ >= 100000 && std::thread::hardware_concurrency() > 1;
     std::thread other;
     if (two) other = std::thread([&] { run(mid, ar_.size(), second); });
-    run(0, two ? mid : ar_.size(), changed_words_);
+    run(0, two ? mid : ar_.size(), first);
     if (two) other.join();
-    changed_words_.insert(changed_words_.end(), second.begin(), second.end());
+    changed_words_.reserve(changed_words_.size() + first.size() + second.size());
+    for (u32 o : first) changed_words_.push_back(o);
+    for (u32 o : second) changed_words_.push_back(o);
 }
 
 }  // namespace bpe::merge

@@ -158,8 +158,8 @@ nb::tuple MergeEngine::take_changes() {
 
 // The changed words' offsets in arena order (= store id order: B-tree friendly), flags cleared.
 std::vector<u32> MergeEngine::take_changed_words() {
-    std::vector<u32> out;
-    out.swap(changed_words_);
+    std::vector<u32> out(changed_words_.begin(), changed_words_.end());
+    changed_words_.release();
     if (out.size() >= n_words_ / 8) {
         // Why a walk: when many words changed (the final checkpoint: nearly all of them),
         // one pass over the arena in order reads it sequentially, where sorting the offsets
@@ -193,7 +193,7 @@ std::vector<u32> MergeEngine::take_changed_pairs(bool skip_unchanged) {
         }
         keyed.emplace_back(pair_key(slots_[s].left, slots_[s].right), s);
     }
-    std::vector<u32>().swap(changed_pairs_);
+    changed_pairs_.release();
     std::sort(keyed.begin(), keyed.end());
     std::vector<u32> out;
     out.reserve(keyed.size());

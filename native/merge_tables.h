@@ -38,7 +38,8 @@ class PairIndex {
         }
     }
 
-    // The slot of `key`, inserting `fresh` if absent (`inserted` tells which happened).
+    // The slot of `key`, inserting `fresh` if absent (`inserted` tells which happened). Slots are
+    // inserted in order: `fresh` is the number of slots inserted so far (see rehash).
     template <class KeyOf>
     u32 find_or_insert(u64 key, u32 fresh, bool &inserted, const KeyOf &key_of) {
         if ((size_ + 1) * 4 > cells_.size() * 3) rehash(cells_.size() * 2, key_of);  // load <= 3/4
@@ -75,17 +76,20 @@ class PairIndex {
         u64 h = key * 0x9E3779B97F4A7C15ull;
         return h ^ (h >> 29);
     }
+    // Every slot 0 .. size_ - 1 is in the table (a slot is inserted once, when it is made), so
+    // the larger table is filled from the slots' keys, not from the old cells. Why: the old table
+    // is freed first, not held beside the new one (at 50 M words the step from 2^25 to 2^26
+    // cells held 0.25 GB more at once), and the slots are read in order.
     template <class KeyOf>
     void rehash(size_t cap, const KeyOf &key_of) {
-        std::vector<Cell> old;
-        old.swap(cells_);
+        std::vector<Cell>().swap(cells_);
         cells_.assign(cap, Cell{0, kNone});
         mask_ = cap - 1;
-        for (const Cell &c : old) {
-            if (c.slot == kNone) continue;
-            size_t i = hash(key_of(c.slot)) & mask_;
+        for (size_t s = 0; s < size_; ++s) {
+            const u64 h = hash(key_of(u32(s)));
+            size_t i = h & mask_;
             while (cells_[i].slot != kNone) i = (i + 1) & mask_;
-            cells_[i] = c;
+            cells_[i] = Cell{u32(h >> 32), u32(s)};
         }
     }
 
@@ -99,17 +103,21 @@ class PairIndex {
 };
 
 // The pair -> words lists of all slots in ONE pool of u32, in blocks of 2^k entries recycled
-// through a free list per size. Why not a std::vector per slot: 24 bytes of header in every slot
-// plus a heap allocation (16 more bytes and a pointer chase) per pair; enwiki-100M has ~555 K
-// pairs and 3.2 M list entries, zhwiki-20M 2.65 M pairs and 13.5 M entries.
+// through a free list per size, or in exact-size blocks (see place_exact). Why not a std::vector
+// per slot: 24 bytes of header in every slot plus a heap allocation (16 more bytes and a pointer
+// chase) per pair; enwiki-100M has ~555 K pairs and 3.2 M list entries, zhwiki-20M 2.65 M pairs
+// and 13.5 M entries.
 class WordLists {
   public:
+    static constexpr u8 kExact = 0xFF;  // List::cls of an exact-size block: it holds len entries
     // Packed (9 bytes): it sits in every pair slot (see MergeEngine::Slot).
     struct __attribute__((packed)) List {
         u32 off = 0;   // first entry in the pool
         u32 len = 0;   // entries in use
-        u8 cls = 0;    // capacity 2^cls entries; 0 with len 0: no block
+        u8 cls = 0;    // capacity 2^cls entries, or len (kExact); 0 with len 0: no block
         bool has_block() const { return len != 0 || cls != 0; }
+        // An exact block is always full: nothing is appended to it without moving it first.
+        bool full() const { return cls == kExact || len == (u32(1) << cls); }
     };
 
     WordLists() = default;
@@ -119,19 +127,34 @@ class WordLists {
 
     const u32 *data(const List &l) const { return pool_ + l.off; }
 
-    // Appends w unless it is already the last entry (a word adding several pairs in one visit).
-    void add(List &l, u32 w) {
-        if (l.len != 0 && pool_[l.off + l.len - 1] == w) return;
-        append(l, w);
-    }
-
-    // Appends w without reading the last entry: the caller knows it is not w, or accepts a repeat
-    // (apply() skips a word listed twice by its stamp). Why: the last entries of the lists are
+    // Appends w (without reading the last entry: the caller knows it is not w, or accepts a
+    // repeat, which apply() skips by the word's stamp). Why: the last entries of the lists are
     // scattered over tens of MB, so reading one is a cache miss, and a load that misses stalls
     // where a store does not (half of the first pair count, a third of adding a merge's changes).
     void append(List &l, u32 w) {
-        if (!l.has_block() || l.len == (u32(1) << l.cls)) grow(l);
+        if (!l.has_block() || l.full()) grow(l);
         pool_[l.off + l.len++] = w;
+    }
+
+    // Gives the empty list l a block of exactly n entries at the end of the pool, filled by
+    // fill() (n times) before anything else touches the pool. Why exact: the first pair count
+    // lists every word under each pair it holds (~9 entries a word), and in power-of-two blocks
+    // that was 1.5 times the entries (50 M words: 2.7 GB of blocks for 1.8 GB of entries), the
+    // largest part of the engine when merging starts. Moved to a power-of-two block (its old
+    // block left a hole, reclaimed by compact) when it grows, which the lists of pairs that
+    // are merged away never do.
+    void place_exact(List &l, u32 n) {
+        if (size_ + n > kNone) throw std::overflow_error("more than 2^32 - 1 pair -> word entries");
+        if (size_ + n > cap_) reserve(std::max(size_ + n, cap_ + cap_ / 2 + 1024));
+        l = List{u32(size_), 0, kExact};
+        size_ += n;
+        in_use_ += n;
+    }
+    void fill(List &l, u32 w) { pool_[l.off + l.len++] = w; }
+    // Room for n more entries, allocated at once (before a run of place_exact).
+    void reserve_more(size_t n) {
+        if (size_ + n > kNone) throw std::overflow_error("more than 2^32 - 1 pair -> word entries");
+        if (size_ + n > cap_) reserve(size_ + n);
     }
 
     // Gives the list's block back (the list is empty after).
@@ -144,50 +167,73 @@ class WordLists {
     // only reused by lists of their own size, so merging leaves many behind).
     bool fragmented() const { return size_ > (size_t(1) << 20) && size_ > 2 * in_use_; }
 
-    // Packs the blocks of `lists` (every list with a block, each exactly once, none being
-    // iterated) to the front of the pool, each in the smallest block that holds it, and gives
-    // the rest of the pool back to the OS. In place: blocks only move down, in pool order.
-    // Why sorted in place, not a sorted copy: at 50 M words there are tens of millions of lists,
-    // and a copy of their pointers was ~0.3 GB more at the moment of a run's peak.
-    void compact(std::vector<List *> &lists) {
-        std::sort(lists.begin(), lists.end(), [](const List *x, const List *y) { return x->off < y->off; });
-        size_t at = 0;
-        for (List *l : lists) {
-            u8 cls = 1;
-            while ((u32(1) << cls) < l->len) ++cls;
-            if (l->len != 0) std::memmove(pool_ + at, pool_ + l->off, size_t(l->len) * sizeof(u32));
-            l->off = u32(at);
-            l->cls = cls;
-            at += size_t(1) << cls;
+    // Packs the blocks of the lists `ids` names (list_of(id): the list; every list with a block,
+    // each exactly once, none being iterated) to the front of the pool, each in an exact-size
+    // block, and gives the rest of the pool back to the OS. In place: blocks only move down, in
+    // pool order. Why ids sorted in place, not pointers or a sorted copy: at 50 M words there
+    // are tens of millions of lists, and 4 bytes each is what this costs at a run's peak.
+    // Why exact blocks, not the smallest power of two that holds each: most lists get no entry
+    // after a compaction (their pairs are merged away or stop changing), and power-of-two blocks
+    // made the pool ~1.4 times its entries again right after it was packed.
+    // Why the pages past the packed size are given back as the packing passes them: the blocks
+    // written below refill pages that were given back (holes), and without this the pool was
+    // resident twice over until the end (at 5 M words, 8 B a word more at the run's peak).
+    template <class ListOf>
+    void compact(std::vector<u32> &ids, const ListOf &list_of) {
+        std::sort(ids.begin(), ids.end(), [&](u32 x, u32 y) { return list_of(x).off < list_of(y).off; });
+        size_t total = 0;
+        for (u32 id : ids) total += list_of(id).len;
+        size_t at = 0, released = total;  // pool_[total, released) is given back
+        for (u32 id : ids) {
+            List &l = list_of(id);
+            const size_t end = size_t(l.off) + l.len;
+            if (l.len != 0) std::memmove(pool_ + at, pool_ + l.off, size_t(l.len) * sizeof(u32));
+            l = l.len == 0 ? List{} : List{u32(at), l.len, kExact};  // an empty block (none are made): none
+            at += l.len;
+            if (end >= released + (size_t(1) << 18)) {  // 1 MiB more read past the packed size
+                release_pages(pool_ + released, (end - released) * sizeof(u32));
+                released = end;
+            }
         }
         for (auto &f : free_) std::vector<u32>().swap(f);
         size_ = in_use_ = at;
+        kept_ = 0;
         reserve(std::max<size_t>(size_ + size_ / 4, 1024));  // shrinks: the tail pages are unmapped
     }
 
     void clear() {
         std::free(pool_);
         pool_ = nullptr;
-        size_ = cap_ = in_use_ = 0;
+        size_ = cap_ = in_use_ = kept_ = 0;
         for (auto &f : free_) std::vector<u32>().swap(f);
     }
 
+    // The pool's resident bytes, about: the blocks in use and the freed blocks whose pages were
+    // kept (see give_back), and the free lists.
     size_t bytes() const {
-        size_t n = size_ * sizeof(u32);
+        size_t n = (in_use_ + kept_) * sizeof(u32);
         for (const auto &f : free_) n += f.capacity() * sizeof(u32);
         return n;
     }
+    size_t pool_bytes() const { return size_ * sizeof(u32); }  // all blocks, freed or not
 
   private:
     static constexpr u8 kMaxClass = 31;
     void grow(List &l) {
-        // first block: 2 entries (cls 1; cls 0 with len 0 means "no block"); then doubling
-        const u8 cls = l.has_block() ? u8(l.cls + 1) : u8(1);
+        // first block: 2 entries (cls 1; cls 0 with len 0 means "no block"); then doubling; an
+        // exact block moves to the smallest power of two with room for one more entry
+        u8 cls = 1;
+        if (l.cls == kExact) {
+            while ((size_t(1) << cls) <= l.len) ++cls;
+        } else if (l.has_block()) {
+            cls = u8(l.cls + 1);
+        }
         if (cls > kMaxClass) throw std::overflow_error("a pair held by more than 2^31 words");
         u32 off;
         if (!free_[cls].empty()) {
             off = free_[cls].back();
             free_[cls].pop_back();
+            kept_ -= size_t(1) << cls;  // a free power-of-two block kept its pages
         } else {
             const size_t size = size_t(1) << cls;
             if (size_ + size > kNone) throw std::overflow_error("more than 2^32 - 1 pair -> word entries");
@@ -202,9 +248,20 @@ class WordLists {
         in_use_ += size_t(1) << cls;
     }
 
+    // A freed power-of-two block goes to the free list of its size; an exact block becomes a hole
+    // until the next compact (only power-of-two blocks are reused), and a hole of
+    // 2^kReleaseClass entries or more has its pages given back to the OS at once. Why: the
+    // first merges free the lists of the pairs they merge, the largest of all (exact blocks of
+    // millions of words: the first pair count's), and without this the pool stayed resident at
+    // its largest until a compaction (50 M words: ~36 B a word when about half was free). Why
+    // not the power-of-two blocks too: they are reused by lists growing to their size, whose
+    // pages then had to be mapped again (at 50 M words ~8 % more merging CPU, no lower peak).
     void give_back(const List &l) {
-        free_[l.cls].push_back(l.off);
-        in_use_ -= size_t(1) << l.cls;
+        const size_t n = l.cls == kExact ? l.len : size_t(1) << l.cls;
+        in_use_ -= n;
+        if (l.cls != kExact) free_[l.cls].push_back(l.off);
+        if (l.cls == kExact && n >= (size_t(1) << kReleaseClass)) release_pages(pool_ + l.off, n * sizeof(u32));
+        else kept_ += n;
     }
 
     // Why malloc/realloc and not a std::vector: the pool is tens of MB, and realloc moves a large
@@ -218,9 +275,11 @@ class WordLists {
 
     }
 
+    static constexpr u8 kReleaseClass = 14;  // 64 KiB: 16 pages, a system call is cheap beside them
     u32 *pool_ = nullptr;
     size_t size_ = 0, cap_ = 0;
-    size_t in_use_ = 0;  // entries in blocks that lists hold (size_ - in_use_ are in free_)
+    size_t in_use_ = 0;  // entries in blocks that lists hold (the rest are free blocks and holes)
+    size_t kept_ = 0;    // entries in free blocks and holes whose pages were kept (small ones)
     std::vector<u32> free_[kMaxClass + 1];
 };
 

@@ -285,6 +285,71 @@ def test_word_ids_are_kept_exactly_up_to_32_bits():
 
 
 @needs_native
+@pytest.mark.parametrize("big", [2**32 - 2, 2**32 - 1, 2**32, 2**61])
+def test_word_counts_around_32_bits_are_exact(big):
+    """The native engine keeps a word's count in 32 bits, and counts from 2**32 - 1 on in a side
+    table: merges, pair counts, checkpoint rows and the top words equal the Python engine's on
+    both sides of that line."""
+    counts = {b"abcab": big, b"cab": 3, b"abd": big - 1, b"xy": 1, b"xyab": 2**32 - 3}
+    engines = {k: engine_for(counts, k) for k in ("native", "python")}
+    merges = {k: e.step(6) for k, e in engines.items()}
+    assert as_bytes(engines["native"], merges["native"]) == as_bytes(engines["python"], merges["python"])
+    assert engines["native"].pair_counts() == engines["python"].pair_counts()
+    native, python = engines["native"], engines["python"]
+    assert listed(native.take_checkpoint_rows()) == listed(python.take_checkpoint_rows())
+    for k in (1, 2, 3):
+        assert [tuple(r) for r in native.top_word_rows(k)] == [tuple(r) for r in python.top_word_rows(k)]
+
+
+@needs_native
+def test_a_word_costs_a_16_byte_header_and_the_first_lists_are_exact(en_counts):
+    """Per distinct word the engine pays a 16-byte header (length, stamp, 32-bit count, store id)
+    beside its tokens, and the first pair count lists the words in blocks of exactly the entries
+    they hold; merging shortens words in place, and the walks over the arena (checkpoint rows,
+    word indexes) still find every word: each word's tokens spell it merged by the reference."""
+    e = engine_for(en_counts, "native")
+    memory = e._e.memory
+    assert memory["words"] == 16 * e._e.num_words == 16 * len(en_counts)
+    assert memory["word_lists"] == 4 * e._e.index_entries
+    merges = e.step(300)
+    words, _ = e.take_changes()
+    assert 0 < len(words) < len(en_counts)
+    tb = e.token_bytes
+    every = max(1, len(en_counts) // 400)  # word_tokens walks the arena from its start
+    for i, word in enumerate(en_counts):
+        if i % every and i not in words:
+            continue
+        expect = tuple(bytes([b]) for b in word)
+        for m in merges:
+            expect = merge_word(expect, (tb[m.left], tb[m.right]))
+        assert tuple(tb[t] for t in e._e.word_tokens(i)) == expect
+        if i in words:
+            assert words[i] == e._e.word_tokens(i)
+
+
+@needs_native
+def test_a_merged_pairs_large_list_is_given_back_at_once():
+    """Merging a pair frees its list of words, and a block of 2**14 entries or more gives its
+    pages back to the OS at once rather than at the next compaction of the pool: the engine's
+    account of its lists drops by the list. 40 K words "ab" + two bytes, no pair made with "ab"
+    counted (max_token_length 2), so the merge adds no list; with their two bytes reversed as
+    more words, 55 K pairs grow the pair index past its first size (rebuilt from the slots).
+    The merges are Python's."""
+    tails = [bytes([x, y]) for x in range(100, 256) for y in range(256)]  # no "ab" in them
+    counts = {b"ab" + t: 1 for t in tails} | {t[::-1]: 1 for t in tails}
+    args = (byte_vocab(), SPECIALS, SPECIALS + 256, 0)
+    e = new_engine(rows_of(counts), *args, "native", max_token_length=2)
+    python = new_engine(rows_of(counts), *args, "python", max_token_length=2)
+    before = e._e.memory["word_lists"]
+    assert before == 4 * e._e.index_entries
+    merges = e.step(1)
+    assert as_bytes(e, merges) == [(b"a", b"b", len(tails))]
+    assert e._e.memory["word_lists"] == before - 4 * len(tails) == 4 * e._e.index_entries
+    assert as_bytes(python, python.step(1) + python.step(30)) == as_bytes(e, merges + e.step(30))
+    assert e.pair_counts() == python.pair_counts()
+
+
+@needs_native
 def test_a_malformed_packed_counter_is_a_value_error():
     from bpe_store import _core
 

@@ -260,6 +260,22 @@ def test_a_resume_reads_the_words_into_the_engine_without_a_tuple_per_word(train
     assert packed.take_checkpoint_rows()[0] is not None
 
 
+def test_the_engine_empties_the_rows_it_read(trained_store, tmp_path):
+    """The native engine frees the rows read natively once their words are in its arena, so
+    the buffer is not alive through the first pair count (the peak of a build)."""
+    db = tmp_path / "run.db"
+    shutil.copy(trained_store, db)
+    with Store.open(db) as store:
+        rows = store.load_word_rows(packed=True)
+        n = len(rows)
+        assert n > 100 and rows.nbytes > 0
+        vocab = [b if k != "special" else None for _, b, k in store.load_vocab()]
+        replay = [(a, b, t) for _r, a, b, t, _c in store.load_merges()]
+        engine = new_engine(rows, vocab, 1, 257, len(replay), "native", replay=replay)
+    assert len(rows) == 0 and rows.nbytes == 0
+    assert engine._e.num_words == n
+
+
 def test_a_big_store_is_read_in_two_halves_into_the_same_engine(trained_store, tmp_path, monkeypatch):
     """From ``_PARALLEL_READ_MIN`` words the native read takes the upper half of the ids on a second
     connection and thread; the rows joined are the single read's, in order; a damaged row in the

@@ -31,16 +31,44 @@ EN, RU, ZH = "enwiki-1M.txt", "tinystories-ru-600K.txt", "zhwiki-600K.txt"
 #: A small English corpus file (~128 KB, whole documents ended by <|endoftext|>).
 SMALL_TEXT = FIXTURES / "enwiki-128K.txt"
 
-#: Files that run longest, started first: pytest-xdist hands out whole files in collection order
-#: (``--dist loadfile``), and one of these begun last would leave a worker alone with it at the end.
-#: Serially on 2 cores, the longest tests: the sanitizer build 44 s, the wheel 30 s, the merge
-#: engine's 2 MB slices and large arrays 16 + 14 s, Ray's cluster ~20 s a file; most files take < 10 s.
-LONGEST_FILES = ("test_native_sanitizers.py", "test_merge_engine.py", "test_api.py", "test_ray_count.py")
+#: The files that run longest, queued first, longest first: pytest-xdist hands out whole files
+#: (``--dist loadfile``; ``--no-loadscope-reorder`` keeps this order, where xdist would queue the
+#: files with the most tests first), and a long one begun last would leave the other worker idle at
+#: the end. Measured with ``--durations`` on 2 cores (docs/development.md); every other file takes
+#: less than the last of these.
+LONGEST_FILES = ("test_merge_engine.py", "test_portable_pattern.py", "test_ray_count.py", "test_ray_tree.py",
+                 "test_from_tiktoken.py", "test_native_sanitizers.py", "test_wal_reader.py", "test_api.py",
+                 "test_sql_formats.py", "test_reference_diff.py", "test_pattern_scanners.py", "test_scanner.py")
+#: Files that run as one unit, one after the other on one worker: each starts a Ray cluster (two
+#: workers; three raylets), and two clusters at once on 2 cores starve each other's health checks.
+ONE_UNIT = {"test_ray_count.py": "Ray clusters", "test_ray_tree.py": "Ray clusters"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     first = {name: i for i, name in enumerate(LONGEST_FILES)}
     items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: the rest keep their order
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test is handed out in: its file, or its file's ONE_UNIT."""
+    path = nodeid.split("::", 1)[0]
+    return ONE_UNIT.get(path.rsplit("/", 1)[-1], path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile``, except that the files of ONE_UNIT are one unit of work (``unit_of``;
+    xdist's own ``xdist_group`` mark only works under ``--dist loadgroup``, which would hand out
+    the other tests one by one)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndUnits(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return FilesAndUnits(config, log)
 
 
 settings.register_profile("default", max_examples=int(os.environ.get("HYPOTHESIS_EXAMPLES", "100")),

@@ -112,7 +112,10 @@ def _build(tmp: Path) -> Path:
     if NATIVE != ROOT / "native":
         sources = [NATIVE / p.name for p in sources]
     assert sources, "no native sources found in CMakeLists.txt"
-    flags = [cxx, "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+    # Why -Og: it optimizes what keeps every access and check in place (what the sanitizers need,
+    # as -O1 does) and compiles faster: the build 36-37 CPU s, at -O1 51-52 (GCC 12, 2 loaded
+    # cores); the driver runs as fast. Clang reads -Og as -O1.
+    flags = [cxx, "-std=c++17", "-Og", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
              "-fno-omit-frame-pointer", "-fPIC", "-fvisibility=hidden"]
     includes = ["-I", sysconfig.get_paths()["include"], "-I", nanobind.include_dir(),
                 "-I", str(nb_root / "ext" / "robin_map" / "include"), "-I", str(NATIVE)]

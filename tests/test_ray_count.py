@@ -25,10 +25,9 @@ from bpe_store.counting.pretokenize import GPT2_PATTERN
 from bpe_store.store.store import Store
 from bpe_store.training.train import read_result, train
 
-#: All slow (a real cluster). Under pytest-xdist one worker runs the whole module (``--dist
-#: loadfile``, and the group under ``loadgroup``): a cluster per worker would not fit two cores,
-#: and two may clash on their ports.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
+#: All slow (a real cluster). Under pytest-xdist one worker runs this module and test_ray_tree.py,
+#: one after the other (``ONE_UNIT`` in conftest.py): a cluster per worker would not fit two cores.
+pytestmark = pytest.mark.slow
 
 FIXTURE = ROOT / "tests" / "fixtures" / "enwiki-1M.txt"
 VOCAB = 700

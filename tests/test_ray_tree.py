@@ -24,8 +24,8 @@ from bpe_store.counting.pretokenize import GPT2_PATTERN
 from bpe_store.store.store import Store
 from bpe_store.training.train import train
 
-#: All slow (a real cluster); one xdist worker runs the Ray modules (see test_ray_count.py).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
+#: All slow (a real cluster); one xdist worker runs the Ray modules (``ONE_UNIT`` in conftest.py).
+pytestmark = pytest.mark.slow
 
 FIXTURE = ROOT / "tests" / "fixtures" / "enwiki-1M.txt"
 VOCAB = 700

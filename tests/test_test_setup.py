@@ -1,5 +1,5 @@
-"""The test suite's own rules: CI cannot pass by skipping the tests that need ../shared, and the
-bundled fixtures stay small."""
+"""The test suite's own rules: CI cannot pass by skipping the tests that need ../shared, the
+bundled fixtures stay small, and pytest-xdist hands out the files as conftest.py orders them."""
 
 from __future__ import annotations
 
@@ -36,3 +36,23 @@ def test_fixture_text_is_whole_characters():
     assert len(text.encode("utf-8")) <= 1001
     with pytest.raises(ValueError):
         fixture_text(conftest.ZH, 10**7)
+
+
+def test_the_scheduling_lists_name_test_files_that_exist():
+    files = {p.name for p in (conftest.ROOT / "tests").glob("test_*.py")}
+    assert set(conftest.LONGEST_FILES) <= files and set(conftest.ONE_UNIT) <= files
+
+
+def test_the_ray_files_are_one_unit_of_work_and_others_their_file():
+    # xdist's loadfile alone gives each file its own unit, so the two Ray clusters could run at once
+    assert conftest.unit_of("tests/test_ray_count.py::test_a[x]") == conftest.unit_of("tests/test_ray_tree.py::t")
+    assert conftest.unit_of("tests/test_api.py::test_a") == "tests/test_api.py"
+    assert conftest.unit_of("bpe_store/tokenizer/tokenizer.py::bpe_store.tokenizer.tokenizer") == \
+        "bpe_store/tokenizer/tokenizer.py"
+
+
+def test_the_files_are_queued_in_the_order_conftest_sorts_them(pytestconfig):
+    # without it, xdist queues the files with the most tests first: the longest files, few tests
+    # each, came last and one worker ran alone at the end
+    addopts = pytestconfig.getini("addopts")
+    assert "--no-loadscope-reorder" in addopts and addopts[addopts.index("--dist") + 1] == "loadfile"

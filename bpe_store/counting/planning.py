@@ -40,7 +40,7 @@ def plan_source(item: FileInput, invalid_utf8: str = "strict") -> Source:
 
 
 def scan_input(item: FileInput, invalid_utf8: str = "strict") -> Source:
-    """Check one input file and fingerprint it (``count.scan_source``), recording its kind.
+    """Check one input file and fingerprint it (``input_checks.scan_source``), recording its kind.
 
     Uncompressed text and jsonl are checked to be UTF-8 here (saying where they are not);
     compressed text is checked as it is counted, parquet strings as each batch is read. A

@@ -378,7 +378,7 @@ class RayCounter:
 
 
 class _TreeBuffer:
-    """``FlushBuffer``'s face over a ``RayCounter``: what ``train._count_reduce`` flushes."""
+    """``FlushBuffer``'s face over a ``RayCounter``: what ``count_step._count_reduce`` flushes."""
 
     def __init__(self, counter: RayCounter):
         self._counter = counter

@@ -77,7 +77,7 @@ def text_blocks(read: Callable[[int], bytes], special_tokens: Sequence[str], pat
                 where: str, invalid_utf8: str, *, offset: int = 0, first_line: int | None = 1,
                 path: str | None = None, decompressed: bool = False,
                 ends: list[int] | None = None, max_pretoken_bytes: int | None = None) -> Iterator[bytes]:
-    """Blocks of the text read by ``read``, cut where ``count.plan_chunks`` would cut a file (the
+    """Blocks of the text read by ``read``, cut where ``chunks.plan_chunks`` would cut a file (the
     one splitter's safe cuts: at a special token, or by the pattern's local rule), so cutting
     never changes a count. A line with
     no such point (one pre-token of hundreds of megabytes) is cut, for a pattern with a native scanner, where

@@ -163,7 +163,7 @@ class CountingRows:
     def words_are_next_flush(self) -> bool:
         """Whether the next ``add_word_counts`` makes the store's words exactly its counts' rows,
         ids 1, 2, ... in their order (the first flush into an empty ``words``): a caller may then
-        build on those counts before that flush commits (``train._pairs``)."""
+        build on those counts before that flush commits (``merge_step._pairs``)."""
         return self._words is None and self._fresh_rows is None and self._words_empty()
 
     def _words_empty(self) -> bool:

@@ -75,7 +75,7 @@ class MergingRows:
 
         ``pairs`` None (a reader pins the WAL): no pair rows (and no ``words_by_count`` index) are
         written, only the move to merging; ``pair_counts`` stays empty (``pairs_merges`` NULL while
-        merging), which a resume recounts from the words (``train._load_engine``) and the first
+        merging), which a resume recounts from the words (``merge_step._load_engine``) and the first
         full checkpoint fills (the engine's ``forget_stored_pairs``)."""
         with self.transaction():
             self.sql("DELETE FROM pair_counts")
@@ -115,7 +115,7 @@ class MergingRows:
 
     def pairs_merges(self) -> int | None:
         """How many merges the rows of ``pair_counts`` follow: every live pair while merging (then
-        ``state_merges``), the most frequent ones once done (``train.KEEP_PAIR_COUNTS``); None when
+        ``state_merges``), the most frequent ones once done (``merge_step.KEEP_PAIR_COUNTS``); None when
         the store holds none (counting is not over, or an older bpe_store finished it)."""
         return self.sql("SELECT pairs_merges FROM run WHERE id = 1").scalar()
 
@@ -176,8 +176,8 @@ class MergingRows:
         ``rewrite_pairs``) empties ``pair_counts`` first, its rows then being every live pair.
         ``drop_state`` (the last write of a finished run): the merging's working state is not
         kept: ``pair_counts`` emptied but for ``pair_inserts`` (the most frequent pairs',
-        ``train.KEEP_PAIR_COUNTS``), ``words.tokens`` NULL but those of ``word_rows`` (the most
-        frequent words', ``train.KEEP_WORD_TOKENS``), ``state_merges`` NULL. Every write but a
+        ``merge_step.KEEP_PAIR_COUNTS``), ``words.tokens`` NULL but those of ``word_rows`` (the most
+        frequent words', ``merge_step.KEEP_WORD_TOKENS``), ``state_merges`` NULL. Every write but a
         ``log_only`` one sets ``pairs_merges`` to ``merges_done``.
 
         Rows come in the order of each statement's parameters (see ``_MERGE_CHECKPOINT``).

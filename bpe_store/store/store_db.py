@@ -7,7 +7,7 @@ words from packed counts, without a Python tuple per row. Why: the ``sqlite3`` d
 Large writes run as ONE bulk statement each (``StoreDb.bulk``: ``INSERT ... SELECT p1, p2, p3
 FROM bpe_store_rows``), which reads its rows from native memory through a virtual table that
 exists only on this connection, instead of stepping a statement once per row: SQLite's per-row
-statement overhead was as large as the row's own b-tree work (``store.BulkWriter.executemany``).
+statement overhead was as large as the row's own b-tree work (``bulk.BulkWriter.executemany``).
 
 It talks to the very SQLite library Python's ``sqlite3`` module uses (resolved at run time from
 ``_sqlite3``'s own file; two copies of SQLite in one process must never open one file: each keeps
@@ -17,7 +17,7 @@ that library is found, its version equals ``sqlite3.sqlite_version_info`` and is
 fallback: static or Windows builds, an installation without the native core).
 
 Errors come back as the exceptions ``sqlite3`` raises for the same SQLite result (``to_sqlite_error``),
-with ``sqlite_errorcode`` and the message ``sqlite3_errmsg`` gives, so ``store._sqlite_error`` maps
+with ``sqlite_errorcode`` and the message ``sqlite3_errmsg`` gives, so ``connection._sqlite_error`` maps
 them to the same one-line errors (disk full, locked, corrupt, ...) on either path.
 """
 
@@ -61,7 +61,7 @@ def _load() -> bool:
 
 
 #: The oldest SQLite the native path's statements run on: ``UPDATE ... FROM`` (a checkpoint's bulk
-#: word and pair updates and a flush's count deltas: ``store._MERGE_CHECKPOINT``, ``_WORD_TOKENS``,
+#: word and pair updates and a flush's count deltas: ``merging_rows._MERGE_CHECKPOINT``, ``_WORD_TOKENS``,
 #: ``_COUNT_DELTAS``) came in SQLite 3.33.0.
 MIN_VERSION = 3_033_000
 

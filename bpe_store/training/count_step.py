@@ -315,7 +315,7 @@ def _check_something_counted(store: Store, params: RunParams) -> None:
 
 
 def _count_stream(job: _Job, stream: Stream, chunk) -> None:
-    """Count a stream from where the store says it stands (``inputs.Stream.blocks`` checks and
+    """Count a stream from where the store says it stands (``streams.Stream.blocks`` checks and
     skips what was counted); each flush commits the counts with the stream's new position, and
     the last one marks the stream counted."""
     store, params, flush_seconds = job.store, job.params, job.options.count_flush_seconds

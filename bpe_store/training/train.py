@@ -83,7 +83,7 @@ def train(
 
     Args:
         inputs: corpus file(s) (text, jsonl or parquet, maybe .gz/.zst/.bz2/.xz; see
-            ``bpe_store.counting.inputs``) or one ``inputs.Stream``; the store records their sizes and SHA-256.
+            ``bpe_store.counting.inputs``) or one ``streams.Stream``; the store records their sizes and SHA-256.
         db: the store (a SQLite file): created if absent, resumed if present.
         vocab_size: target vocabulary size: special tokens + 256 bytes + merges.
         special_tokens: special tokens; they split the text, are never merged and get the first ids.

@@ -38,7 +38,7 @@ WAIT_POLL_SECONDS = 0.5
 #: Seconds between repeated ``deferred`` events about the same write.
 REPORT_SECONDS = 5.0
 #: While a reader pins the WAL, seconds between checks whether it left (each may wait
-#: ``store.WAL_READER_WAIT_MS``): merging asks at every batch, which may be many a second.
+#: ``connection.WAL_READER_WAIT_MS``): merging asks at every batch, which may be many a second.
 RECHECK_SECONDS = 1.0
 
 

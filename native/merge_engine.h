@@ -50,13 +50,13 @@
 // `bench/bench_merge_words.py`; bench/RESULTS-scale.md has the runs), and why that size:
 //   tokens           39 B  u32 ids (~9.8 a word): a 64K vocabulary does not fit 16 bits
 //   word header      16 B  length, stamp, 32-bit count (escape for 4 G+), store id (see ar_)
-//   pair -> words    35 B when built, ~9 B at the end (resident): exact-size blocks at first,
+//   pair -> words    35 B when built, ~11 B at the end (resident): exact-size blocks at first,
 //                          freed large blocks' pages given back at once (WordLists)
 //   pair slots       35 B  34 B per pair ever seen, ~1 pair per word (Slot)
 //   pair index       11 B  8-byte cells at load <= 3/4 (PairIndex)
 //   heap             16 B  12-byte entries, ~1.4 per word with the stale ones (HeapEntry)
 //   changed          8 B   words and pairs changed since the last checkpoint (none taken here)
-// The process's peak (reading the rows, building, merging) is ~147 B a word (was 168 with
+// The process's peak (reading the rows, building, merging) is ~140 B a word (was 168 with
 // 24-byte headers and power-of-two first lists, 177 before slots and heap entries were packed).
 //
 // Native code never prints; errors surface as Python exceptions.

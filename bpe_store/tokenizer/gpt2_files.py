@@ -16,6 +16,7 @@ from pathlib import Path
 import regex
 
 from ..errors import InputError
+from ..store.params import MAX_VOCAB_SIZE
 
 
 @lru_cache(maxsize=1)
@@ -62,8 +63,8 @@ class Gpt2FileError(InputError):
     file and line (exit 2 from the CLI)."""
 
 
-#: Token ids fit the encoder's uint32, 0xFFFFFFFF being its "no id" marker.
-MAX_TOKEN_ID = (1 << 32) - 2
+#: The largest token id a file may name: the largest vocabulary's last id (params says why).
+MAX_TOKEN_ID = MAX_VOCAB_SIZE - 1
 _WS = regex.compile(r"[ \t\n\r]*")
 
 

@@ -86,7 +86,7 @@ namespace bpe::merge {
 namespace nb = nanobind;
 
 // The digest the resume check compares with the same SQL aggregate over `pair_counts`
-// (see bpe_store/store/store.py: pair_counts_digest). Every term is reduced below the prime, so the sums
+// (see bpe_store/store/merging_rows.py: pair_counts_digest). Every term is reduced below the prime, so the sums
 // stay exact in 64-bit signed integers on both sides for any realistic number of rows.
 constexpr i64 kDigestP1 = 2147483647;  // 2^31 - 1
 constexpr i64 kDigestP2 = 1000000007;

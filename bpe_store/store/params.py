@@ -67,24 +67,32 @@ def _is_int(v: Any) -> bool:
 
 
 def check_pattern(pattern: str, where: str) -> None:
-    """Refuse a pre-tokenization pattern that does not compile or backtracks catastrophically
-    (StoreError naming ``where``)."""
+    """Refuse a stored pre-tokenization pattern that a run could not have written (StoreError
+    naming ``where``)."""
+    problem = pattern_problem(pattern)
+    if problem:
+        raise StoreError(f"{where}: its pattern {problem}")
+
+
+def pattern_problem(pattern: str) -> str | None:
+    """Why a store may not hold ``pattern`` (too long, does not compile, backtracks
+    catastrophically), or None: said once, for the store's check and a new run's
+    (``training.options``). The shipped patterns are not compiled again (the tests compile each:
+    compiling GPT-2's costs ~30 ms)."""
     from ..counting.pretokenize import PATTERNS
 
     if pattern in PATTERNS.values():
-        return  # ours; checked by the tests
-    import regex
-
+        return None
     problem = pattern_length_problem(pattern)
     if problem:
-        raise StoreError(f"{where}: its pattern {problem}")
+        return problem
+    import regex
+
     try:
         compiled = regex.compile(pattern)
     except (regex.error, RecursionError, OverflowError) as exc:
-        raise StoreError(f"{where}: its pattern does not compile ({exc})") from None
-    problem = pattern_probe_problem(pattern, compiled)
-    if problem:
-        raise StoreError(f"{where}: its pattern {problem}")
+        return f"does not compile: {exc}"
+    return pattern_probe_problem(pattern, compiled)
 
 
 def pattern_length_problem(pattern: str) -> str | None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..counting.chunks import DEFAULT_CHUNK_SIZE
 from ..counting.inputs import DEFAULT_TEXT_FIELD
-from ..counting.pretokenize import GPT2_PATTERN, PATTERNS, resolve_pattern
+from ..counting.pretokenize import GPT2_PATTERN, resolve_pattern
 from ..errors import InputError, text_argument
 from ..store.params import (
     INVALID_UTF8_POLICIES,
@@ -36,8 +36,7 @@ from ..store.params import (
     MIN_MAX_PRETOKEN_BYTES,
     MIN_MAX_TOKEN_LENGTH,
     RunParams,
-    pattern_length_problem,
-    pattern_probe_problem,
+    pattern_problem,
 )
 from .merge import ENGINES, native_available
 
@@ -186,10 +185,6 @@ def check_run_options(workers: int | None, chunk_size: int, checkpoint_merges: i
     return min(workers or os.cpu_count() or 1, MAX_WORKERS)
 
 
-#: The patterns bpe_store ships (tests/test_patterns.py compiles each): not compiled again per run.
-_BUILT_IN_PATTERNS = frozenset(PATTERNS.values())
-
-
 def _check_pattern(pattern: str) -> None:
     """Refuse a pattern that is not text, does not compile, or is beyond what a store may hold
     (too long, or catastrophic backtracking: ``bpe_store.store.params``, whose check of a store
@@ -197,18 +192,7 @@ def _check_pattern(pattern: str) -> None:
     if not isinstance(pattern, str):
         raise InputError(f"the pre-tokenization pattern must be a string, not {pattern!r}")
     text_argument(pattern, "the pre-tokenization pattern")
-    if pattern in _BUILT_IN_PATTERNS:  # Why: compiling GPT-2's costs ~30 ms, importing `regex` ~20 ms more
-        return
-    problem = pattern_length_problem(pattern)
-    if problem:
-        raise InputError(f"the pre-tokenization pattern {problem}")
-    import regex
-
-    try:
-        compiled = regex.compile(pattern)
-    except (regex.error, RecursionError, OverflowError) as exc:
-        raise InputError(f"the pre-tokenization pattern does not compile: {exc}") from None
-    problem = pattern_probe_problem(pattern, compiled)
+    problem = pattern_problem(pattern)
     if problem:
         raise InputError(f"the pre-tokenization pattern {problem}")
 

@@ -97,6 +97,21 @@ def test_tiktoken(store, ours, samples, tmp_path):
         assert enc.encode(text, allowed_special="all") == ours.encode(text)
 
 
+def test_tiktoken_export_made_again_in_the_same_directory_loads_the_new_ranks(store, samples, tmp_path,
+                                                                              monkeypatch):
+    """tiktoken's own loader caches a ranks file by its path: load_tiktoken must not."""
+    pytest.importorskip("tiktoken")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
+    export_store(store, "tiktoken", tmp_path / "t", vocab_size=600)
+    assert load_tiktoken(tmp_path / "t").n_vocab == 600
+    export_store(store, "tiktoken", tmp_path / "t", force=True)  # the whole vocabulary, same path
+    enc = load_tiktoken(tmp_path / "t")
+    ours = Tokenizer.from_store(store)
+    assert enc.n_vocab == len(ours.vocab)
+    for text in samples:
+        assert enc.encode(text, allowed_special="all") == ours.encode(text)
+
+
 def test_vocab_size_prefix(store, samples, tmp_path):
     """A smaller vocabulary is a prefix of the merge log, in every reader and export."""
     small = Tokenizer.from_store(store, vocab_size=600)

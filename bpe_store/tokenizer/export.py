@@ -40,6 +40,7 @@ from ..errors import InputError
 from .gpt2_files import to_gpt2_str
 from .outfiles import check_export_target, export_dir
 from .portable_pattern import PatternTranslationError, portable_pattern
+from .tiktoken_files import read_tiktoken_ranks
 
 FORMATS = ("hf", "gpt2", "tiktoken")
 GPT2_MERGES_HEADER = "#version: 0.2"
@@ -317,14 +318,17 @@ def write_tiktoken(tok: Exportable, out: Path, cfg: LoaderConfig | None = None, 
 
 
 def load_tiktoken(out_dir: str | os.PathLike):
-    """Build the ``tiktoken.Encoding`` of a tiktoken export directory (tiktoken must be installed)."""
+    """Build the ``tiktoken.Encoding`` of a tiktoken export directory (tiktoken must be installed).
+
+    The ranks are read with ``read_tiktoken_ranks``, not tiktoken's ``load_tiktoken_bpe``: that one
+    caches a file by its path (in ``$TMPDIR/data-gym-cache``), so a directory exported again (another
+    store, ``--force``) would load the first export's ranks."""
     import tiktoken
-    from tiktoken.load import load_tiktoken_bpe
 
     d = Path(out_dir)
     with open(d / "tiktoken.json", encoding="utf-8") as f:
         meta = json.load(f)
-    ranks = load_tiktoken_bpe(str(d / meta["ranks_file"]))
+    ranks = read_tiktoken_ranks(d / meta["ranks_file"])
     return tiktoken.Encoding(meta["name"], pat_str=meta["pat_str"], mergeable_ranks=ranks,
                              special_tokens=meta["special_tokens"])
 

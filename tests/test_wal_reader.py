@@ -211,6 +211,14 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.stderr.close()
 
 
+def _resumes_to(db, clean) -> None:
+    """The same command, run again with no reader, finishes the store as an uninterrupted run did."""
+    r = subprocess.run([sys.executable, "-c", TRAIN, str(db), "1"], capture_output=True, text=True, env=env(),
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert store_contents(db) == store_contents(clean)
+
+
 def test_a_kill_while_merging_under_a_reader_loses_only_the_unlogged_merges(tmp_path, clean):
     db = tmp_path / "run.db"
     stopped_run(CORPUS, db, VOCAB, [SPECIAL], 50, **OPTIONS)
@@ -233,10 +241,7 @@ def test_a_kill_while_merging_under_a_reader_loses_only_the_unlogged_merges(tmp_
         reader.leave()
         if proc.poll() is None:
             _kill(proc)
-    r = subprocess.run([sys.executable, "-c", TRAIN, str(db), "1"], capture_output=True, text=True, env=env(),
-                       timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert store_contents(db) == store_contents(clean)
+    _resumes_to(db, clean)
     assert wal_size(db) == 0
 
 
@@ -269,10 +274,7 @@ def test_a_kill_while_counting_waits_for_a_reader_loses_only_the_unflushed_count
         reader.leave()
         if proc.poll() is None:
             _kill(proc)
-    r = subprocess.run([sys.executable, "-c", TRAIN, str(db), "1"], capture_output=True, text=True, env=env(),
-                       timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert store_contents(db) == store_contents(clean)
+    _resumes_to(db, clean)
 
 
 # -- a larger run, a reader in every phase (slow) --------------------------------------------------

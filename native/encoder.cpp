@@ -61,6 +61,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "splitter.h"
+#include "tiktoken_ranks.h"
 #include "utf8.h"
 
 namespace nb = nanobind;
@@ -177,21 +178,33 @@ std::atomic<uint64_t> next_encoder_uid{1};
 class TokenIndex {
   public:
     void build(const std::vector<std::pair<nb::bytes, uint32_t>> &tokens) {
+        std::vector<std::pair<std::string_view, uint32_t>> views;
+        views.reserve(tokens.size());
+        for (const auto &[b, id] : tokens) views.emplace_back(std::string_view(b.c_str(), b.size()), id);
+        build_views(views);
+    }
+    void build_views(const std::vector<std::pair<std::string_view, uint32_t>> &tokens) {
         size_t cap = 16;
         while (cap < tokens.size() * 2 + 2) cap <<= 1;
         mask_ = cap - 1;
         slots_.assign(cap, Slot{0, 0, 0, kNone});
         arena_.clear();
         for (const auto &[b, id] : tokens) {
-            const auto *p = reinterpret_cast<const uint8_t *>(b.c_str());
+            const auto *p = reinterpret_cast<const uint8_t *>(b.data());
             if (id == kNone) throw std::invalid_argument("token id out of range");
             uint64_t h = PieceCache::hash(p, b.size());
             if (find(p, b.size(), h) != kNone) continue;  // a repeated token keeps its first id
             size_t i = h & mask_;
             while (slots_[i].id != kNone) i = (i + 1) & mask_;
             slots_[i] = Slot{h, arena_.size(), b.size(), id};
-            arena_.append(b.c_str(), b.size());
+            arena_.append(b.data(), b.size());
         }
+    }
+    void build(const bpe::TiktokenRanks &ranks) {
+        std::vector<std::pair<std::string_view, uint32_t>> tokens;
+        tokens.reserve(ranks.size());
+        for (size_t i = 0; i < ranks.size(); ++i) tokens.emplace_back(ranks.token(i), ranks.id(i));
+        build_views(tokens);
     }
     bool empty() const { return arena_.empty(); }
     // the id of the token p[0..n) (h = PieceCache::hash(p, n)), or kNone
@@ -344,6 +357,17 @@ class Encoder {
         whole_.build(tokens);
         tiktoken_ = true;
         uid = next_encoder_uid.fetch_add(1);
+    }
+
+    // tiktoken's rules from ranks read natively (Tokenizer.from_tiktoken): the bytes' ids, the pair
+    // table of every split of a token into two, and the tokens, without a Python object per pair.
+    static Encoder *from_tiktoken_ranks(const bpe::TiktokenRanks &ranks,
+                                        const std::vector<std::pair<nb::bytes, uint32_t>> &specials,
+                                        const std::string &pattern) {
+        auto *e = new Encoder(ranks.byte_ids(), ranks.pairs(), specials, pattern);
+        e->whole_.build(ranks);
+        e->tiktoken_ = true;
+        return e;
     }
 
     // (rank, merged id) of the pair (a, b), rank kNone if it does not merge. tiktoken ranks a pair
@@ -525,10 +549,11 @@ class Encoder {
 
     // Cut text into its special tokens and, between them, blocks of about `target` bytes at
     // the pattern's local cuts (splitter.h). Text without one (a single pre-token) stays one block.
-    std::vector<Block> plan(std::string_view s, size_t target) const {
+    // `ordinary`: special tokens are plain text (tiktoken's encode_ordinary).
+    std::vector<Block> plan(std::string_view s, size_t target, bool ordinary = false) const {
         std::vector<Block> blocks;
         const auto *u = reinterpret_cast<const uint8_t *>(s.data());
-        specials_.split(
+        (ordinary ? no_specials_ : specials_).split(
             u, s.size(),
             [&](size_t a, size_t b) {
                 while (b - a > target) {
@@ -591,8 +616,8 @@ class Encoder {
         return out;
     }
 
-    std::vector<uint32_t> encode_text(std::string_view s, int threads, size_t block) const {
-        return run_blocks(s, plan(s, block), threads);
+    std::vector<uint32_t> encode_text(std::string_view s, int threads, size_t block, bool ordinary = false) const {
+        return run_blocks(s, plan(s, block, ordinary), threads);
     }
 
     template <class F>
@@ -632,6 +657,7 @@ class Encoder {
     bool tiktoken_ = false;  // tiktoken's rules (use_tiktoken_rules)
     TokenIndex whole_;       // tiktoken: the tokens, for a piece that is one
     bpe::detail::SpecialSplitter specials_;
+    const bpe::detail::SpecialSplitter no_specials_{std::vector<std::string>{}};  // encode_ordinary's
     std::vector<uint32_t> special_ids_;  // the id of each special, in the order given
 };
 
@@ -696,7 +722,7 @@ nb::ndarray<nb::numpy, uint32_t, nb::ndim<1>> encode_pieces(const Encoder &e, nb
 }
 
 // Encoder.encode: one text, parallel over blocks; UTF-8 bytes are checked first.
-nb::ndarray<nb::numpy, uint32_t, nb::ndim<1>> encode(const Encoder &e, nb::handle text, int threads) {
+nb::ndarray<nb::numpy, uint32_t, nb::ndim<1>> encode(const Encoder &e, nb::handle text, int threads, bool ordinary) {
     if (!e.native_split) throw std::logic_error("this encoder has no native pre-tokenizer");
     std::string_view s = utf8_of(text);
     std::vector<uint32_t> out;
@@ -705,7 +731,7 @@ nb::ndarray<nb::numpy, uint32_t, nb::ndim<1>> encode(const Encoder &e, nb::handl
         nb::gil_scoped_release release;
         if (PyBytes_Check(text.ptr()))  // a str is valid by construction
             bad = bpe::utf8_invalid_at(reinterpret_cast<const uint8_t *>(s.data()), s.size());
-        if (bad == s.size()) out = e.encode_text(s, default_threads(threads), kBlock);
+        if (bad == s.size()) out = e.encode_text(s, default_threads(threads), kBlock, ordinary);
     }
     if (bad != s.size())
         throw nb::value_error(("invalid UTF-8 at byte " + std::to_string(bad)).c_str());
@@ -713,28 +739,28 @@ nb::ndarray<nb::numpy, uint32_t, nb::ndim<1>> encode(const Encoder &e, nb::handl
 }
 
 // Encoder.encode_list: one str, on this thread, as a list.
-nb::list encode_list(const Encoder &e, nb::handle text) {
+nb::list encode_list(const Encoder &e, nb::handle text, bool ordinary) {
     if (!e.native_split) throw std::logic_error("this encoder has no native pre-tokenizer");
     std::string_view s = utf8_of(text);
     if (PyBytes_Check(text.ptr())) throw nb::type_error("encode_list takes str");
     std::vector<uint32_t> out;
     {
         nb::gil_scoped_release release;
-        out = e.encode_text(s, 1, kBlock);
+        out = e.encode_text(s, 1, kBlock, ordinary);
     }
     return e.to_list(out);
 }
 
 // Encodes views[i] into outs[i] for every i, on `threads` threads taking documents in turn.
 void encode_documents(const Encoder &e, const std::vector<std::string_view> &views,
-                      std::vector<std::vector<uint32_t>> &outs, int threads) {
+                      std::vector<std::vector<uint32_t>> &outs, int threads, bool ordinary = false) {
     std::atomic<size_t> next{0};
     auto work = [&]() {
         PieceCache &cache = thread_cache(e.uid);
         std::vector<size_t> ends;
         for (size_t i; (i = next.fetch_add(1)) < views.size();) {
             auto s = views[i];
-            auto blocks = e.plan(s, s.size() + 1);
+            auto blocks = e.plan(s, s.size() + 1, ordinary);
             const auto *u = reinterpret_cast<const uint8_t *>(s.data());
             for (const Block &b : blocks) {
                 if (b.special != kNone) outs[i].push_back(b.special);
@@ -746,7 +772,7 @@ void encode_documents(const Encoder &e, const std::vector<std::string_view> &vie
 }
 
 // Encoder.encode_batch: many documents, parallel over documents.
-nb::list encode_batch(const Encoder &e, nb::handle texts, int threads) {
+nb::list encode_batch(const Encoder &e, nb::handle texts, int threads, bool ordinary) {
     if (!e.native_split) throw std::logic_error("this encoder has no native pre-tokenizer");
     nb::tuple items = snapshot(texts);  // holds every text while the GIL is released
     std::vector<std::string_view> views;
@@ -755,7 +781,7 @@ nb::list encode_batch(const Encoder &e, nb::handle texts, int threads) {
     std::vector<std::vector<uint32_t>> outs(views.size());
     {
         nb::gil_scoped_release release;
-        encode_documents(e, views, outs, threads);
+        encode_documents(e, views, outs, threads, ordinary);
     }
     nb::list result;
     for (auto &o : outs) {
@@ -826,6 +852,10 @@ void register_encoder(nb::module_ &m) {
              "order; ``specials``: ``(bytes, id)``; ``pattern``: the native scanner to pre-tokenize with "
              "(``pretokenize.NATIVE_SCANNERS``' values), or '' for a pattern without one (then only "
              "``encode_pieces`` works: pre-tokens come from Python).")
+        .def_static("from_tiktoken_ranks", &Encoder::from_tiktoken_ranks, nb::arg("ranks"), nb::arg("specials"),
+                    nb::arg("pattern"), nb::rv_policy::take_ownership,
+                    "An encoder by tiktoken's rules from ``TiktokenRanks`` (as ``use_tiktoken_rules``), its pair "
+                    "table built natively.")
         .def_ro("native_split", &Encoder::native_split)
         .def("use_tiktoken_rules", &Encoder::use_tiktoken_rules, nb::arg("tokens"),
              "Encode by tiktoken's rules from now on: a piece that is one of ``tokens`` (``(bytes, id)``) is "
@@ -833,13 +863,13 @@ void register_encoder(nb::module_ &m) {
              "tiktoken's ranks). Call before encoding.")
         .def("encode_pieces", &encode_pieces, nb::arg("pieces"),
              "ids of a sequence of pre-tokens (str or bytes), as a uint32 array. Releases the GIL.")
-        .def("encode", &encode, nb::arg("text"), nb::arg("threads") = 1,
+        .def("encode", &encode, nb::arg("text"), nb::arg("threads") = 1, nb::arg("ordinary") = false,
              "ids of ``text`` (str, or UTF-8 bytes: checked, ValueError 'invalid UTF-8 at byte N') with "
              "special tokens, as a uint32 array; parallel over blocks with ``threads`` (0 = all "
-             "cores). Releases the GIL.")
-        .def("encode_list", &encode_list, nb::arg("text"),
-             "list[int] of ``text`` (str) with special tokens, on this thread.")
-        .def("encode_batch", &encode_batch, nb::arg("texts"), nb::arg("threads") = 0,
+             "cores); ``ordinary``: special tokens are plain text. Releases the GIL.")
+        .def("encode_list", &encode_list, nb::arg("text"), nb::arg("ordinary") = false,
+             "list[int] of ``text`` (str) with special tokens (``ordinary``: as plain text), on this thread.")
+        .def("encode_batch", &encode_batch, nb::arg("texts"), nb::arg("threads") = 0, nb::arg("ordinary") = false,
              "list[list[int]] of many documents, parallel over documents. Releases the GIL.")
         .def("encode_documents", &encode_blob_documents, nb::arg("blob"), nb::arg("threads") = 0,
              "(ids, lengths): the documents of ``blob`` (UTF-8 joined by the byte 0xFF) encoded one by one, "

@@ -25,7 +25,7 @@ PACKAGE = ROOT / "bpe_store"
 DESIGN = ROOT / "docs" / "design.md"
 BEGIN, END = "<!-- wings: begin (tools/draw_wings.py) -->", "<!-- wings: end -->"
 #: The wings from the top down: import-linter's layers (pyproject.toml), the basics last.
-ORDER = ("__main__", "cli", "inspection", "tokenizer", "training", "store", "counting", "basics")
+ORDER = ("__main__", "cli", "inspection", "tokenizer", "training", "openai_ranks", "store", "counting", "basics")
 BASICS = ("errors", "interrupts", "temporaries", "pauses", "_version")
 
 
@@ -86,8 +86,8 @@ def drawing(counts: Counter[tuple[str, str]]) -> str:
     lines = ["```mermaid", "flowchart TD"]
     for wing in ORDER:
         label = ", ".join(BASICS) if wing == "basics" else f"{wing}/"
-        if wing == "__main__":
-            label = "__main__"
+        if wing == "__main__" or (PACKAGE / f"{wing}.py").exists():  # a module, not a package
+            label = wing
         lines.append(f'    {wing.strip("_")}["{label}"]')
     for a, b in sorted(counts, key=lambda e: (ORDER.index(e[0]), ORDER.index(e[1]))):
         lines.append(f"    {a.strip('_')} -->|{counts[a, b]}| {b.strip('_')}")

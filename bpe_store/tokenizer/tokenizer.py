@@ -48,19 +48,14 @@ from ..counting.pretokenize import (
     GPT2_PATTERN,
     cut_context,
     native_scanner,
-    native_splitter,
     resolve_pattern,
-    special_splitter,
 )
 from ..errors import ArgumentTypeError, ArgumentValueError, InputError, StoreError, path_argument, text_argument
 from ..training.merge import merge_pair
+from .tables import MergeTable, Tables, _byte_ids, _first_ids, _merge_table, _native
 
 if TYPE_CHECKING:
     import numpy as np
-
-#: ``{(left id, right id): (rank, merged id)}`` — the merge table, ids being first ids. The rank is
-#: the merge's position, or (tiktoken's rule) the merged id.
-MergeTable = dict[tuple[int, int], tuple[int, int]]
 
 #: Pre-tokens whose ids are kept in the cache (words repeat: a few thousand cover most text).
 _CACHE_LIMIT = 1 << 16
@@ -68,8 +63,13 @@ _CACHE_LIMIT = 1 << 16
 _STREAM_BLOCK = 1 << 20
 
 
-class TokenIdError(InputError):
-    """A token id given to ``decode`` is not in the vocabulary."""
+class TokenIdError(InputError, KeyError):
+    """A token id given to ``decode`` is not in the vocabulary. Also a ``KeyError``, as tiktoken's
+    (code written for tiktoken catches that; an id is a key of ``vocab``), and an ``InputError``
+    (exit 2 from the CLI)."""
+
+    def __str__(self) -> str:  # the message, not KeyError's repr of it
+        return str(self.args[0]) if self.args else ""
 
 
 def _as_tiktoken_reads(text: str) -> str:
@@ -144,54 +144,7 @@ def _check_vocab_and_merges(vocab: object, merges: object, special_tokens: objec
             text_argument(s, f"special token {s!r}")
 
 
-def _first_ids(vocab: dict[int, bytes], special_tokens: list[str]) -> dict[bytes, int]:
-    """``{bytes: first id}`` of ``vocab``; a special token whose bytes are not there is added to
-    ``vocab`` (and to the result) at the next free id."""
-    id_of: dict[bytes, int] = {}
-    for i in sorted(vocab):
-        id_of.setdefault(vocab[i], i)
-    for s in special_tokens:
-        b = s.encode("utf-8")
-        if b not in id_of:
-            new = max(vocab, default=-1) + 1
-            vocab[new] = b
-            id_of[b] = new
-    return id_of
-
-
-def _byte_ids(id_of: Mapping[bytes, int]) -> list[int]:
-    """The id of each single byte, 0 to 255; InputError where the vocabulary lacks one."""
-    missing = [b for b in range(256) if bytes([b]) not in id_of]
-    if missing:
-        raise InputError(f"the vocabulary lacks {len(missing)} single byte(s) (first: {missing[0]:#04x}); "
-                         "a byte-level BPE needs all 256")
-    return [id_of[bytes([b])] for b in range(256)]
-
-
-def _merge_table(merges: list[tuple[bytes, bytes]], id_of: Mapping[bytes, int], by_merged_id: bool) -> MergeTable:
-    """The merge table of ``merges`` (see ``MergeTable``): a repeated pair keeps its first rank;
-    ``by_merged_id`` (tiktoken's rule) ranks a pair by the id of the token it makes instead of its
-    position. InputError where a merge uses bytes the vocabulary lacks."""
-    table: MergeTable = {}
-    for rank, (a, b) in enumerate(merges):
-        ia, ib, iab = id_of.get(a), id_of.get(b), id_of.get(a + b)
-        if ia is None or ib is None or iab is None:
-            which = a if ia is None else b if ib is None else a + b
-            raise InputError(f"merge {rank} ({a!r}, {b!r}) uses {which!r}, which is not in the vocabulary")
-        table.setdefault((ia, ib), (iab if by_merged_id else rank, iab))
-    return table
-
-
-def _native():
-    """The native module, or None where it is not built (pure-Python fallback)."""
-    try:
-        from .. import _core
-    except ImportError:  # pragma: no cover - the package is always built with its core
-        return None
-    return _core if hasattr(_core, "Encoder") else None
-
-
-class Tokenizer:
+class Tokenizer(Tables):
     """Byte-level BPE encoder/decoder: the CS336 ``Tokenizer`` API plus ``from_store``.
 
     ``vocab``: ``{id: bytes}``; ``merges``: ``[(left bytes, right bytes)]`` in rank order;
@@ -220,10 +173,7 @@ class Tokenizer:
         # first id of each byte string: {bytes: id}; a special not in the vocabulary is added to it
         self._id_of: dict[bytes, int] = _first_ids(self.vocab, self.special_tokens)
         self._special_id: dict[str, int] = {s: self._id_of[s.encode("utf-8")] for s in self.special_tokens}
-        self._special_re = special_splitter(self.special_tokens, keep=True)  # longest first
-        self._max_special = max((len(s) for s in self.special_tokens), default=0)
-        # where a stream or a file may be cut (None without the native core: at specials only)
-        self._splitter = native_splitter(self.special_tokens, self.pattern)
+        self._init_specials()
 
         self._byte_id: list[int] = _byte_ids(self._id_of)
         # tiktoken's rule (from_tiktoken): {token bytes: id} of the ranks, for a piece that is a token
@@ -293,14 +243,9 @@ class Tokenizer:
         ``encode`` equals tiktoken's ``encode(text, allowed_special="all")``.
         Problems with the file or the special tokens are ``InputError`` s naming what is wrong.
         """
-        from .tiktoken_files import read_tiktoken_ranks, tiktoken_merges, tiktoken_specials
+        from ..openai_ranks import read_ranks
 
-        ranks = read_tiktoken_ranks(path_argument(path, "path"))
-        specials = tiktoken_specials(ranks, special_tokens)
-        vocab: dict[int, bytes] = {r: t for t, r in ranks.items()}
-        vocab.update({sid: s.encode("utf-8") for s, sid in specials.items() if sid is not None})
-        return cls(vocab, tiktoken_merges(ranks), list(specials), pattern=pattern, native=native,
-                   _tiktoken_ranks=ranks)
+        return cls._from_ranks(read_ranks(path_argument(path, "path")), pattern, special_tokens, native)
 
     # -- encoding ------------------------------------------------------------------------------
 

@@ -1,0 +1,169 @@
+"""The tables a ``Tokenizer`` encodes with, and how it is built from ranks and rebuilt from a pickle.
+
+``Tables`` is the tokenizer's base: ``{bytes: first id}``, each byte's id and the merge table
+(``MergeTable``), which ``Tokenizer.__init__`` computes from ``vocab`` and ``merges``. A tokenizer
+from tiktoken's ranks (``Tables._from_ranks``: ``Tokenizer.from_tiktoken``, ``tiktoken_compat``) is
+built from native ``TiktokenRanks`` instead: the native encoder builds its pair table itself, and the
+Python tables (``merges``, the merge table, ``{bytes: id}``) are made only when the pure-Python path
+asks for them. ``cl100k_base`` loads in ~0.2 CPU s (tiktoken's time), not 1.2.
+
+A tokenizer pickles and deep-copies (``__reduce__``): it is rebuilt from what defines it (vocab,
+merges, specials, pattern; or the ranks), its native encoder and splitter made again in the new
+process: multiprocessing's spawn pools, DataLoader workers and ``datasets.map(num_proc=)`` take it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from ..counting.pretokenize import native_scanner, native_splitter, resolve_pattern, special_splitter
+from ..errors import InputError
+
+if TYPE_CHECKING:
+    import regex
+
+#: ``{(left id, right id): (rank, merged id)}`` — the merge table, ids being first ids. The rank is
+#: the merge's position, or (tiktoken's rule) the merged id.
+MergeTable = dict[tuple[int, int], tuple[int, int]]
+
+
+def _first_ids(vocab: dict[int, bytes], special_tokens: list[str]) -> dict[bytes, int]:
+    """``{bytes: first id}`` of ``vocab``; a special token whose bytes are not there is added to
+    ``vocab`` (and to the result) at the next free id."""
+    id_of: dict[bytes, int] = {}
+    for i in sorted(vocab):
+        id_of.setdefault(vocab[i], i)
+    for s in special_tokens:
+        b = s.encode("utf-8")
+        if b not in id_of:
+            new = max(vocab, default=-1) + 1
+            vocab[new] = b
+            id_of[b] = new
+    return id_of
+
+
+def _byte_ids(id_of: Mapping[bytes, int]) -> list[int]:
+    """The id of each single byte, 0 to 255; InputError where the vocabulary lacks one."""
+    missing = [b for b in range(256) if bytes([b]) not in id_of]
+    if missing:
+        raise InputError(f"the vocabulary lacks {len(missing)} single byte(s) (first: {missing[0]:#04x}); "
+                         "a byte-level BPE needs all 256")
+    return [id_of[bytes([b])] for b in range(256)]
+
+
+def _merge_table(merges: list[tuple[bytes, bytes]], id_of: Mapping[bytes, int], by_merged_id: bool) -> MergeTable:
+    """The merge table of ``merges`` (see ``MergeTable``): a repeated pair keeps its first rank;
+    ``by_merged_id`` (tiktoken's rule) ranks a pair by the id of the token it makes instead of its
+    position. InputError where a merge uses bytes the vocabulary lacks."""
+    table: MergeTable = {}
+    for rank, (a, b) in enumerate(merges):
+        ia, ib, iab = id_of.get(a), id_of.get(b), id_of.get(a + b)
+        if ia is None or ib is None or iab is None:
+            which = a if ia is None else b if ib is None else a + b
+            raise InputError(f"merge {rank} ({a!r}, {b!r}) uses {which!r}, which is not in the vocabulary")
+        table.setdefault((ia, ib), (iab if by_merged_id else rank, iab))
+    return table
+
+
+def _native():
+    """The native module, or None where it is not built (pure-Python fallback)."""
+    try:
+        from .. import _core
+    except ImportError:  # pragma: no cover - the package is always built with its core
+        return None
+    return _core if hasattr(_core, "Encoder") else None
+
+
+class Tables:
+    """The tables of a ``Tokenizer`` (the module's docstring says what and when)."""
+
+    # What a tokenizer from ranks (``from_tiktoken``) computes only when asked. Why lazy: cl100k_base
+    # has 233,378 pairs; as Python objects they took most of a 1.2 s load, while encoding and
+    # decoding need only the native encoder and ``vocab``. ``Tokenizer.__init__`` sets them all.
+
+    @functools.cached_property
+    def merges(self) -> list[tuple[bytes, bytes]]:
+        from .tiktoken_files import tiktoken_merges
+
+        return tiktoken_merges(self._whole)
+
+    @functools.cached_property
+    def _whole(self) -> Mapping[bytes, int]:
+        return self._ranks.mergeable()
+
+    @functools.cached_property
+    def _pat(self) -> regex.Pattern:
+        import regex
+
+        return regex.compile(self.pattern)
+
+    @functools.cached_property
+    def _id_of(self) -> dict[bytes, int]:
+        return dict(self._whole) | {s.encode("utf-8"): i for s, i in self._special_id.items()}
+
+    @functools.cached_property
+    def _byte_id(self) -> list[int]:
+        return _byte_ids(self._id_of)
+
+    @functools.cached_property
+    def _table(self) -> MergeTable:
+        return _merge_table(self.merges, self._id_of, by_merged_id=True)
+
+    def __reduce__(self):
+        """Pickling (multiprocessing, DataLoader workers, ``datasets.map``) and ``copy.deepcopy``:
+        the tokenizer is rebuilt from what defines it; the native encoder is built again."""
+        native = self._core is not None
+        if "_ranks" in self.__dict__:
+            specials = {s: self._special_id[s] for s in self.special_tokens}
+            return (_ranks_tokenizer, (type(self), self._whole, self.pattern, specials, native))
+        return (_plain_tokenizer, (type(self), self.vocab, self.merges, self.special_tokens, self.pattern, native,
+                                   self._whole))
+
+    @classmethod
+    def _from_ranks(cls, ranks, pattern: str, special_tokens: Mapping[str, int] | Sequence[str] | None,
+                    native: bool = True) -> Tables:
+        """A tokenizer by tiktoken's rule from native ``TiktokenRanks`` (``openai_ranks.read_ranks``)."""
+        from .tiktoken_files import tiktoken_specials
+
+        vocab: dict[int, bytes] = ranks.vocab()
+        specials = tiktoken_specials(ranks.get, vocab.get, special_tokens)
+        top = max(ranks.max_id, max((i for i in specials.values() if i is not None), default=-1))
+        ids: dict[str, int] = {}
+        for s, sid in specials.items():  # a list's specials take the next free ids, in order
+            if sid is None:
+                top += 1
+                sid = top
+            ids[s] = sid
+            vocab[sid] = s.encode("utf-8")  # ids shared by specials decode as the last (tiktoken's)
+        self = cls.__new__(cls)
+        self.vocab, self._ranks, self._special_id = vocab, ranks, ids
+        self.pattern = resolve_pattern(pattern)
+        self.special_tokens = list(ids)
+        self._init_specials()
+        self._cache = {}
+        core = _native() if native else None
+        self._core = None if core is None else core.Encoder.from_tiktoken_ranks(
+            ranks, [(s.encode("utf-8"), i) for s, i in ids.items()], native_scanner(self.pattern))
+        return self
+
+    def _init_specials(self) -> None:
+        self._special_re = special_splitter(self.special_tokens, keep=True)  # longest first
+        self._max_special = max((len(s) for s in self.special_tokens), default=0)
+        # where a stream or a file may be cut (None without the native core: at specials only)
+        self._splitter = native_splitter(self.special_tokens, self.pattern)
+
+
+def _ranks_tokenizer(cls: type[Tables], mergeable: Mapping[bytes, int], pattern: str,
+                     specials: dict[str, int], native: bool) -> Tables:
+    """A pickled ``from_tiktoken`` tokenizer, rebuilt (``Tokenizer.__reduce__``)."""
+    from ..openai_ranks import ranks_of
+
+    return cls._from_ranks(ranks_of(mergeable), pattern, specials, native)
+
+
+def _plain_tokenizer(cls: type[Tables], vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]],
+                     specials: list[str], pattern: str, native: bool, whole: Mapping[bytes, int] | None) -> Tables:
+    """A pickled tokenizer, rebuilt (``Tokenizer.__reduce__``)."""
+    return cls(vocab, merges, specials, pattern=pattern, native=native, _tiktoken_ranks=whole)

@@ -1,0 +1,55 @@
+// A `.tiktoken` ranks file read natively (`base64(token) rank` per line): the tokens' bytes back to
+// back in one arena, their ranks, and an index from bytes to rank. Why native: reading OpenAI's
+// cl100k_base in Python (a base64 decode, two dict inserts and four checks per line) and listing
+// every split of every token into two tokens (the pair table tiktoken's rule needs) took ~1.2 s,
+// six times tiktoken's whole load; here both take a few tens of milliseconds.
+//
+// `parse` accepts only canonical lines (standard base64 with its padding, a decimal rank), distinct
+// tokens and ranks, and all 256 single bytes: anything else returns false and Python's strict
+// reader (bpe_store/openai_ranks.py) reads the file instead, to name the line that is wrong. So the
+// native path never accepts a file the Python reader refuses.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace bpe {
+
+class TiktokenRanks {
+  public:
+    static constexpr uint32_t kNone = 0xFFFFFFFFu;
+
+    // Reads `data` (a whole file, already gunzipped); false if any line is not canonical or a
+    // token or rank repeats, or a single byte has no rank. `max_id` bounds the ranks.
+    bool parse(const uint8_t *p, size_t n, uint64_t max_id);
+    // From (token, rank) items (an in-memory `mergeable_ranks`, or a pickled state); false as above.
+    bool assign(const std::vector<std::pair<std::string, uint32_t>> &items, uint64_t max_id);
+
+    size_t size() const { return id_.size(); }
+    std::string_view token(size_t i) const { return {arena_.data() + at_[i], size_t(at_[i + 1] - at_[i])}; }
+    uint32_t id(size_t i) const { return id_[i]; }
+    uint32_t max_id() const { return max_; }
+    // the rank of the token p[0..n), or kNone
+    uint32_t find(const uint8_t *p, size_t n) const;
+    // every split t = a + b of a token into two tokens, as (a, b, t) ids, by t's rank then a's length
+    std::vector<std::tuple<uint32_t, uint32_t, uint32_t>> pairs() const;
+    // the rank of each single byte 0..255
+    std::vector<uint32_t> byte_ids() const;
+
+  private:
+    bool finish(uint64_t max_id);  // index, distinct tokens and ranks, the 256 bytes
+    std::string arena_;
+    std::vector<uint64_t> at_{0};
+    std::vector<uint32_t> id_;
+    std::vector<uint32_t> slots_;  // open addressing: token index + 1, 0 = empty
+    std::vector<uint64_t> hashes_;
+    size_t mask_ = 0;
+    uint32_t max_ = 0;
+};
+
+}  // namespace bpe

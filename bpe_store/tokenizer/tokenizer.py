@@ -52,6 +52,8 @@ from ..counting.pretokenize import (
 )
 from ..errors import ArgumentTypeError, ArgumentValueError, InputError, StoreError, path_argument, text_argument
 from ..training.merge import merge_pair
+from .raw_bytes import encode_bytes
+from .special_guard import SpecialSet, allowed_set, split_allowed
 from .tables import MergeTable, Tables, _byte_ids, _first_ids, _merge_table, _native
 
 if TYPE_CHECKING:
@@ -294,8 +296,17 @@ class Tokenizer(Tables):
         return out
 
     @_tiktoken_surrogates
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text``; special tokens become their ids."""
+    def encode(self, text: str, *, allowed_special: SpecialSet = "all", disallowed_special: SpecialSet = ()
+               ) -> list[int]:
+        """Token ids of ``text``; special tokens become their ids. ``allowed_special`` /
+        ``disallowed_special`` guard user text as tiktoken does (``special_guard``): the default
+        (CS336's) encodes every special's text as the special; ``allowed_special=set()`` with
+        ``disallowed_special="all"`` (tiktoken's default) raises ``DisallowedSpecialError`` where
+        the text holds one."""
+        if allowed_special != "all" or disallowed_special:
+            allowed = allowed_set(self.special_tokens, (text,), allowed_special, disallowed_special)
+            if len(allowed) < len(self._special_id):
+                return self._encode_allowed(text, allowed)
         if self._core is not None and self._core.native_split:
             return self._core.encode_list(text)
         if self._special_re is None:
@@ -308,12 +319,59 @@ class Tokenizer(Tables):
                 out.extend(self._encode_ordinary(part))
         return out
 
+    def _encode_allowed(self, text: str, allowed: frozenset[str]) -> list[int]:
+        """``encode`` where only the ``allowed`` specials are specials (the others plain text)."""
+        if not allowed:
+            return self.encode_ordinary(text)
+        out: list[int] = []
+        for i, part in enumerate(split_allowed(text, allowed)):
+            if i % 2:
+                out.append(self._special_id[part])
+            elif part:
+                out.extend(self.encode_ordinary(part))
+        return out
+
     @_tiktoken_surrogates
-    def encode_to_array(self, text: str | bytes, threads: int = 0):
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Token ids of ``text`` with special tokens' text encoded as plain text (tiktoken's
+        ``encode_ordinary``)."""
+        if self._core is not None and self._core.native_split:
+            return self._core.encode_list(text, True)
+        return self._encode_ordinary(text)
+
+    def encode_bytes(self, data: bytes) -> list[int]:
+        """Token ids of ``data``, UTF-8 or not, as tiktoken's ``_encode_bytes`` gives them (specials'
+        text as plain text; ``raw_bytes`` says how bytes that are not UTF-8 are encoded)."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise ArgumentTypeError(f"encode_bytes takes bytes, not {type(data).__name__}")
+        return encode_bytes(self, data)
+
+    def last_piece(self, text: str) -> str:
+        """The last pre-token of ``text`` by the pattern (no special tokens), or ""."""
+        found = None
+        for found in self._pat.finditer(text):  # noqa: B007 - the last one is wanted
+            pass
+        return found.group() if found is not None else ""
+
+    def encode_piece(self, piece: bytes) -> list[int]:
+        """The ids of one pre-token's bytes (any bytes), by the BPE rule alone."""
+        if self._core is not None:
+            return self._core.encode_pieces([bytes(piece)]).tolist()
+        return list(self._bpe(bytes(piece)))
+
+    @_tiktoken_surrogates
+    def encode_to_array(self, text: str | bytes, threads: int = 0, *, allowed_special: SpecialSet = "all",
+                        disallowed_special: SpecialSet = ()):
         """Ids of ``text`` (str, or UTF-8 bytes) as a uint32 NumPy array; native and parallel
-        over blocks for a named pattern (``threads`` 0 = all cores)."""
+        over blocks for a named pattern (``threads`` 0 = all cores). The guard is ``encode``'s."""
         import numpy as np
 
+        if (allowed_special != "all" or disallowed_special) and isinstance(text, str):
+            allowed = allowed_set(self.special_tokens, (text,), allowed_special, disallowed_special)
+            if len(allowed) < len(self._special_id):
+                if not allowed and self._core is not None and self._core.native_split:
+                    return self._core.encode(text, threads, True)
+                return np.asarray(self._encode_allowed(text, allowed), dtype=np.uint32)
         if self._core is not None and self._core.native_split:
             return self._core.encode(text, threads)
         if isinstance(text, bytes):
@@ -321,9 +379,17 @@ class Tokenizer(Tables):
         return np.asarray(self.encode(text), dtype=np.uint32)
 
     @_tiktoken_surrogates
-    def encode_batch(self, texts: Sequence[str], threads: int = 0) -> list[list[int]]:
+    def encode_batch(self, texts: Sequence[str], threads: int = 0, *, allowed_special: SpecialSet = "all",
+                     disallowed_special: SpecialSet = ()) -> list[list[int]]:
         """Encode many documents, in parallel over documents with the native core
-        (``threads`` 0 = all cores)."""
+        (``threads`` 0 = all cores). The guard is ``encode``'s."""
+        if allowed_special != "all" or disallowed_special:
+            texts = list(texts)
+            allowed = allowed_set(self.special_tokens, texts, allowed_special, disallowed_special)
+            if len(allowed) < len(self._special_id):
+                if not allowed and self._core is not None and self._core.native_split:
+                    return self._core.encode_batch(texts, threads, True)
+                return [self._encode_allowed(t, allowed) for t in texts]
         if self._core is not None and self._core.native_split:
             return self._core.encode_batch(list(texts), threads)
         return [self.encode(t) for t in texts]
@@ -425,14 +491,23 @@ class Tokenizer(Tables):
             bad = next(i for i in ids if not isinstance(i, int) or i not in vocab)
             raise TokenIdError(f"token id {bad!r} is not in the vocabulary (ids are 0..{max(vocab)})") from None
 
-    def decode(self, ids: Iterable[int]) -> str:
-        """The text of ``ids`` (a list, or a NumPy array); invalid UTF-8 becomes U+FFFD."""
+    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
+        """The text of ``ids`` (a list, or a NumPy array); invalid UTF-8 becomes U+FFFD (``errors``
+        is ``bytes.decode``'s: "strict" raises, "ignore" drops it)."""
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
 
     @property
     def vocab_size(self) -> int:
+        """How many tokens there are (``len(vocab)``): the CS336 meaning. An embedding is sized
+        by ``n_vocab``, which is larger where ids have gaps (OpenAI's specials)."""
         return len(self.vocab)
+
+    @property
+    def n_vocab(self) -> int:
+        """The largest id + 1 (tiktoken's ``n_vocab``): every id indexes a table this long.
+        cl100k_base with its specials: 100,277, while ``vocab_size`` is 100,261."""
+        return max(self.vocab) + 1
 
     def special_id(self, token: str) -> int:
         """The id of the special token ``token`` (a document separator: ``encode --separator``);

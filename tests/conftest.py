@@ -31,6 +31,10 @@ EN, RU, ZH = "enwiki-1M.txt", "tinystories-ru-600K.txt", "zhwiki-600K.txt"
 #: A small English corpus file (~128 KB, whole documents ended by <|endoftext|>).
 SMALL_TEXT = FIXTURES / "enwiki-128K.txt"
 
+#: tiktoken's own tests, vendored: run against tiktoken_compat in a fresh interpreter by
+#: test_tiktoken_suite.py, never collected here (here `import tiktoken` is the real one).
+collect_ignore = ["tiktoken_suite"]
+
 #: The files that run longest, queued first, longest first: pytest-xdist hands out whole files
 #: (``--dist loadfile``; ``--no-loadscope-reorder`` keeps this order, where xdist would queue the
 #: files with the most tests first), and a long one begun last would leave the other worker idle at

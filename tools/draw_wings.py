@@ -25,7 +25,8 @@ PACKAGE = ROOT / "bpe_store"
 DESIGN = ROOT / "docs" / "design.md"
 BEGIN, END = "<!-- wings: begin (tools/draw_wings.py) -->", "<!-- wings: end -->"
 #: The wings from the top down: import-linter's layers (pyproject.toml), the basics last.
-ORDER = ("__main__", "cli", "inspection", "tokenizer", "training", "openai_ranks", "store", "counting", "basics")
+ORDER = ("__main__", "tiktoken_compat", "cli", "inspection", "tokenizer", "training", "openai_ranks", "store",
+         "counting", "basics")
 BASICS = ("errors", "interrupts", "temporaries", "pauses", "_version")
 
 

@@ -104,3 +104,20 @@ def test_decode_errors_n_vocab_and_unknown_ids(pair):
         tok.decode([100_270])
     with pytest.raises(TokenIdError):
         tok.decode([100_270])
+
+
+def test_documents_in_arrays_out(pair):
+    """encode_documents: flat ids and offsets, each document as encode gives it, natively or not."""
+    tok, _ = pair
+    docs = ["hello world<|endoftext|>", "", "你好, мир", "x" * 5000, " \n\n "]
+    for native in (True, False):
+        t = tok if native else Tokenizer._from_ranks(tok._ranks, "cl100k", SPECIALS, native=False)
+        for kw in ({}, {"allowed_special": set(), "disallowed_special": ()}):
+            ids, offsets = t.encode_documents(docs, **kw)
+            assert ids.dtype == np.uint32 and offsets.dtype == np.uint64 and len(offsets) == len(docs) + 1
+            assert [ids[offsets[i]:offsets[i + 1]].tolist() for i in range(len(docs))] == [
+                tok.encode(d, **kw) for d in docs]
+    ids, offsets = tok.encode_documents([])
+    assert ids.tolist() == [] and offsets.tolist() == [0]
+    with pytest.raises(DisallowedSpecialError):
+        tok.encode_documents(docs, allowed_special=set(), disallowed_special="all")

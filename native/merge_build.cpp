@@ -85,9 +85,9 @@ u32 store_id(i64 id, size_t row) {
 }  // namespace
 
 MergeEngine::MergeEngine(nb::list rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,
-            i64 min_count, u64 max_token_length, nb::bytes replay)
+            i64 min_count, u64 max_token_length, nb::bytes replay, u32 max_words)
     : first_merge_id_(first_merge_id), next_rank_(next_rank), min_count_(min_count),
-      max_len_(max_token_length) {
+      max_len_(max_token_length), max_words_(max_words) {
     check_limits(next_rank, min_count);
     load_vocab(token_bytes);
     load_words(rows, n_specials);
@@ -98,9 +98,9 @@ MergeEngine::MergeEngine(nb::list rows, nb::list token_bytes, u32 n_specials, u3
 // one still single bytes, ids first_id, first_id + 1, ... in their order). Why: as Python
 // rows, enwiki-100M's 445 K words cost ~90 MB, which the process kept after freeing them.
 MergeEngine::MergeEngine(nb::bytes packed, i64 first_id, nb::list token_bytes, u32 n_specials, u32 first_merge_id,
-            i64 next_rank, i64 min_count, u64 max_token_length)
+            i64 next_rank, i64 min_count, u64 max_token_length, u32 max_words)
     : first_merge_id_(first_merge_id), next_rank_(next_rank), min_count_(min_count),
-      max_len_(max_token_length) {
+      max_len_(max_token_length), max_words_(max_words) {
     check_limits(next_rank, min_count);
     load_vocab(token_bytes);
     const u8 *data = static_cast<const u8 *>(packed.data());
@@ -119,9 +119,9 @@ MergeEngine::MergeEngine(nb::bytes packed, i64 first_id, nb::list token_bytes, u
 // a word at 50 M words, 1.7 GB) would otherwise stay alive through the pair count until the
 // caller dropped it, on top of the lists that count makes.
 MergeEngine::MergeEngine(WordRows &rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,
-            i64 min_count, u64 max_token_length, nb::bytes replay)
+            i64 min_count, u64 max_token_length, nb::bytes replay, u32 max_words)
     : first_merge_id_(first_merge_id), next_rank_(next_rank), min_count_(min_count),
-      max_len_(max_token_length) {
+      max_len_(max_token_length), max_words_(max_words) {
     check_limits(next_rank, min_count);
     load_vocab(token_bytes);
     load_rows(BufferRows{rows}, n_specials);
@@ -136,12 +136,14 @@ void MergeEngine::load_vocab(nb::list token_bytes) {
     tb_.resize(n);
     tb_ok_.assign(n, 0);
     tlen_.assign(n, 0);
+    tmeta_.assign(n, 0);
     for (size_t i = 0; i < n; ++i) {
         PyObject *o = PyList_GET_ITEM(token_bytes.ptr(), Py_ssize_t(i));
         if (o == Py_None) continue;
         if (!PyBytes_Check(o)) throw nb::type_error("token_bytes must hold bytes or None");
         tb_[i].assign(PyBytes_AS_STRING(o), size_t(PyBytes_GET_SIZE(o)));
         tlen_[i] = u32(std::min<size_t>(tb_[i].size(), kNone));
+        tmeta_[i] = token_meta(tb_[i]);
         tb_ok_[i] = 1;
         id_of_.emplace(tb_[i], u32(i));  // ascending ids: the lowest id of some bytes wins
     }

@@ -139,16 +139,17 @@ class MergeEngine {
     // min_count: rows whose count is below it are skipped; max_token_length: 0 = no limit.
     // replay: the merges the store logged after its words' tokens were written, as (left, right,
     // token) little-endian u32 triples in rank order (see replay_words); empty: none.
+    // max_words: 0, or SuperBPE's stage 2: the superword rule with that many words (too_long).
     MergeEngine(nb::list rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,
-                i64 min_count, u64 max_token_length, nb::bytes replay);
+                i64 min_count, u64 max_token_length, nb::bytes replay, u32 max_words = 0);
     // The same from packed counts (``WordCounter.pack``: a first counting flush's words, every
     // one still single bytes, ids first_id, first_id + 1, ... in their order).
     MergeEngine(nb::bytes packed, i64 first_id, nb::list token_bytes, u32 n_specials, u32 first_merge_id,
-                i64 next_rank, i64 min_count, u64 max_token_length);
+                i64 next_rank, i64 min_count, u64 max_token_length, u32 max_words = 0);
     // The same from the store's rows read by the native connection (StoreDb.read_word_rows),
     // which it empties once their words are loaded.
     MergeEngine(WordRows &rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,
-                i64 min_count, u64 max_token_length, nb::bytes replay);
+                i64 min_count, u64 max_token_length, nb::bytes replay, u32 max_words = 0);
 
     // ---- catching up with logged merges (merge_replay.cpp) ----------------------------------
     void build(u32 n_specials, nb::bytes replay);
@@ -242,11 +243,42 @@ class MergeEngine {
         return p;
     }
 
-    // Whether merging (a, b) would make a token longer than max_token_length: such a pair is
-    // never counted. Token bytes never change, so a pair is too long always or never.
-    // Why tlen_: 4 bytes per token (a 32K vocabulary fits in L2) instead of a std::string's 32.
+    // Whether merging (a, b) is barred: it would make a token longer than max_token_length, or
+    // break the superword rule (max_words_ != 0: SuperBPE's stage 2, bpe_store/counting/
+    // superword_split.py: no ": ", at most max_words_ words). Such a pair is never counted.
+    // Token bytes never change, so a pair is barred always or never.
+    // Why tlen_ and tmeta_: 4 bytes per token each (a 32K vocabulary fits in L2) instead of
+    // reading a std::string's bytes.
     bool too_long(u32 a, u32 b) const {
-        return max_len_ != 0 && u64(tlen_[a]) + tlen_[b] > max_len_;
+        if (max_len_ != 0 && u64(tlen_[a]) + tlen_[b] > max_len_) return true;
+        return max_words_ != 0 && superword_barred(tmeta_[a], tmeta_[b]);
+    }
+    // A token's superword facts, packed: its words (non-empty parts between spaces) in the low
+    // 28 bits, then whether it begins with a space, ends with a space, ends with ':', holds ": ".
+    static constexpr u32 kWordsMask = (1u << 28) - 1, kFirstSpace = 1u << 28, kLastSpace = 1u << 29,
+                         kLastColon = 1u << 30, kColonSpace = 1u << 31;
+    static u32 token_meta(const std::string &t) {
+        u32 words = 0, m = 0;
+        bool in_word = false;
+        for (size_t i = 0; i < t.size(); ++i) {
+            const bool space = t[i] == ' ';
+            if (!space && !in_word && words < kWordsMask) ++words;
+            in_word = !space;
+            if (space && i > 0 && t[i - 1] == ':') m |= kColonSpace;
+        }
+        if (!t.empty()) {
+            if (t.front() == ' ') m |= kFirstSpace;
+            if (t.back() == ' ') m |= kLastSpace;
+            if (t.back() == ':') m |= kLastColon;
+        }
+        return m | words;
+    }
+    bool superword_barred(u32 x, u32 y) const {
+        if ((x | y) & kColonSpace) return true;
+        if ((x & kLastColon) && (y & kFirstSpace)) return true;
+        // the last word of x and the first of y join unless a space is between them
+        const u32 joined = !(x & kLastSpace) && !(y & kFirstSpace) ? 1 : 0;
+        return u64(x & kWordsMask) + (y & kWordsMask) - joined > max_words_;
     }
 
     u32 slot_of(u32 a, u32 b) {
@@ -297,11 +329,13 @@ class MergeEngine {
     std::vector<std::string> tb_;
     std::vector<u8> tb_ok_;
     std::vector<u32> tlen_;  // tb_[id].size(), for the max_token_length check
+    std::vector<u32> tmeta_;  // token_meta(tb_[id]), for the superword rule (max_words_ != 0)
     std::unordered_map<std::string, u32> id_of_;
     u32 first_merge_id_;
     i64 next_rank_;
     i64 min_count_;  // words counted fewer times are not loaded
     u64 max_len_;    // the longest token a merge may make, in bytes; 0 = no limit
+    u32 max_words_ = 0;  // the superword rule's most words a token may span; 0 = no rule
     bool exhausted_ = false;
     bool finished_ = false;  // finish() was called: no more merging
     i64 bad_word_ = -1;

@@ -48,11 +48,13 @@ nb::list MergeEngine::step(i64 max_merges) {
                 tb_.resize(size_t(token) + 1);
                 tb_ok_.resize(size_t(token) + 1, 0);
                 tlen_.resize(size_t(token) + 1, 0);
+                tmeta_.resize(size_t(token) + 1, 0);
             }
             if (!tb_ok_[token]) {
                 tb_[token] = std::move(bytes);
                 tb_ok_[token] = 1;
                 tlen_[token] = u32(tb_[token].size());
+                tmeta_[token] = token_meta(tb_[token]);
             }
             apply(slot, a, b, token);
             if (lists_.fragmented()) compact_lists();

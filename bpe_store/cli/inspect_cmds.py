@@ -68,6 +68,11 @@ def _status_lines(st: dict) -> Iterator[str]:
                       if st[key] not in (None, 1))
     yield (f"parameters   specials {st['special_tokens']}, invalid UTF-8 {st['invalid_utf8']}, "
            f"pattern {st['pattern_name']}{options}")
+    if st.get("superword"):
+        sw = st["superword"]
+        yield (f"superword    stage 1: merges 0..{sw['from'] - 1} (pattern {sw['stage1_pattern']}); stage 2: "
+               f"{sw['superword_merges']} superword merges of at most {sw['max_words']} words "
+               "(SQL: superword_merges; top_pairs: the next ones)")
     if st["sessions"]:
         yield f"sessions     {len(st['sessions'])} most recent:"
         for s in st["sessions"]:

@@ -140,6 +140,17 @@ class _Train:
         help=f"Count a longer pre-token as pieces of at most this many bytes ({MIN_MAX_PRETOKEN_BYTES}.."
              f"{MAX_MAX_PRETOKEN_BYTES >> 20} MiB; default {DEFAULT_MAX_PRETOKEN_BYTES >> 20} MiB "
              "for a new store, the store's own on a resume).")
+    superword_from = typer.Option(
+        TrainOptions.superword_from, "--superword-from", metavar="T",
+        help="SuperBPE: the first T merges are stage 1's (--pattern), the rest superwords learned across "
+             "words (docs/superword.md). Stage 1 is trained into DB's sibling NAME.stage1.db unless "
+             "--superword-base gives it.")
+    superword_base = typer.Option(
+        None, "--superword-base", metavar="STORE",
+        help="With --superword-from: a finished store whose first T merges are stage 1 (only read).")
+    max_superword_words = typer.Option(
+        TrainOptions.max_superword_words, "--max-superword-words", metavar="N",
+        help="With --superword-from: the most words (parts between spaces) a superword token spans.")
     progress = typer.Option(ProgressMode.auto, "--progress",
                             help="auto: bars on a terminal, else JSON lines on stderr.")
     quiet = typer.Option(False, "--quiet", "-q", help="No progress and no summary.")
@@ -156,7 +167,9 @@ def train(
     invalid_utf8: InvalidUtf8 = _Train.invalid_utf8, restart: bool = _Train.restart,
     engine: EngineName = _Train.engine, min_frequency: int = _Train.min_frequency,
     max_token_length: Optional[int] = _Train.max_token_length, ray: Optional[str] = _Train.ray,
-    max_pretoken_bytes: Optional[int] = _Train.max_pretoken_bytes, progress: ProgressMode = _Train.progress,
+    max_pretoken_bytes: Optional[int] = _Train.max_pretoken_bytes,
+    superword_from: Optional[int] = _Train.superword_from, superword_base: Optional[Path] = _Train.superword_base,
+    max_superword_words: int = _Train.max_superword_words, progress: ProgressMode = _Train.progress,
     quiet: bool = _Train.quiet, verbose: bool = _Train.verbose,
 ) -> None:
     """Train a BPE into a store, or resume it: run the same command again after a stop.
@@ -167,6 +180,7 @@ def train(
     \b
     Example: bpe-store train corpus.txt --db run.db --vocab-size 32000 --special '<|endoftext|>'
     Example: bpe-store train 'shards/*.jsonl.gz' --db run.db --vocab-size 32000 --text-field content
+    Example: bpe-store train corpus.txt --db super.db --vocab-size 64000 --superword-from 56000
     """
     _set_verbose(ctx, verbose)
     fmt = input_format.value if input_format is not None else None
@@ -176,7 +190,8 @@ def train(
         checkpoint_merges=checkpoint_merges, checkpoint_seconds=checkpoint_seconds, invalid_utf8=invalid_utf8.value,
         restart=restart, engine=engine.value, format=fmt, text_field=text_field, min_frequency=min_frequency,
         max_token_length=max_token_length, count_engine=TrainOptions.count_engine if ray is None else "ray",
-        ray_address=None if ray in (None, "local") else ray, max_pretoken_bytes=max_pretoken_bytes)
+        ray_address=None if ray in (None, "local") else ray, max_pretoken_bytes=max_pretoken_bytes,
+        superword_from=superword_from, superword_base=superword_base, max_superword_words=max_superword_words)
     reporter = _reporter(progress, quiet)
     if quiet and ray is not None:
         from ..counting.ray_count import quiet as quiet_ray

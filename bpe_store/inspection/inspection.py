@@ -256,7 +256,10 @@ def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
             "last_checkpoint": ({**dict(last), "age_s": _age_s(last["at"])} if last else None),
             "created_at": run["created_at"], "updated_at": run["updated_at"],
             "bpe_store_version": run["bpe_store_version"],
+            "superword": _superword(run, merges_done),
         }
+        if info["superword"] is not None:
+            info["pattern_name"] = "SuperBPE stage 2 (docs/superword.md)"
         # a finished run that kept its working state: its last checkpoint was deferred (wal_watch)
         last_write_deferred = (run["phase"] == "done" and run.get("state_merges") is not None
                                and run["state_merges"] < merges_done)
@@ -267,6 +270,16 @@ def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
     info["holder"] = _holder(held, sessions)
     info["sessions"] = sessions
     return info
+
+
+def _superword(run: Row, merges_done: int) -> Row | None:
+    """A superword store's stage 2 (docs/superword.md): the transition point, stage 1's pattern,
+    the word limit and the superword merges so far; None for any other store."""
+    t = run.get("superword_from")
+    if t is None:
+        return None
+    return {"from": t, "stage1_pattern": describe_pattern(run["stage1_pattern"]),
+            "max_words": run["superword_max_words"], "superword_merges": max(merges_done - t, 0)}
 
 
 # -- pair counts -------------------------------------------------------------------------------

@@ -362,6 +362,16 @@ def _svg(fig: Any) -> str:
     return svg[svg.index("<svg"):]  # drop the XML declaration and DOCTYPE: inline SVG in HTML
 
 
+def _mark_superwords(ax: Any, data: dict[str, Any], offset: int) -> None:
+    """On a superword store's plot, a line where stage 2 begins (merge ``from``, at ``offset +
+    from`` on the x axis): what follows it is the stage-2 curve (docs/superword.md)."""
+    sw = data["status"].get("superword")
+    if sw:
+        ax.axvline(offset + sw["from"], color="#777", linestyle="--", linewidth=1,
+                   label=f"stage 2 (superwords) from merge {sw['from']:,}")
+        ax.legend(fontsize="small")
+
+
 def _plots(data: dict[str, Any]) -> dict[str, str]:
     Figure = _matplotlib()
     out = {}
@@ -374,6 +384,7 @@ def _plots(data: dict[str, Any]) -> dict[str, str]:
     ax.set_ylabel("bytes per token (higher compresses more)")
     ax.grid(True, which="both", alpha=0.3)
     ax.set_title(f"{data['held_out']['bytes']:,} bytes of held-out text")
+    _mark_superwords(ax, data, data["first_merge_id"])
     out["compression"] = _svg(fig)
 
     fig = Figure(figsize=(8, 4.2))
@@ -385,6 +396,7 @@ def _plots(data: dict[str, Any]) -> dict[str, str]:
     ax.set_xlabel("merge rank (0 = first)")
     ax.set_ylabel("pair count when merged")
     ax.grid(True, which="both", alpha=0.3)
+    _mark_superwords(ax, data, 0)
     out["merges"] = _svg(fig)
 
     fig = Figure(figsize=(8, 4.2))

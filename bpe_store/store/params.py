@@ -56,6 +56,12 @@ class RunParams:
     #: pre-tokens longer than this count as pieces (pretokenize.split_long_pretoken); None: no
     #: limit (stores from before the limit existed)
     max_pretoken_bytes: int | None = None
+    #: a superword store (SuperBPE's stage 2, docs/superword.md): its first ``superword_from``
+    #: merges are stage 1's, of a store of ``stage1_pattern``; its merges from there on obey the
+    #: superword rule with ``superword_max_words``. All three None in any other store.
+    superword_from: int | None = None
+    stage1_pattern: str | None = None
+    superword_max_words: int | None = None
 
     @property
     def num_merges(self) -> int:
@@ -158,3 +164,18 @@ def check_run(p: Path, row: dict[str, Any]) -> None:
     if not isinstance(row["pattern"], str):
         raise StoreError(f"{where} (pattern is not text)")
     check_pattern(row["pattern"], str(p))
+    _check_superword(p, where, row)
+
+
+def _check_superword(p: Path, where: str, row: dict[str, Any]) -> None:
+    """Refuse a superword store's columns (``RunParams.superword_from``...) that a run could not
+    have written: all three or none, a transition point within the merges, a positive word limit."""
+    cols = [row.get(c) for c in ("superword_from", "stage1_pattern", "superword_max_words")]
+    if all(c is None for c in cols):
+        return
+    t, pattern, words = cols
+    if not (_is_int(t) and 0 <= t <= row["vocab_size"]) or not (_is_int(words) and 1 <= words < 1 << 31):
+        raise StoreError(f"{where} (superword_from {t!r}, superword_max_words {words!r})")
+    if not isinstance(pattern, str):
+        raise StoreError(f"{where} (stage1_pattern is not text)")
+    check_pattern(pattern, str(p))

@@ -16,6 +16,10 @@ from .bulk import BulkWriter
 from .connection import now
 from .params import RunParams, check_run
 
+#: A superword store's stage 1, copied from its base: ``(merge rows (rank, left, right, token,
+#: count), their vocabulary rows (id, bytes))``.
+StageOne = tuple[Sequence[tuple[int, int, int, int, int]], Sequence[tuple[int, bytes]]]
+
 
 @dataclass(frozen=True)
 class Chunk:
@@ -37,17 +41,19 @@ class RunRows:
 
     def init_run(self, params: RunParams, sources: Sequence[Source],
                  chunks: Sequence[tuple[int, int, int] | tuple[int, int, int, str, int | None]],
-                 chunk_size: int, version: str) -> None:
-        """Write a new run: parameters, inputs, the counting plan and the initial vocabulary."""
+                 chunk_size: int, version: str, stage1: StageOne | None = None) -> None:
+        """Write a new run: parameters, inputs, the counting plan and the initial vocabulary;
+        ``stage1``: a superword store's first merges and their vocabulary rows, copied from its base."""
         t = now()
         with self.transaction():
             self.sql("INSERT INTO run (id, pattern, special_tokens, vocab_size, invalid_utf8, phase,"
                      " chunk_size, created_at, updated_at, bpe_store_version, min_frequency, max_token_length,"
-                     " max_pretoken_bytes)"
-                     " VALUES (1, ?, ?, ?, ?, 'counting', ?, ?, ?, ?, ?, ?, ?)",
+                     " max_pretoken_bytes, superword_from, stage1_pattern, superword_max_words)"
+                     " VALUES (1, ?, ?, ?, ?, 'counting', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                      (params.pattern, json.dumps(list(params.special_tokens)), params.vocab_size,
                       params.invalid_utf8, chunk_size, t, t, version, params.min_frequency,
-                      params.max_token_length, params.max_pretoken_bytes))
+                      params.max_token_length, params.max_pretoken_bytes, params.superword_from,
+                      params.stage1_pattern, params.superword_max_words))
             self.executemany("INSERT INTO sources (id, path, size, mtime_ns, digest, format, compression,"
                              " text_field, documents, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                              [(i, s.path, s.size, s.mtime_ns, s.digest, s.format, s.compression, s.text_field,
@@ -59,6 +65,11 @@ class RunRows:
             n = len(vocab)
             vocab += [(n + b, bytes([b]), "byte") for b in range(256)]
             self.executemany("INSERT INTO vocab (id, bytes, kind) VALUES (?, ?, ?)", vocab)
+            if stage1 is not None:
+                merges, merge_vocab = stage1
+                self.executemany("INSERT INTO vocab (id, bytes, kind) VALUES (?, ?, 'merge')", merge_vocab)
+                self.executemany('INSERT INTO merges (rank, "left", "right", token, count) VALUES (?, ?, ?, ?, ?)',
+                                 merges)
 
     def run_row(self) -> dict:
         row = self.sql("SELECT * FROM run WHERE id = 1").mappings().first()
@@ -88,7 +99,19 @@ class RunRows:
         r = self.run_row()
         return RunParams(r["pattern"], tuple(json.loads(r["special_tokens"])), r["vocab_size"],
                          r["invalid_utf8"], r["min_frequency"], r["max_token_length"],
-                         max_pretoken_bytes=r.get("max_pretoken_bytes"))
+                         max_pretoken_bytes=r.get("max_pretoken_bytes"), superword_from=r.get("superword_from"),
+                         stage1_pattern=r.get("stage1_pattern"), superword_max_words=r.get("superword_max_words"))
+
+    def stage1_log(self) -> tuple[int, str]:
+        """``(merges, digest)`` of the merges a superword store starts with (its stage 1's, copied
+        when it was made: what its checkpoints before its first merge record), ``(0, EMPTY)`` in
+        any other store. Read once per connection."""
+        if self._stage1_log is None:
+            t = self.sql("SELECT superword_from FROM run WHERE id = 1").scalar()
+            rows = self.sql('SELECT rank, "left", "right", token, count FROM merges WHERE rank < ? ORDER BY rank',
+                            (t,)).fetchall() if t else []
+            self._stage1_log = (len(rows), digest.merge_digest(rows))
+        return self._stage1_log
 
     def sources(self) -> list[Source]:
         return [Source(*r) for r in self.sql("SELECT path, size, mtime_ns, digest, format, compression,"
@@ -136,7 +159,10 @@ class RunRows:
     def add_checkpoint_row(self, phase: str, merges_done: int, elapsed_s: float, write_s: float | None,
                            writer: BulkWriter | None = None, merge_digest: str = digest.EMPTY) -> None:
         """The ``checkpoints`` row of a write (inside its transaction; ``writer``: its bulk writer),
-        with the digest of the ``merges_done`` merges the store holds once it commits."""
+        with the digest of the ``merges_done`` merges the store holds once it commits; before any
+        merge of its own (``merges_done`` 0), a superword store holds its stage 1's (``stage1_log``)."""
+        if merges_done == 0 and merge_digest == digest.EMPTY:
+            merges_done, merge_digest = self.stage1_log()
         (writer or BulkWriter(self, None)).execute(
             "INSERT INTO checkpoints (at, phase, chunks_counted, merges_done, elapsed_s, write_s, merge_digest)"
             " VALUES (?, ?, (SELECT count(*) FROM chunks WHERE counted = 1), ?, ?, ?, ?)",

@@ -121,6 +121,8 @@ class Store(RunRows, CountingRows, MergingRows):
         self._fresh_rows: list[tuple[int, bytes | bytearray, int]] | WordCounter | None = None
         #: ``(merges hashed, hash)``: the running digest of the merge log as committed (see ``_digest_after``)
         self._merge_hash: tuple[int, Any] | None = None
+        #: ``(merges, digest)`` of a superword store's stage 1 (``stage1_log``), once read
+        self._stage1_log: tuple[int, str] | None = None
         #: ``[(statement, parameters)]`` the next write transaction runs first (``defer_write``)
         self._deferred: list[tuple[str, tuple]] = []
         #: after each write: ``{"wal_bytes": int, "wal_blocked": bool}`` (see ``_truncate_wal``)

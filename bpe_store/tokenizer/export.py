@@ -36,6 +36,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..counting.pretokenize import describe_pattern, is_gpt2
+from ..counting.superword_split import STAGE2_PATTERN
 from ..errors import InputError
 from .gpt2_files import to_gpt2_str
 from .outfiles import check_export_target, export_dir
@@ -43,6 +44,12 @@ from .portable_pattern import PatternTranslationError, portable_pattern
 from .tiktoken_files import read_tiktoken_ranks
 
 FORMATS = ("hf", "gpt2", "tiktoken")
+#: Why a superword store (SuperBPE's stage 2, docs/superword.md) is not written for tiktoken.
+SUPERWORD_TIKTOKEN = (
+    "tiktoken cannot express a superword store: its pieces are stage 2's, whole phrases up to a line long, "
+    "and tiktoken takes a piece whole when its bytes are a token and otherwise joins the lowest-ranked pair "
+    "by scanning every pair again after each join (quadratic in the piece); the superword tokenizer is "
+    "HF's (as the authors release it): use --format hf")
 GPT2_MERGES_HEADER = "#version: 0.2"
 
 
@@ -359,6 +366,8 @@ def export_store(db_path: str | os.PathLike, fmt: str, out_dir: str | os.PathLik
     out = Path(out_dir)
     check_export_target(out, force, [Path(db_path)])  # before reading the store: fail fast
     vocab, merges, specials, pattern = load_store(db_path, vocab_size)
+    if fmt == "tiktoken" and pattern == STAGE2_PATTERN:
+        raise ExportError(SUPERWORD_TIKTOKEN)
     cfg = loader_config(specials, eos=eos, bos=bos, pad=pad, model_max_length=model_max_length)
     tok = check_exportable(vocab, merges, specials, pattern)
     if fmt in ("hf", "tiktoken"):

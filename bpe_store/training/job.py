@@ -21,6 +21,7 @@ from ..counting.native import WordCounter
 from ..counting.streams import Stream
 from ..store.connection import _sqlite_error, is_db_error
 from ..store.params import RunParams
+from ..store.run_rows import StageOne
 from ..store.store import Store
 from .options import TrainOptions
 from .wal_watch import WalWatch
@@ -52,6 +53,8 @@ class _Job:
     #: the last counting flush's native counter when that flush makes the store's words exactly its
     #: rows (ids 1, 2, ... in its order): ``_pairs`` builds the engine from it while it is written
     fresh_words: WordCounter | None = None
+    #: a new superword store's stage 1, copied from its base into the store it creates (``_create``)
+    stage1: StageOne | None = None
     #: inputs a resume found touched but unchanged: ``{source id: modification time now}``
     touched: dict[int, int] = dataclasses.field(default_factory=dict)
     #: one event at a time reaches ``progress`` (``_heartbeat`` calls it from its own thread)

@@ -20,6 +20,8 @@ Two trainer options (``reference.train_from_counts`` is their spec):
   has no entry in ``pairs``, ``where``, the heap or the store's ``pair_counts``, so it can never
   be chosen and never blocks the heap. Token bytes never change, so a pair is always too long or
   never.
+* ``max_words`` (SuperBPE's stage 2, ``superword_reference`` is its spec): a pair barred by the
+  superword rule (``superword_split.superword_allowed``) is never counted either, the same way.
 
 Two engines share one interface (``Engine``): ``MergeEngine`` here, pure Python, the portable
 fallback and the readable spec; and ``NativeMergeEngine``, a thin wrapper over the C++
@@ -37,6 +39,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+from ..counting.superword_split import superword_allowed
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._core import WordCounter
@@ -249,7 +253,7 @@ class MergeEngine:
     @classmethod
     def from_rows(cls, rows: Sequence[WordRow], token_bytes: Sequence[bytes | None], n_specials: int,
                   first_merge_id: int, next_rank: int, min_frequency: int = 1,
-                  max_token_length: int | None = None, replay: Replay = ()) -> MergeEngine:
+                  max_token_length: int | None = None, replay: Replay = (), max_words: int = 0) -> MergeEngine:
         """Build from the store's word rows and ``token_bytes[id]`` (None for special tokens).
         Rows counted fewer than ``min_frequency`` times are left out (``bad_word`` still indexes
         ``rows``). ``replay``: merges logged after the rows' tokens, applied to them first."""
@@ -284,7 +288,7 @@ class MergeEngine:
                 if len(new) != len(toks):
                     words[w] = new
                     changed.add(w)
-        engine = cls(words, [r[2] for r in kept], tb, first_merge_id, next_rank, max_token_length)
+        engine = cls(words, [r[2] for r in kept], tb, first_merge_id, next_rank, max_token_length, max_words)
         engine.word_ids = [r[0] for r in kept]
         engine.bad_word = bad
         if replay:
@@ -293,7 +297,8 @@ class MergeEngine:
         return engine
 
     def __init__(self, words: list[list[int]], counts: list[int], token_bytes: dict[int, bytes],
-                 first_merge_id: int, next_rank: int = 0, max_token_length: int | None = None):
+                 first_merge_id: int, next_rank: int = 0, max_token_length: int | None = None,
+                 max_words: int = 0):
         #: store id of each word (for checkpoint rows); the word index unless built from rows
         self.word_ids: list[int] = list(range(len(words)))
         self.bad_word = -1
@@ -307,6 +312,8 @@ class MergeEngine:
         self.next_rank = next_rank
         #: the longest token a merge may make, in bytes; None: no limit
         self.max_token_length = max_token_length
+        #: the superword rule's most words a token may span; 0: no rule (not a superword stage)
+        self.max_words = max_words
         self.pairs: dict[Pair, int] = {}
         self.where: dict[Pair, set[int]] = {}
         for w, toks in enumerate(words):
@@ -332,14 +339,16 @@ class MergeEngine:
     def _pairs_of(self, toks: list[int]) -> Iterator[Pair]:
         """The adjacent pairs of ``toks`` that may be merged (all of them without a length limit)."""
         pairs = zip(toks, toks[1:])
-        if self.max_token_length is None:
+        if self.max_token_length is None and not self.max_words:
             return pairs
         return (p for p in pairs if self._fits(p))
 
     def _fits(self, p: Pair) -> bool:
         """Whether pair ``p`` may be merged: its two tokens spell at most ``max_token_length`` bytes."""
-        limit = self.max_token_length
-        return limit is None or len(self.token_bytes[p[0]]) + len(self.token_bytes[p[1]]) <= limit
+        limit, tb = self.max_token_length, self.token_bytes
+        if limit is not None and len(tb[p[0]]) + len(tb[p[1]]) > limit:
+            return False
+        return not self.max_words or superword_allowed(tb[p[0]], tb[p[1]], self.max_words)
 
     def _pop_best(self) -> tuple[Pair, int] | None:
         heap, pairs = self.heap, self.pairs
@@ -378,7 +387,7 @@ class MergeEngine:
         (a 2 MB zhwiki slice to 3000 merges, words of ~26 bytes: 39-46 CPU s; this way 17-19).
         """
         pairs, where, words = self.pairs, self.where, self.words
-        changed_pairs, limited = self._changed_pairs, self.max_token_length is not None
+        changed_pairs, limited = self._changed_pairs, self.max_token_length is not None or bool(self.max_words)
         grown: set[Pair] = set()
         for w in where.pop((a, b), ()):
             new, gone, made = merge_with_pairs(words[w], a, b, t)
@@ -504,14 +513,14 @@ class NativeMergeEngine:
 
     def __init__(self, rows: list[WordRow], token_bytes: Sequence[bytes | None], n_specials: int,
                  first_merge_id: int, next_rank: int, min_frequency: int = 1,
-                 max_token_length: int | None = None, replay: Replay = ()):
+                 max_token_length: int | None = None, replay: Replay = (), max_words: int = 0):
         from .. import _core
 
         if replay and hasattr(rows, "pack"):
             raise ValueError("replay needs the store's rows, not a counter")
         if hasattr(rows, "pack"):  # a WordCounter: its words as ids 1, 2, ... (see new_engine)
             self._e = _core.MergeEngine(rows.pack(), 1, list(token_bytes), n_specials, first_merge_id, next_rank,
-                                        min_frequency, max_token_length or 0)
+                                        min_frequency, max_token_length or 0, max_words)
         else:
             if not isinstance(rows, getattr(_core, "WordRows", ())):  # else read natively (Store.load_word_rows)
                 if not isinstance(rows, list):
@@ -523,7 +532,7 @@ class NativeMergeEngine:
             if sys.byteorder == "big":  # pragma: no cover
                 log.byteswap()  # the engine reads little-endian uint32
             self._e = _core.MergeEngine(rows, list(token_bytes), n_specials, first_merge_id, next_rank,
-                                        min_frequency, max_token_length or 0, log.tobytes())
+                                        min_frequency, max_token_length or 0, log.tobytes(), max_words)
         self.token_bytes: dict[int, bytes] = {i: b for i, b in enumerate(token_bytes) if b is not None}
         self.bad_word: int = self._e.bad_word
 
@@ -611,21 +620,22 @@ def uses_native(engine: str) -> bool:
 
 def new_engine(rows: list[WordRow] | WordCounter, token_bytes: Sequence[bytes | None], n_specials: int,
                first_merge_id: int, next_rank: int, engine: str = "auto", *, min_frequency: int = 1,
-               max_token_length: int | None = None, replay: Replay = ()) -> Engine:
+               max_token_length: int | None = None, replay: Replay = (), max_words: int = 0) -> Engine:
     """A merge engine over the store's word rows (in id order); ``engine`` is one of ``ENGINES``:
     "native" requires the C++ core, "python" forces the fallback, "auto" prefers native.
     ``rows`` may also be the native ``WordCounter`` a first counting flush wrote (words still single
     bytes, ids 1, 2, ... in its order; ``Store.take_fresh_word_rows``): the native engine then
     reads it without a Python object per word. ``min_frequency`` and ``max_token_length``: see the
-    module doc. ``replay``: merges the store logged after the rows' tokens (``Replay``)."""
+    module doc. ``replay``: merges the store logged after the rows' tokens (``Replay``).
+    ``max_words``: 0, or the superword rule of SuperBPE's stage 2 (see the module doc)."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if uses_native(engine):
         if not native_available():
             raise RuntimeError("the native merge engine is not built here (use engine='python')")
         return NativeMergeEngine(rows, token_bytes, n_specials, first_merge_id, next_rank, min_frequency,
-                                 max_token_length, replay)
+                                 max_token_length, replay, max_words)
     if hasattr(rows, "pack"):
         rows = rows.rows(1)
     return MergeEngine.from_rows(rows, token_bytes, n_specials, first_merge_id, next_rank, min_frequency,
-                                 max_token_length, replay)
+                                 max_token_length, replay, max_words)

@@ -74,7 +74,7 @@ def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engin
     try:
         merger = new_engine(rows, token_bytes, n_special, first, len(merges), engine,
                             min_frequency=params.min_frequency, max_token_length=params.max_token_length,
-                            replay=replay)
+                            replay=replay, max_words=params.superword_max_words or 0)
     except (TypeError, ValueError, OverflowError) as exc:  # a count or blob of the wrong type or sign
         raise StoreError(f"{store.path}: the store's words are damaged ({exc}); start over with --restart") from None
     if merger.bad_word >= 0:
@@ -117,6 +117,8 @@ def _pairs(job: _Job) -> Engine:
     """
     store, params = job.store, job.params
     job.emit(stage="pairs")
+    if params.superword_from is not None:
+        return _superword_pairs(job)
     n = len(params.special_tokens)
     # Why the words in memory: when the last flush writes every word (the first flush into an
     # empty store), its counter is what the store will hold, so the engine is built from it while
@@ -141,6 +143,21 @@ def _pairs(job: _Job) -> Engine:
     job.writes.submit(_start_merging, job, merger.pair_counts(), job.elapsed(), then=lambda: job.pairs_unwritten
                       and job.emit(stage="deferred", phase="merging", what="pair counts", waiting=False,
                                    **store.wal))
+    return merger
+
+
+def _superword_pairs(job: _Job) -> Engine:
+    """4. pairs for a superword store (SuperBPE's stage 2, docs/superword.md): its words are stage
+    2's pieces, still their bytes; the engine applies the store's stage-1 merges to them first, as
+    a resume applies logged merges (``_load_engine``: their state is 0 merges), and merges on from
+    there under the superword rule. The move to merging writes no pair counts: the first full
+    checkpoint writes them all (as when a reader pins the WAL)."""
+    job.fresh_words = None  # the engine reads the store's rows: a counter cannot be replayed
+    job.writes.wait()
+    merger = _load_engine(job.store, job.params, job.options.engine)
+    release_free_memory()
+    job.pairs_unwritten = True
+    job.store.start_merging(None, job.elapsed())
     return merger
 
 

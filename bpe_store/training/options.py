@@ -25,6 +25,7 @@ from typing import Any
 from ..counting.chunks import DEFAULT_CHUNK_SIZE
 from ..counting.inputs import DEFAULT_TEXT_FIELD
 from ..counting.pretokenize import GPT2_PATTERN, resolve_pattern
+from ..counting.superword_split import MAX_WORDS
 from ..errors import InputError, text_argument
 from ..store.params import (
     INVALID_UTF8_POLICIES,
@@ -91,6 +92,14 @@ class TrainOptions:
         max_pretoken_bytes: a pre-token longer than this counts as pieces of at most this many
             bytes, cut at UTF-8 character starts (``pretokenize.split_long_pretoken``); 4 to 64 MiB,
             stored with the run. None: the store's value on a resume, else 1 MiB.
+        superword_from: SuperBPE (docs/superword.md): the transition point t. The store gets the
+            first t merges of stage 1 (``pattern``), then superword merges learned on stage 2's
+            pieces up to ``vocab_size``. Without ``superword_base``, stage 1 is trained first into
+            the store beside ``db`` named ``<name>.stage1<suffix>`` (kept: a later t reuses it).
+        superword_base: a finished store whose first ``superword_from`` merges are stage 1 (its
+            pattern and special tokens must be this run's); it is only read.
+        max_superword_words: the most words (parts between spaces) a superword token may span (4,
+            the authors').
     """
 
     pattern: str = GPT2_PATTERN
@@ -115,6 +124,9 @@ class TrainOptions:
     count_engine: str = "local"
     ray_address: str | None = None
     max_pretoken_bytes: int | None = None
+    superword_from: int | None = None
+    superword_base: str | os.PathLike | None = None
+    max_superword_words: int = MAX_WORDS
 
     @classmethod
     def of(cls, given: Mapping[str, Any]) -> TrainOptions:
@@ -132,6 +144,7 @@ class TrainOptions:
         workers = check_run_options(self.workers, self.chunk_size, self.checkpoint_merges, self.checkpoint_seconds,
                                     self.count_flush_seconds)
         check_engines(self.engine, self.count_engine, self.ray_address)
+        check_superword_options(self.superword_from, self.superword_base, self.max_superword_words, params)
         return dataclasses.replace(self, pattern=pattern, workers=workers), params
 
 
@@ -257,3 +270,21 @@ def check_engines(engine: str, count_engine: str, ray_address: str | None) -> No
         from ..counting.ray_count import import_ray
 
         import_ray()  # missing Ray: say how to install it before anything is written
+
+
+def check_superword_options(superword_from: int | None, base: str | os.PathLike | None, max_words: int,
+                            params: RunParams) -> None:
+    """Validate the SuperBPE options (see ``TrainOptions``) against the run's ``params``."""
+    if superword_from is None:
+        if base is not None:
+            raise InputError("superword_base needs superword_from (the transition point)")
+        return
+    if not isinstance(superword_from, int) or isinstance(superword_from, bool) or superword_from < 0:
+        raise InputError(f"superword_from must be an integer of at least 0, not {superword_from!r}")
+    if superword_from > params.num_merges:
+        raise InputError(f"superword_from {superword_from} is larger than the vocabulary: vocab size "
+                         f"{params.vocab_size} holds {params.num_merges} merges after the 256 bytes and "
+                         f"{len(params.special_tokens)} special tokens")
+    _positive_int("max_superword_words", max_words, (1 << 31) - 1)
+    if base is not None and not isinstance(base, (str, os.PathLike)):
+        raise InputError(f"superword_base must be a path, not {base!r}")

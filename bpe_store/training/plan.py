@@ -28,6 +28,7 @@ from .job import Progress, _Job
 from .merge import Engine
 from .merge_step import _load_engine, last_checkpoint_deferred
 from .options import TrainOptions, max_pretoken_bytes
+from .superword_plan import check_same_stage1
 
 
 def _check(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream, db: str | os.PathLike,
@@ -63,6 +64,8 @@ def _plan(job: _Job) -> Engine | None:
     try:
         store.check_plan()
         grow = _same_inputs(store, job.paths, job.params, job.touched)
+        if job.stage1 is not None:
+            check_same_stage1(store, job.stage1)
         merger = _preflight(job, store, grow)
         if grow:
             store.set_vocab_size(job.params.vocab_size)  # continue to a larger vocabulary
@@ -93,8 +96,8 @@ def _create(job: _Job) -> Store:
             chunks.append((i, start, end, kind, part))
     # the store appears complete (schema, run, plan, vocabulary) or not at all
     chunk_size = job.options.chunk_size
-    return Store.create(job.db, init=lambda new: new.init_run(params, sources, chunks, chunk_size, __version__),
-                        durable=job.options.durable)
+    return Store.create(job.db, init=lambda new: new.init_run(params, sources, chunks, chunk_size, __version__,
+                                                              job.stage1), durable=job.options.durable)
 
 
 def _open_for_training(db: Path, paths: Sequence[FileInput | Stream], invalid_utf8: str, restart: bool,
@@ -159,9 +162,11 @@ def _param_diffs(old: RunParams, params: RunParams) -> list[str]:
         diffs.append(f"special tokens {list(old.special_tokens)} -> {list(params.special_tokens)}")
     if old.invalid_utf8 != params.invalid_utf8:
         diffs.append(f"invalid UTF-8 policy {old.invalid_utf8} -> {params.invalid_utf8}")
-    for option in ("min_frequency", "max_token_length"):
+    for option in ("min_frequency", "max_token_length", "superword_from", "superword_max_words"):
         if getattr(old, option) != getattr(params, option):
             diffs.append(f"{option} {getattr(old, option)} -> {getattr(params, option)}")
+    if old.stage1_pattern != params.stage1_pattern:
+        diffs.append(f"stage-1 pattern {old.stage1_pattern!r} -> {params.stage1_pattern!r}")
     if old.max_pretoken_bytes != max_pretoken_bytes(params.max_pretoken_bytes, old):
         diffs.append(f"max pre-token bytes {old.max_pretoken_bytes or 'no limit'} -> {params.max_pretoken_bytes}")
     return diffs
@@ -234,7 +239,7 @@ def _preflight(job: _Job, store: Store, grow: bool) -> Engine | None:
     run = store.run_row()
     result_check(store, params.special_tokens)
     if run["phase"] == "counting":
-        if store.count_merges():
+        if store.count_merges() != (params.superword_from or 0):  # a superword store holds its stage 1's
             raise StoreError(f"{store.path}: the store is inconsistent (counting, but it holds merges); "
                              "start over with --restart")
         return None

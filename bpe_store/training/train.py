@@ -46,16 +46,14 @@ from .merge import release_free_memory
 from .merge_step import _merge, _pairs
 from .options import TrainOptions, max_pretoken_bytes, options_doc
 from .plan import _check, _plan
+from .superword_plan import check_superword_inputs, read_stage1, stage1_done, stage1_path, superword_params
 
 
 @_without_gc_store_errors
 def train(
     inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream,
-    db: str | os.PathLike,
-    vocab_size: int,
-    special_tokens: Sequence[str] = (),
-    *,
-    pattern: str = TrainOptions.pattern,
+    db: str | os.PathLike, vocab_size: int, special_tokens: Sequence[str] = (),
+    *, pattern: str = TrainOptions.pattern,
     workers: int | None = TrainOptions.workers,
     chunk_size: int = TrainOptions.chunk_size,
     checkpoint_merges: int | None = TrainOptions.checkpoint_merges,
@@ -74,6 +72,9 @@ def train(
     count_engine: str = TrainOptions.count_engine,
     ray_address: str | None = TrainOptions.ray_address,
     max_pretoken_bytes: int | None = TrainOptions.max_pretoken_bytes,
+    superword_from: int | None = TrainOptions.superword_from,
+    superword_base: str | os.PathLike | None = TrainOptions.superword_base,
+    max_superword_words: int = TrainOptions.max_superword_words,
 ) -> TrainResult:
     """Train (or resume training) a byte-level BPE into the store ``db``; returns its ``TrainResult``
     (``vocab``, ``merges``, ``merge_counts``, ``phase``, ``stop_reason``). See the module doc.
@@ -100,6 +101,7 @@ def train(
     """
     options = TrainOptions.of(locals())  # the keyword parameters are its fields, by name (tests/test_api.py)
     job = _check(inputs, db, vocab_size, special_tokens, options, progress, stop)  # 1. check
+    _superword_stage1(job, inputs, special_tokens)        # SuperBPE: stage 1 first (docs/superword.md)
     release_free_memory()  # from here on, large blocks one phase frees are not kept resident by the next
     merger = _plan(job)                                    # 2. plan (or check a resume)
     with _session(job):
@@ -108,6 +110,25 @@ def train(
             merger = _pairs(job)                           # 4. pairs
         _merge(job, merger or job.options.engine)          # 5. merge
         return read_result(job.store)                      # 6. done
+
+
+def _superword_stage1(job: _Job, inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream,
+                      special_tokens: Sequence[str]) -> None:
+    """SuperBPE (docs/superword.md): make ``job`` the superword store's, with its stage 1 read from
+    its base; without one, train stage 1 into ``stage1_path(db)`` first (a plain run, resumed like
+    any; skipped when it is finished with enough merges). Checks all before anything is written."""
+    options, t = job.options, job.options.superword_from
+    if t is None:
+        return
+    check_superword_inputs(job, options.superword_base)
+    base = Path(options.superword_base) if options.superword_base is not None else stage1_path(job.db)
+    if options.superword_base is None and not stage1_done(base, t):
+        plain = dataclasses.replace(options, superword_from=None, superword_base=None)
+        stage1_vocab = len(job.params.special_tokens) + 256 + t
+        train(inputs, base, stage1_vocab, special_tokens, progress=job.progress, stop=job.stop,
+              **dataclasses.asdict(plain))
+    job.stage1 = read_stage1(base, job.params, t)
+    job.params = superword_params(job.params, t, options.max_superword_words)
 
 
 # help(train) lists the options from TrainOptions' docstring, where each is said once

@@ -1,0 +1,136 @@
+"""SuperBPE's stage 2: the split it keeps (equal to the authors' HF Split), the superword rule, and
+both merge engines held to the plain reference (``superword_reference``) on small corpora with
+many ties and on random ones."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import regex
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bpe_store.counting.pretokenize import count_words
+from bpe_store.counting.superword_split import (
+    STAGE2_PATTERN,
+    STAGE2_SPLIT,
+    split_isolated,
+    superword_allowed,
+    word_parts,
+)
+from bpe_store.training.merge import native_available, new_engine
+from bpe_store.training.reference import reference_train_bpe
+from bpe_store.training.superword import stage2_merges
+from bpe_store.training.superword_reference import reference_superword_bpe, stage1_tokens, superword_merges
+
+ENGINES = ["python"] + (["native"] if native_available() else [])
+#: characters that make every alternative of the split and the rule fire: digits, punctuation
+#: runs, colons before spaces, runs of spaces, newlines, letters of two scripts
+ALPHABET = "ab ab ab:1.,!'\n/é中"
+
+texts = st.text(alphabet=ALPHABET, max_size=60)
+
+
+@given(texts)
+@settings(max_examples=300, deadline=None)
+def test_the_pattern_tiles_text_as_the_authors_split_cuts_it(text):
+    assert [m.group() for m in regex.finditer(STAGE2_PATTERN, text)] == split_isolated(text)
+
+
+@given(texts)
+@settings(max_examples=200, deadline=None)
+def test_the_split_is_hf_tokenizers_split_isolated(text):
+    tokenizers = pytest.importorskip("tokenizers")
+    pre = tokenizers.pre_tokenizers.Split(tokenizers.Regex(STAGE2_SPLIT), behavior="isolated")
+    assert [p for p, _ in pre.pre_tokenize_str(text)] == split_isolated(text)
+
+
+def test_the_superword_rule():
+    assert word_parts(b" in order to be") == 4
+    assert superword_allowed(b" in order", b" to be")
+    assert superword_allowed(b" in order", b" to be.")  # ' be.' is one word: four
+    assert not superword_allowed(b" in order to", b" be so")  # five words
+    assert superword_allowed(b"a", b"b c d e")  # 'ab' is one word: four
+    assert not superword_allowed(b"a ", b"b c d e")  # five
+    assert not superword_allowed(b"note:", b" this") and not superword_allowed(b"x: y", b"z")
+    assert superword_allowed(b"note:", b"this") and superword_allowed(b"  ", b"  ")
+
+
+def _stage1(text: str, specials: list[str], t: int, engine: str):
+    """Stage 1 by the engine: (token_bytes by id, logged merges)."""
+    n = len(specials)
+    counts = count_words(text, specials)
+    rows = [(i + 1, w, c, None) for i, (w, c) in enumerate(counts.items())]
+    tb: list[bytes | None] = [None] * n + [bytes([b]) for b in range(256)]
+    eng = new_engine(rows, tb, n, n + 256, 0, engine)
+    merges = []
+    while len(merges) < t and not eng.exhausted:
+        merges.extend(eng.step(t - len(merges)))
+    size = max([n + 256] + [m.token + 1 for m in merges])
+    tb = [eng.token_bytes.get(i) for i in range(size)]
+    return tb, [(m.left, m.right, m.token) for m in merges]
+
+
+def _engine_superword(text: str, vocab_size: int, specials: list[str], t: int, engine: str):
+    tb, stage1 = _stage1(text, specials, t, engine)
+    pieces = count_words(text, specials, STAGE2_PATTERN)
+    num = vocab_size - len(specials) - 256 - len(stage1)
+    out = stage2_merges(pieces, tb, len(specials), stage1, num, engine)
+    names = dict(enumerate(tb))
+    merges = [(names[a], names[b]) for a, b, _ in stage1]
+    for m in out:
+        names.setdefault(m.token, names[m.left] + names[m.right])
+        merges.append((names[m.left], names[m.right]))
+    assert [m.rank for m in out] == list(range(len(stage1), len(stage1) + len(out)))
+    return merges
+
+
+def _tie_corpus(seed: int) -> str:
+    """Short repeated phrases: many pairs tie at every step, across words and inside them."""
+    rng = random.Random(seed)
+    words = ["a", "b", "ab", "ba", "the", "of", "to", "in", "1", "22", ":", "..", "é"]
+    docs = []
+    for _ in range(40):
+        n = rng.randint(1, 9)
+        docs.append(" ".join(rng.choice(words) for _ in range(n)) + rng.choice(["", ".", "\n", ": x", "  "]))
+    return "<|endoftext|>".join(docs)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("seed", range(6))
+def test_engines_equal_the_reference_on_corpora_with_many_ties(engine, seed):
+    text = _tie_corpus(seed)
+    specials = ["<|endoftext|>"]
+    for t in (0, 5, 20):
+        _, want = reference_superword_bpe(text, 257 + 60, specials, superword_from=t)
+        assert _engine_superword(text, 257 + 60, specials, t, engine) == want, (seed, t)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@given(st.text(alphabet=ALPHABET, max_size=120), st.integers(0, 30), st.integers(0, 40))
+@settings(max_examples=60, deadline=None)
+def test_engines_equal_the_reference_on_random_text(engine, text, t, extra):
+    _, want = reference_superword_bpe(text, 256 + t + extra, [], superword_from=t)
+    assert _engine_superword(text, 256 + t + extra, [], t, engine) == want
+
+
+def test_the_reference_learns_superwords_and_keeps_the_rule():
+    text = "in order to do it, in order to see it, in order to be: in order to win" * 3
+    vocab, merges = reference_superword_bpe(text, 256 + 15 + 15, [], superword_from=15)
+    stage2 = [left + right for left, right in merges[15:]]
+    assert any(word_parts(tok) >= 2 for tok in stage2)  # superwords were learned
+    assert all(word_parts(tok) <= 4 and b": " not in tok for tok in stage2)
+    assert all(word_parts(left + right) <= 1 for left, right in merges[:15])  # stage 1: GPT-2 words
+    assert any(tok.endswith(b":") for tok in stage2)  # 'be:' is learned, 'be: in' never
+
+
+def test_stage1_tokens_are_bpe_encoding_of_the_whole_piece():
+    _, merges = reference_train_bpe("the cat the hat " * 5, 256 + 10)
+    piece = b" the cat the hat"
+    word = stage1_tokens(piece, merges)
+    assert b"".join(word) == piece and len(word) < len(piece)
+
+
+def test_superword_merges_stop_when_no_allowed_pair_is_left():
+    assert superword_merges({b"a: b": 3}, [(b"a", b":")], 10) == [(b" ", b"b", 3)]

@@ -1,0 +1,157 @@
+"""Superword stores (SuperBPE's stage 2 in a store): both stages in one run, a branch from a
+finished store at merge t, a kill -9 in stage 2 resumed to identical merges, SQL, ``db check``,
+the tokenizer and its exports, and bad input refused with its exit code and nothing written."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+from cli_helpers import ROOT, SPECIAL, run
+from conftest import EN, fixture_text
+
+from bpe_store import train
+from bpe_store.counting.superword_split import STAGE2_PATTERN, word_parts
+from bpe_store.training.superword_reference import reference_superword_bpe
+
+
+def _corpus(tmp_path, n: int = 24_000, name: str = "corpus.txt"):
+    """English with repeated phrases and document boundaries: superwords have something to learn."""
+    rng = random.Random(7)
+    text = fixture_text(EN, n)
+    docs = [text[i:i + 2000] for i in range(0, len(text), 2000)]
+    phrases = [" in order to", " as well as", " one of the", " at the same time"]
+    docs = [d + "".join(rng.choice(phrases) for _ in range(5)) for d in docs]
+    p = tmp_path / name
+    p.write_text(SPECIAL.join(docs), encoding="utf-8")
+    return p
+
+
+def test_both_stages_in_one_run_equal_the_reference(tmp_path):
+    corpus = _corpus(tmp_path)
+    r = train([corpus], tmp_path / "super.db", 256 + 1 + 300, [SPECIAL], superword_from=200, engine="python")
+    _, want = reference_superword_bpe(corpus.read_text(encoding="utf-8"), 256 + 1 + 300, [SPECIAL], 200)
+    assert r.merges == want
+    assert (tmp_path / "super.stage1.db").exists()  # stage 1, kept for the next transition point
+    assert any(word_parts(a + b) >= 2 for a, b in r.merges[200:])  # superwords were learned
+    assert all(word_parts(a + b) <= 4 and b": " not in a + b for a, b in r.merges[200:])
+    con = sqlite3.connect(tmp_path / "super.db")
+    assert con.execute("SELECT pattern, superword_from, superword_max_words FROM run").fetchone() == (
+        STAGE2_PATTERN, 200, 4)
+    ranks = [row[0] for row in con.execute("SELECT rank FROM superword_merges")]
+    assert ranks == list(range(200, 300))
+
+
+def test_a_branch_of_a_finished_store_reuses_its_merges(tmp_path):
+    corpus = _corpus(tmp_path)
+    base = train([corpus], tmp_path / "plain.db", 256 + 1 + 300, [SPECIAL])
+    text = corpus.read_text(encoding="utf-8")
+    for t in (60, 250):
+        r = train([corpus], tmp_path / f"super{t}.db", 256 + 1 + 300, [SPECIAL], superword_from=t,
+                  superword_base=tmp_path / "plain.db")
+        assert r.merges[:t] == base.merges[:t]
+        assert r.merges == reference_superword_bpe(text, 256 + 1 + 300, [SPECIAL], t)[1]
+    assert not (tmp_path / "super100.stage1.db").exists()
+
+
+def test_the_tokenizer_and_hf_export_encode_superwords_alike(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    from bpe_store import Tokenizer
+
+    corpus = _corpus(tmp_path)
+    db = tmp_path / "super.db"
+    train([corpus], db, 256 + 1 + 300, [SPECIAL], superword_from=200)
+    tok = Tokenizer.from_store(db)
+    assert run("export", db, "--format", "hf", "--out", tmp_path / "hf").exit_code == 0
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    texts = [fixture_text(EN, 3000)[i:i + 300] for i in range(0, 3000, 300)]
+    texts += ["in order to be 12345: yes...  ok", "a  b\n\nc", "one of the"]
+    for text in texts:
+        ids = tok.encode(text)
+        assert ids == hf.encode(text).ids
+        assert tok.decode(ids) == text
+    r = run("export", db, "--format", "tiktoken", "--out", tmp_path / "tt")
+    assert r.exit_code == 2 and "tiktoken cannot express a superword store" in r.stderr
+
+
+def test_db_check_and_sql_of_a_superword_store(tmp_path):
+    corpus = _corpus(tmp_path)
+    db = tmp_path / "super.db"
+    train([corpus], db, 256 + 1 + 260, [SPECIAL], superword_from=200)
+    r = run("db", "check", db, "--deep")
+    assert r.exit_code == 0, r.stdout + r.stderr
+
+
+def test_bad_superword_input_is_refused_and_writes_nothing(tmp_path):
+    corpus = _corpus(tmp_path)
+    db = tmp_path / "super.db"
+    r = run("train", corpus, "--db", db, "--vocab-size", 300, "--superword-from", 100)
+    assert r.exit_code == 2 and "larger than the vocabulary" in r.stderr
+    assert not db.exists() and not (tmp_path / "super.stage1.db").exists()
+    train([corpus], tmp_path / "gpt4.db", 400, [SPECIAL], pattern="gpt4")
+    r = run("train", corpus, "--db", db, "--vocab-size", 420, "--special", SPECIAL, "--superword-from", 100,
+            "--superword-base", tmp_path / "gpt4.db")
+    assert r.exit_code == 2 and "another pattern" in r.stderr and not db.exists()
+    r = run("train", corpus, "--db", db, "--vocab-size", 420, "--special", SPECIAL, "--superword-from", 150,
+            "--superword-base", tmp_path / "gpt4.db", "--pattern", "gpt4")
+    assert r.exit_code == 2 and "fewer than the transition point" in r.stderr and not db.exists()
+    # a superword store resumed with other options: exit 3, the store as it was
+    assert run("train", corpus, "--db", db, "--vocab-size", 420, "--special", SPECIAL, "--superword-from", 100,
+               "--superword-base", tmp_path / "gpt4.db", "--pattern", "gpt4").exit_code == 0
+    before = db.read_bytes()
+    same = ["train", corpus, "--db", db, "--vocab-size", 420, "--special", SPECIAL, "--superword-base",
+            tmp_path / "gpt4.db", "--pattern", "gpt4"]
+    for other in (["--superword-from", 90], ["--superword-from", 100, "--max-superword-words", 3]):
+        r = run(*same, *other)
+        assert r.exit_code == 3 and "other parameters" in r.stderr, (other, r.stderr)
+    assert db.read_bytes() == before
+
+
+RUNNER = """
+import sys
+from bpe_store import train
+train([sys.argv[1]], sys.argv[2], 257 + 1200, ["<|endoftext|>"], superword_from=400, workers=2,
+      chunk_size=100_000, count_flush_seconds=0.0, checkpoint_merges=20, checkpoint_seconds=0.2,
+      superword_base=sys.argv[3])
+"""
+
+
+def _merges(db) -> int:
+    if not db.exists():
+        return 0
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT count(*) FROM merges").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+    finally:
+        con.close()
+
+
+@pytest.mark.slow
+def test_sigkill_in_stage_two_resumes_to_identical_merges(tmp_path):
+    corpus = _corpus(tmp_path, 400_000)
+    base = tmp_path / "plain.db"
+    train([corpus], base, 257 + 600, [SPECIAL])
+    expected = train([corpus], tmp_path / "whole.db", 257 + 1200, [SPECIAL], superword_from=400, superword_base=base)
+    db = tmp_path / "killed.db"
+    seen = []
+    for target in (400, 450, 700, 1000):  # 400: counting over (the store holds stage 1's merges)
+        proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(corpus), str(db), str(base)], cwd=ROOT)
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline and _merges(db) <= target:
+            time.sleep(0.01)
+        time.sleep(random.uniform(0, 0.05))
+        proc.kill()
+        proc.wait()
+        seen.append(_merges(db))
+    rc = subprocess.run([sys.executable, "-c", RUNNER, str(corpus), str(db), str(base)], cwd=ROOT,
+                        timeout=300).returncode
+    assert rc == 0
+    r = train([corpus], db, 257 + 1200, [SPECIAL], superword_from=400, superword_base=base)
+    assert r.merges == expected.merges and r.merge_counts == expected.merge_counts
+    assert seen == sorted(seen) and 400 < seen[1] < seen[-1] < 1200 - 1, seen  # killed inside stage 2

@@ -28,7 +28,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bpe_store.counting.chunks import DEFAULT_CHUNK_SIZE, plan_chunks  # noqa: E402
 from bpe_store.counting.count import (  # noqa: E402
     add_counts,
     count_chunk_native_task,
@@ -37,7 +36,8 @@ from bpe_store.counting.count import (  # noqa: E402
     new_word_counts,
 )
 from bpe_store.counting.parallel import count_chunks_threaded  # noqa: E402
-from bpe_store.counting.pretokenize import CL100K_PATTERN, GPT2_PATTERN  # noqa: E402
+from bpe_store.text.chunks import DEFAULT_CHUNK_SIZE, plan_chunks  # noqa: E402
+from bpe_store.text.pretokenize import CL100K_PATTERN, GPT2_PATTERN  # noqa: E402
 
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpora" / "enwiki-100M.txt"
 SPECIALS = ["<|endoftext|>"]

@@ -169,8 +169,8 @@ def openai_child(which: str, args: argparse.Namespace) -> dict:
         elif which.startswith("tiktoken "):
             import tiktoken
 
-            from bpe_store.counting.pretokenize import PATTERNS
-            from bpe_store.tokenizer.tiktoken_files import read_tiktoken_ranks
+            from bpe_store.formats.tiktoken_files import read_tiktoken_ranks
+            from bpe_store.text.pretokenize import PATTERNS
 
             with resources.as_file(gz) as path:
                 enc = tiktoken.Encoding(name, pat_str=PATTERNS[OPENAI_PATTERN[name]],

@@ -90,8 +90,8 @@ def make(out: Path, corpus: Path) -> None:
 
 READ_ONLY = """
 import json, resource, sys, time
-from bpe_store.counting.inputs import file_input, plan_units, scan_input, unit_blocks, unit_of
-from bpe_store.counting.pretokenize import GPT2_PATTERN
+from bpe_store.text.inputs import file_input, plan_units, scan_input, unit_blocks, unit_of
+from bpe_store.text.pretokenize import GPT2_PATTERN
 args = json.loads(sys.argv[1])
 specials = ["<|endoftext|>"]
 cpu = 0.0

@@ -137,10 +137,10 @@ def make_store(db: Path, n: int, vocab_size: int) -> None:
     from bpe_store._core import WordCounter
 
     from bpe_store._version import __version__
-    from bpe_store.counting.input_checks import scan_source
-    from bpe_store.counting.pretokenize import GPT2_PATTERN
     from bpe_store.store.params import RunParams
     from bpe_store.store.store import Store
+    from bpe_store.text.input_checks import scan_source
+    from bpe_store.text.pretokenize import GPT2_PATTERN
     from bpe_store.training.options import DEFAULT_MAX_PRETOKEN_BYTES
 
     t0 = time.monotonic()

@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_count import parallelism_probe, report_head, run_train_counting  # noqa: E402
 
-from bpe_store.counting.chunks import DEFAULT_CHUNK_SIZE  # noqa: E402
-from bpe_store.counting.pretokenize import GPT2_PATTERN  # noqa: E402
+from bpe_store.text.chunks import DEFAULT_CHUNK_SIZE  # noqa: E402
+from bpe_store.text.pretokenize import GPT2_PATTERN  # noqa: E402
 
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpora" / "enwiki-100M.txt"
 OWT_BYTES = 11.9e9
@@ -78,7 +78,7 @@ def adds_seconds_per_gb(corpus: str, units: int = 40, chunk: int = DEFAULT_CHUNK
     """``(CPU-s per GB, packed MB per unit)`` of the driver's adds alone: ``WordCounter.add_packed``
     of ``units`` consecutive units' packed counts (what a combiner tree would shrink)."""
     from bpe_store.counting.count import count_unit_packed
-    from bpe_store.counting.native import WordCounter
+    from bpe_store.native import WordCounter
 
     size = os.path.getsize(corpus)
     units = max(1, min(units, size // chunk))

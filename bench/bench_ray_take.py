@@ -17,7 +17,7 @@ def main() -> None:
 
     from bpe_store.counting import ray_count
     from bpe_store.counting.count import count_unit_packed
-    from bpe_store.counting.pretokenize import GPT2_PATTERN
+    from bpe_store.text.pretokenize import GPT2_PATTERN
     from bpe_store.training.train import train
 
     corpus, db, flush_s = sys.argv[1], sys.argv[2], float(sys.argv[3])

@@ -44,8 +44,8 @@ def cpu_s() -> float:
 
 def run_one(corpus: str, workers: int, engine: str, chunk: int, flush_s: float) -> dict:
     """One counting phase in this process (called in a fresh subprocess): the JSON row."""
-    from bpe_store.counting.pretokenize import GPT2_PATTERN
     from bpe_store.store.store import Store
+    from bpe_store.text.pretokenize import GPT2_PATTERN
     from bpe_store.training.train import train
 
     if engine == "ray":
@@ -107,8 +107,8 @@ def subprocess_run(corpus: str, workers: int, engine: str, chunk: int, flush_s: 
 def component_rates(corpus: str, chunk: int, units: int = 24) -> dict:
     """One core's rates for the tree's parts, on the corpus's first ``units`` units."""
     from bpe_store.counting.count import PackedCounts, WordCounter, count_unit_counts
-    from bpe_store.counting.pretokenize import GPT2_PATTERN
     from bpe_store.counting.ray_node import sum_packed
+    from bpe_store.text.pretokenize import GPT2_PATTERN
 
     window = WordCounter()
     c0 = time.process_time()

@@ -206,7 +206,7 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--pattern", default="gpt2",
-                    help="a pattern name (bpe_store.counting.pretokenize.PATTERNS) or a regex")
+                    help="a pattern name (bpe_store.text.pretokenize.PATTERNS) or a regex")
     ap.add_argument("--runs", default="full,kill-count,kill-merge,inspect")
     ap.add_argument("--python", default=sys.executable,
                     help="command that runs the training processes (default: this interpreter)")

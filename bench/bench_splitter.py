@@ -41,7 +41,8 @@ def encode(args: argparse.Namespace) -> None:
 
 
 def count(args: argparse.Namespace) -> None:
-    from bpe_store.counting import chunks, native
+    from bpe_store import native
+    from bpe_store.text import chunks
 
     data = Path(args.file).read_bytes()
     specials = [EOT.encode()]

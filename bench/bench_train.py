@@ -13,7 +13,7 @@ the file. ffbpe is the one peer with CS336's tie-break (``tie_break="largest_con
     python bench/bench_train.py --corpus zh --vocab 10000 --threads 2 --tools bpe_store,rustbpe
     python bench/bench_train.py --corpus enwiki --pattern gpt4 --tools bpe_store,rustbpe,ffbpe
 
-``--pattern`` (a name of ``bpe_store.counting.pretokenize.PATTERNS``) is given to every trainer that takes a
+``--pattern`` (a name of ``bpe_store.text.pretokenize.PATTERNS``) is given to every trainer that takes a
 regex (rustbpe, ffbpe, bpeasy; HF ``tokenizers`` as a Split pre-tokenizer); gigabpe knows GPT-2's
 only and is skipped for another.
 """
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import psutil
 
-from bpe_store.counting.pretokenize import PATTERNS
+from bpe_store.text.pretokenize import PATTERNS
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("BPE_STORE_SHARED", ROOT.parent / "shared"))

@@ -25,7 +25,7 @@ TYPE_CHECKING = False  # not typing's: importing typing alone costs more than th
 _EXPORTS: dict[str, str] = {
     "BpeStoreError": "errors", "InputError": "errors", "ResumeMismatch": "errors", "StoreError": "errors",
     "export_store": "tokenizer.export",
-    "GPT2_PATTERN": "counting.pretokenize",
+    "GPT2_PATTERN": "text.pretokenize",
     "Store": "store.store",
     "Tokenizer": "tokenizer.tokenizer",
     "Interrupted": "errors", "TrainResult": "store.result", "read_result": "store.result", "train": "training.train",
@@ -35,10 +35,10 @@ _EXPORTS: dict[str, str] = {
 __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from .counting.pretokenize import GPT2_PATTERN
     from .errors import BpeStoreError, InputError, Interrupted, ResumeMismatch, StoreError
     from .store.result import TrainResult, read_result
     from .store.store import Store
+    from .text.pretokenize import GPT2_PATTERN
     from .tokenizer.export import export_store
     from .tokenizer.tokenizer import Tokenizer
     from .training.train import train, train_bpe, train_from_iterator

@@ -5,7 +5,7 @@
 methods, properties and defaults (``allowed_special=set()``, ``disallowed_special="all"``,
 ``errors="replace"``, ``num_threads=``), answered by bpe_store's native encoder (a
 ``Tokenizer`` built from the ranks: ``Tokenizer._from_ranks``). Encodings are found offline by name
-(``bpe_store.openai_ranks``: a directory you name, the ``bpe-openai`` package, tiktoken's cache);
+(``bpe_store.formats.openai_ranks``: a directory you name, the ``bpe-openai`` package, tiktoken's cache);
 one found nowhere raises an ``InputError`` saying how to provide it. tiktoken's own test suite runs
 against this module (tests/tiktoken_suite, ``tests/test_tiktoken_suite.py``).
 
@@ -20,8 +20,8 @@ import threading
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from .counting.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN
-from .openai_ranks import ENCODINGS, encoding_spec, find_ranks_file, ranks_of, read_ranks
+from .formats.openai_ranks import ENCODINGS, encoding_spec, find_ranks_file, ranks_of, read_ranks
+from .text.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN
 from .tokenizer.tables import Tables
 from .tokenizer.tokenizer import Tokenizer
 

@@ -791,7 +791,7 @@ nb::list encode_batch(const Encoder &e, nb::handle texts, int threads, bool ordi
     return result;
 }
 
-// The documents of a blob joined by the byte 0xFF (bpe_store.counting.inputs.DOC_SEP: never in
+// The documents of a blob joined by the byte 0xFF (bpe_store.text.inputs.DOC_SEP: never in
 // valid UTF-8): what a jsonl or parquet block holds.
 std::vector<std::string_view> split_documents(const char *p, size_t n) {
     std::vector<std::string_view> docs;

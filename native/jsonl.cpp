@@ -1,5 +1,5 @@
 // The jsonl text-field extractor: the documents of a block of jsonl lines, read without Python
-// objects. Given complete lines and a field name it produces what bpe_store/counting/jsonl.py's Python
+// objects. Given complete lines and a field name it produces what bpe_store/text/jsonl.py's Python
 // path (`parse_lines`: json.loads of each line, the top-level field, str.encode) produces: the
 // fields' UTF-8 joined by 0xFF, or nothing at all when it is not sure, and then Python reads
 // the block itself (and says what is wrong, or applies --invalid-utf8 replace). Not sure means:

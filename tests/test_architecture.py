@@ -123,11 +123,12 @@ def test_the_wings_drawing_is_current_and_every_arrow_points_down():
     assert draw_wings.upward(counts) == []
     assert draw_wings.block(counts) in (ROOT / "docs" / "design.md").read_text(encoding="utf-8"), (
         "docs/design.md's drawing of the wings is stale: run python tools/draw_wings.py --write")
-    # the drawing's order is import-linter's: the first contract's layers, the basics last
+    # the drawing's levels are import-linter's: the first contract's layers, the basics last
     config = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     layers = re.search(r"layers = \[\n(.*?)\n\]", config, re.S).group(1)
-    names = [m.group(1) for m in re.finditer(r'^\s*"([^"|]+?)[" |]', layers, re.M)]
-    assert tuple(names[:-1]) == draw_wings.ORDER[:-1]
+    levels = [tuple(name.strip() for name in m.group(1).split("|"))
+              for m in re.finditer(r'^\s*"([^"]+)"', layers, re.M)]
+    assert tuple(levels[:-1]) == draw_wings.LEVELS[:-1]
 
 
 def test_the_wings_drawing_sees_an_upward_import(tmp_path, monkeypatch):
@@ -149,11 +150,11 @@ def test_the_wings_drawing_sees_an_upward_import(tmp_path, monkeypatch):
 ])
 def test_each_rule_is_stated_once_in_python(rule, pattern):
     """The cut context, what a GPT-2 pattern is and the longest-first order of special tokens are
-    each written once (bpe_store/counting/pretokenize.py) and imported everywhere else."""
+    each written once (bpe_store/text/pretokenize.py) and imported everywhere else."""
     found = [f"{p.relative_to(PACKAGE)}:{i}" for p in sorted(PACKAGE.rglob("*.py"))
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
              if re.search(pattern, line) and not line.lstrip().startswith(">>>")]  # doctests aside
-    assert found == [f for f in found if f.startswith("counting/pretokenize.py")] and len(found) == 1, (rule, found)
+    assert found == [f for f in found if f.startswith("text/pretokenize.py")] and len(found) == 1, (rule, found)
 
 
 #: The one file outside the package allowed to spell a known pattern's words: tiktoken's own
@@ -164,8 +165,38 @@ _OWN_SPELLINGS = {"tests/test_from_tiktoken.py"}
 @pytest.mark.parametrize("fragment", [r"ll|ve|re)", r"'s|'t|'re|'ve|'m|'ll|'d"])
 def test_tests_and_bench_import_the_patterns(fragment):
     """The shipped patterns' contractions (GPT-2's and cl100k's; o200k's, Llama 3's and Qwen2's)
-    are written in bpe_store/counting/pretokenize.py only: tests, bench and tools import the
+    are written in bpe_store/text/pretokenize.py only: tests, bench and tools import the
     patterns instead of copying them (two copies of cl100k's once lacked its ``\\s++$``)."""
     found = sorted(str(p.relative_to(ROOT)) for d in ("tests", "bench", "tools") for p in (ROOT / d).rglob("*.py")
                    if p.resolve() != Path(__file__).resolve() and fragment in p.read_text(encoding="utf-8"))
     assert [f for f in found if f not in _OWN_SPELLINGS] == [], found
+
+
+def _names_core(node: ast.AST) -> bool:
+    """Whether ``node`` is an import of the compiled core ``_core``."""
+    if isinstance(node, ast.ImportFrom):
+        return (node.module or "").split(".")[-1] == "_core" or any(a.name == "_core" for a in node.names)
+    return isinstance(node, ast.Import) and any(a.name.endswith("._core") for a in node.names)
+
+
+def _imports_core(tree: ast.AST) -> list[int]:
+    """The lines of ``tree``'s imports of the compiled core ``_core`` that run (not the ones under
+    ``if TYPE_CHECKING:``, which name its types for checkers only)."""
+    hidden = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+              and getattr(node.test, "id", None) == "TYPE_CHECKING" for n in ast.walk(node)}
+    return [node.lineno for node in ast.walk(tree) if id(node) not in hidden and _names_core(node)]
+
+
+def test_only_the_native_face_imports_the_core():
+    """One module is the face of the native core, with one "built and current" policy
+    (bpe_store/native.py); every other module reaches the core through it."""
+    found = [f"{p.relative_to(PACKAGE)}:{line}" for p in sorted(PACKAGE.rglob("*.py"))
+             for line in _imports_core(ast.parse(p.read_text(encoding="utf-8")))]
+    assert [f for f in found if not f.startswith("native.py:")] == []
+    assert found, "the face itself imports the core"
+
+
+def test_the_core_check_sees_an_import_of_the_core():
+    tree = ast.parse("from .. import _core\nif TYPE_CHECKING:\n    from .._core import WordIds\n"
+                     "def f():\n    from .._core import Encoder\n")
+    assert _imports_core(tree) == [1, 5]

@@ -188,7 +188,7 @@ def test_invalid_utf8_found_while_counting_keeps_the_units_before_and_says_the_f
 
 
 def test_invalid_utf8_across_read_blocks(tmp_path, db_path, monkeypatch):
-    import bpe_store.counting.input_checks as input_checks
+    import bpe_store.text.input_checks as input_checks
 
     monkeypatch.setattr(input_checks, "_READ_BLOCK", 7)
     bad = tmp_path / "bad.txt"

@@ -267,7 +267,7 @@ def _completions(words: str) -> list[str]:
 
 
 def test_completion_offers_pattern_names_and_format_choices():
-    from bpe_store.counting.pretokenize import PATTERNS
+    from bpe_store.text.pretokenize import PATTERNS
 
     assert _completions("bpe-store train c.txt --db r.db --pattern ") == list(PATTERNS)
     assert _completions("bpe-store train c.txt --pattern o2") == ["o200k", "o200k_base"]

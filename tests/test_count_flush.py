@@ -17,13 +17,13 @@ from conftest import EN, ROOT, RU, fixture_text, kill_when_paused, store_content
 import bpe_store.store.counting_rows as counting_rows
 from bpe_store import train
 from bpe_store._version import __version__
-from bpe_store.counting.pretokenize import GPT2_PATTERN
-from bpe_store.counting.sources import Source
 from bpe_store.errors import StoreError
 from bpe_store.store import store_db
 from bpe_store.store.counting_rows import PyWordIds
 from bpe_store.store.params import RunParams
 from bpe_store.store.store import Store
+from bpe_store.text.pretokenize import GPT2_PATTERN
+from bpe_store.text.sources import Source
 
 try:
     from bpe_store._core import WordIds

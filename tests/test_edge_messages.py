@@ -8,7 +8,7 @@ import pytest
 from cli_helpers import SPECIAL, run
 
 from bpe_store import InputError, train
-from bpe_store.counting import input_checks
+from bpe_store.text import input_checks
 
 
 @pytest.mark.parametrize("invalid_utf8", ["strict", "replace"])

@@ -149,7 +149,7 @@ def test_encode_with_openai_ranks(trained, tmp_path, capsys):
                               "--separator", EOT, "--threads", "2"], capsys)
         ranks = parse_ranks(gzip.decompress(ranks_path.read_bytes()))
     assert code == 0 and "uint32" in err, err
-    from bpe_store.counting.pretokenize import CL100K_PATTERN
+    from bpe_store.text.pretokenize import CL100K_PATTERN
 
     enc = tiktoken.Encoding("cl100k_base", pat_str=CL100K_PATTERN, mergeable_ranks=ranks,
                             special_tokens={EOT: 100257, "<|endofprompt|>": 100276})

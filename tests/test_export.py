@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bpe_store.errors import InputError, StoreError
+from bpe_store.formats.gpt2_files import read_gpt2, to_gpt2_str
 from bpe_store.tokenizer.export import ExportError, check_exportable, export_store, load_tiktoken
-from bpe_store.tokenizer.gpt2_files import read_gpt2, to_gpt2_str
 from bpe_store.tokenizer.tokenizer import Tokenizer
 from bpe_store.training.train import train
 

@@ -15,11 +15,11 @@ from conftest import EN, fixture_text
 from bpe_store import train
 from bpe_store._version import __version__
 from bpe_store.counting.count import count_chunk_native, native_counts
-from bpe_store.counting.native import WordCounter
-from bpe_store.counting.pretokenize import GPT2_PATTERN
-from bpe_store.counting.sources import Source
+from bpe_store.native import WordCounter
 from bpe_store.store.params import RunParams
 from bpe_store.store.store import Store
+from bpe_store.text.pretokenize import GPT2_PATTERN
+from bpe_store.text.sources import Source
 
 
 def _new_store(tmp_path, n_chunks: int = 3) -> Store:
@@ -128,7 +128,7 @@ def test_fingerprint_judges_utf8_like_decode_at_any_block_size(tmp_path, block, 
     import hashlib
     import random
 
-    from bpe_store.counting.fingerprint import digest_file
+    from bpe_store.text.fingerprint import digest_file
 
     rng = random.Random(block)
     alphabet = "aé✓𝄞中\\n".encode() + bytes([0x80, 0xBF, 0xC3, 0xE2, 0xF0, 0xFF, 0xED, 0xA0])
@@ -196,7 +196,7 @@ def test_opening_a_current_store_does_not_import_alembic(tmp_path):
 
 def test_a_core_built_from_older_sources_fails_loudly_instead_of_counting_slowly():
     """A stale native core (an editable build older than the sources: here one without
-    ``count_file_range``) makes ``bpe_store.counting.native`` fail to import, naming the missing function,
+    ``count_file_range``) makes ``bpe_store.native`` fail to import, naming the missing function,
     rather than sending every native counting path to ``regex`` without a word."""
     import subprocess
     import sys
@@ -207,7 +207,7 @@ def test_a_core_built_from_older_sources_fails_loudly_instead_of_counting_slowly
         "fake = types.ModuleType('bpe_store._core')\n"
         "fake.__dict__.update({k: v for k, v in vars(real).items() if k != 'count_file_range'})\n"
         "sys.modules['bpe_store._core'] = fake\n"
-        "import bpe_store.counting.native\n"
+        "import bpe_store.native\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode != 0

@@ -20,7 +20,7 @@ import pytest
 from conftest import SMALL_TEXT, store_dump
 
 from bpe_store import InputError, Interrupted, ResumeMismatch, train
-from bpe_store.counting.fingerprint import DEFAULT_HASH, UNITS_HASH, digest_file
+from bpe_store.text.fingerprint import DEFAULT_HASH, UNITS_HASH, digest_file
 
 SPECIAL = ["<|endoftext|>"]
 
@@ -52,7 +52,7 @@ def _stop_after_units(n: int, **kwargs):
 
 
 def _units_fingerprint(data: bytes, units: list[tuple[int, int]]) -> str:
-    """``xxh3_128_units`` as its definition says (bpe_store/counting/fingerprint.py)."""
+    """``xxh3_128_units`` as its definition says (bpe_store/text/fingerprint.py)."""
     import xxhash
 
     total = 0
@@ -318,7 +318,7 @@ def test_native_utf8_check_equals_decode_around_vector_blocks():
     """The native check (32 bytes at a time where the CPU has AVX2) judges every 2-byte string,
     and 3-byte ones after each kind of lead byte, as the strict decoder does, wherever they sit
     against its 32-byte blocks (the last block is padded, so the end of the input is one too)."""
-    from bpe_store.counting.native import _native_utf8_valid
+    from bpe_store.native import _native_utf8_valid
 
     if _native_utf8_valid is None:
         pytest.skip("native core not built")

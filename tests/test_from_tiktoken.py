@@ -24,7 +24,7 @@ from conftest import EN, RU, ZH, corpus_slice, fixture_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bpe_store.counting.pretokenize import PATTERNS, native_scanner, resolve_pattern
+from bpe_store.text.pretokenize import PATTERNS, native_scanner, resolve_pattern
 from bpe_store.tokenizer.tokenizer import Tokenizer
 
 tiktoken = pytest.importorskip("tiktoken")

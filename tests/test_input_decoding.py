@@ -16,7 +16,7 @@ import pytest
 from cli_helpers import run
 from conftest import FIXTURES
 
-from bpe_store.counting.decompress import _reader, open_decompressed
+from bpe_store.text.decompress import _reader, open_decompressed
 
 TEXT = (FIXTURES / "enwiki-1M.txt").read_bytes()
 
@@ -142,10 +142,10 @@ def read_ahead_threads() -> list[threading.Thread]:
 def test_a_compressed_unit_is_inflated_ahead_on_its_own_thread_and_the_thread_ends_with_it(tmp_path):
     """Inflating overlaps parsing (one thread each), and leaving the unit early (as a failing
     count does) stops the inflating thread: no thread outlives its unit."""
-    from bpe_store.counting.inputs import file_input, unit_of
     from bpe_store.counting.planning import plan_units, scan_input
-    from bpe_store.counting.pretokenize import GPT2_PATTERN
-    from bpe_store.counting.units import unit_blocks
+    from bpe_store.text.inputs import file_input, unit_of
+    from bpe_store.text.pretokenize import GPT2_PATTERN
+    from bpe_store.text.units import unit_blocks
 
     path = tmp_path / "a.txt.gz"
     data = TEXT * 8  # more than the 4 pieces of 1 MB read ahead: the thread waits for the reader
@@ -162,8 +162,8 @@ def test_a_compressed_unit_is_inflated_ahead_on_its_own_thread_and_the_thread_en
 
 
 def test_read_ahead_gives_the_pieces_in_order_then_the_error_and_stays_bounded():
-    from bpe_store.counting.decompress import _read_ahead
     from bpe_store.errors import InputError
+    from bpe_store.text.decompress import _read_ahead
 
     calls = []
     release = threading.Event()
@@ -214,8 +214,8 @@ def arrow_columns() -> dict[str, object]:
 @pytest.mark.parametrize("kind", ["string", "large_string", "dictionary", "sliced", "chunked", "chunked large_string",
                                   "string_view"])
 def test_parquet_strings_join_from_arrow_buffers(kind):
-    from bpe_store.counting.parquet import _parquet_documents
-    from bpe_store.counting.pretokenize import DOC_SEP
+    from bpe_store.text.parquet import _parquet_documents
+    from bpe_store.text.pretokenize import DOC_SEP
 
     cols = arrow_columns()
     if kind not in cols:
@@ -226,8 +226,8 @@ def test_parquet_strings_join_from_arrow_buffers(kind):
 
 def test_parquet_null_names_its_row_across_chunks():
     pa = pytest.importorskip("pyarrow")
-    from bpe_store.counting.parquet import _parquet_documents
     from bpe_store.errors import InputError
+    from bpe_store.text.parquet import _parquet_documents
 
     arr = pa.chunked_array([pa.array(["a", "b"]), pa.array(["c", None, "d"])])
     with pytest.raises(InputError, match=r"^f.parquet: row group 3, row 13: 'text' is null, not a string$"):
@@ -251,8 +251,8 @@ def test_parquet_invalid_utf8_is_refused_naming_the_row_or_replaced(tmp_path):
                                      "invalid start byte; fix the file or pass --invalid-utf8 replace")
     # replaced per document: a character cut between two rows is two U+FFFD, never rejoined
     from bpe_store import train
-    from bpe_store.counting.parquet import _parquet_documents
-    from bpe_store.counting.pretokenize import DOC_SEP
+    from bpe_store.text.parquet import _parquet_documents
+    from bpe_store.text.pretokenize import DOC_SEP
 
     pq = pytest.importorskip("pyarrow.parquet")
     replaced = ["good one", "bad \ufffd byte", "caf\ufffd", "\ufffd split"]

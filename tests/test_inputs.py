@@ -20,9 +20,9 @@ from cli_helpers import cli_cmd, env, run
 from conftest import FIXTURES, ROOT
 
 from bpe_store import InputError, ResumeMismatch, train, train_from_iterator
-from bpe_store.counting.inputs import file_input
-from bpe_store.counting.pretokenize import DOC_SEP
-from bpe_store.counting.streams import Stream
+from bpe_store.text.inputs import file_input
+from bpe_store.text.pretokenize import DOC_SEP
+from bpe_store.text.streams import Stream
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -434,10 +434,10 @@ def test_a_unit_is_counted_by_any_process_from_its_description(tmp_path, referen
     from collections import Counter
 
     from bpe_store.counting.count import count_unit_task
-    from bpe_store.counting.inputs import unit_of
     from bpe_store.counting.parallel import count_units_threaded
     from bpe_store.counting.planning import plan_units, scan_input
-    from bpe_store.counting.pretokenize import GPT2_PATTERN
+    from bpe_store.text.inputs import unit_of
+    from bpe_store.text.pretokenize import GPT2_PATTERN
 
     docs, _ = reference
     path = tmp_path / "in.jsonl.gz"

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpe_store.counting.jsonl import jsonl_lines_documents, parse_lines
-from bpe_store.counting.pretokenize import DOC_SEP
 from bpe_store.errors import InputError
+from bpe_store.text.jsonl import jsonl_lines_documents, parse_lines
+from bpe_store.text.pretokenize import DOC_SEP
 
 _core = pytest.importorskip("bpe_store._core")
 jsonl_texts = _core.jsonl_texts

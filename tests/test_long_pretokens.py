@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from bpe_store import ResumeMismatch, Store, train
-from bpe_store.counting import chunks as chunks_mod
-from bpe_store.counting.chunks import plan_chunks
 from bpe_store.counting.count import count_chunk
-from bpe_store.counting.pretokenize import GPT2_PATTERN, count_words, split_long_pretoken
 from bpe_store.errors import InputError
+from bpe_store.text import chunks as chunks_mod
+from bpe_store.text.chunks import plan_chunks
+from bpe_store.text.pretokenize import GPT2_PATTERN, count_words, split_long_pretoken
 from bpe_store.training.options import DEFAULT_MAX_PRETOKEN_BYTES
 from bpe_store.training.reference import reference_train_bpe
 
@@ -232,7 +232,7 @@ def test_a_tampered_limit_is_a_store_error(small, tmp_path, value):
 
 @pytest.mark.parametrize("pattern", ["gpt2", "gpt4"])
 def test_the_limit_applies_to_jsonl_inputs_too(tmp_path, pattern):
-    from bpe_store.counting.pretokenize import resolve_pattern
+    from bpe_store.text.pretokenize import resolve_pattern
 
     docs = ["x " + "é" * 30 + "ab" * 20, "hello " + "z" * 50 + " end", "'s" + "7" * 40]
     path = tmp_path / "d.jsonl"

@@ -14,13 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_store import train, train_bpe
-from bpe_store.counting.pretokenize import count_words
+from bpe_store.bpe import merge_pair, merge_with_pairs
 from bpe_store.store.store import Store
+from bpe_store.text.pretokenize import count_words
 from bpe_store.training.merge import (
     ENGINES,
     MergeEngine,
-    merge_pair,
-    merge_with_pairs,
     native_available,
     new_engine,
     pair_digest_of,

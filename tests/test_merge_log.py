@@ -21,12 +21,13 @@ from hypothesis import strategies as st
 from test_merge_engine import KINDS, SPECIALS, byte_vocab, listed, needs_native, rows_of, words_st
 
 from bpe_store import train
+from bpe_store.bpe import replay_ranks, replay_word
 from bpe_store.inspection.inspection import splitter
 from bpe_store.store import migrate
 from bpe_store.store.counting_rows import unpack_tokens
 from bpe_store.store.store import Store
 from bpe_store.training import merge_step as train_module
-from bpe_store.training.merge import new_engine, replay_ranks, replay_word
+from bpe_store.training.merge import new_engine
 
 
 def built(word_counts: dict[bytes, int], kind: str, merges: list, k: int):

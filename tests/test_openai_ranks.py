@@ -1,4 +1,4 @@
-"""OpenAI's encodings by name, found offline (bpe_store.openai_ranks), and ranks files read natively:
+"""OpenAI's encodings by name, found offline (bpe_store.formats.openai_ranks), and ranks files read natively:
 the native reader gives what the strict Python reader gives, and falls back to it where it must."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from bpe_store.errors import InputError
-from bpe_store.openai_ranks import (
+from bpe_store.formats.openai_ranks import (
     DIR_VARIABLE,
     ENCODINGS,
     _bpe_openai_dir,
@@ -37,7 +37,7 @@ def no_sources(monkeypatch, tmp_path):
     """No directory named, an empty tiktoken cache, and no bpe-openai package."""
     monkeypatch.delenv(DIR_VARIABLE, raising=False)
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr("bpe_store.openai_ranks._bpe_openai_dir", lambda: None)
+    monkeypatch.setattr("bpe_store.formats.openai_ranks._bpe_openai_dir", lambda: None)
     return tmp_path
 
 
@@ -124,7 +124,7 @@ def test_the_specs_are_tiktokens():
     tiktoken_ext = pytest.importorskip("tiktoken_ext.openai_public")
     import tiktoken.load
 
-    from bpe_store.counting.pretokenize import resolve_pattern
+    from bpe_store.text.pretokenize import resolve_pattern
 
     calls = []
     real = tiktoken.load.load_tiktoken_bpe

@@ -16,9 +16,9 @@ from cli_helpers import one_error_line, run_main
 from conftest import FIXTURES, tmpfs
 
 from bpe_store.errors import InputError
+from bpe_store.formats.gpt2_files import Gpt2FileError, read_gpt2
 from bpe_store.tokenizer import outfiles
 from bpe_store.tokenizer.export import export_store
-from bpe_store.tokenizer.gpt2_files import Gpt2FileError, read_gpt2
 from bpe_store.tokenizer.tokenizer import Tokenizer
 from bpe_store.training.train import train
 

@@ -24,9 +24,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bpe_store import _core
-from bpe_store.counting.chunks import plan_chunks
 from bpe_store.counting.count import count_chunk_native, native_counts
-from bpe_store.counting.pretokenize import NATIVE_SCANNERS, PATTERNS, count_words, native_scanner, native_splitter
+from bpe_store.text.chunks import plan_chunks
+from bpe_store.text.pretokenize import NATIVE_SCANNERS, PATTERNS, count_words, native_scanner, native_splitter
 from bpe_store.tokenizer.tokenizer import Tokenizer
 from bpe_store.training.reference import reference_train_bpe
 from bpe_store.training.train import train

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bpe_store import InputError, ResumeMismatch, train
-from bpe_store.counting.chunks import plan_chunks
-from bpe_store.counting.pretokenize import (
+from bpe_store.text.chunks import plan_chunks
+from bpe_store.text.pretokenize import (
     CL100K_PATTERN,
     GPT2_PATTERN,
     O200K_PATTERN,

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from bpe_store.counting import chunks
-from bpe_store.counting.pretokenize import GPT2_PATTERN, native_splitter, resolve_pattern
+from bpe_store.text import chunks
+from bpe_store.text.pretokenize import GPT2_PATTERN, native_splitter, resolve_pattern
 
 
 @pytest.mark.skipif(native_splitter([], GPT2_PATTERN) is None, reason="native core not built")

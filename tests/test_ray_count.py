@@ -21,8 +21,8 @@ import pytest
 from cli_helpers import ROOT, SPECIAL, cli_cmd, env, json_lines
 
 from bpe_store.cli.train_cmd import _ray_flag_args
-from bpe_store.counting.pretokenize import GPT2_PATTERN
 from bpe_store.store.store import Store
+from bpe_store.text.pretokenize import GPT2_PATTERN
 from bpe_store.training.train import read_result, train
 
 #: All slow (a real cluster). Under pytest-xdist one worker runs this module and test_ray_tree.py,
@@ -244,7 +244,7 @@ def test_ray_flush_does_not_stop_the_workers(cluster, local_result, tmp_path, mo
 
 def test_ray_counts_every_input_kind_like_local(cluster, tmp_path):
     # jsonl (line-aligned ranges) and gzip-compressed jsonl (one whole-file unit): each Ray task
-    # reads its unit through bpe_store.counting.inputs, as the local readers do
+    # reads its unit through bpe_store.text.inputs, as the local readers do
     import gzip
 
     docs = FIXTURE.read_text(encoding="utf-8").split(SPECIAL)[:400]

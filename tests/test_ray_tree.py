@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from cli_helpers import ROOT, SPECIAL, cli_cmd, env
 
-from bpe_store.counting.pretokenize import GPT2_PATTERN
 from bpe_store.store.store import Store
+from bpe_store.text.pretokenize import GPT2_PATTERN
 from bpe_store.training.train import train
 
 #: All slow (a real cluster); one xdist worker runs the Ray modules (``ONE_UNIT`` in conftest.py).

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpe_store import InputError
-from bpe_store.counting.chunks import plan_chunks
 from bpe_store.counting.count import count_chunk
-from bpe_store.counting.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, count_words
+from bpe_store.text.chunks import plan_chunks
+from bpe_store.text.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, count_words
 from bpe_store.training.reference import reference_train_bpe
 
 SPECIALS = ["<|endoftext|>", "<|a|>", "<|a|><|b|>", "\n\n"]

@@ -13,7 +13,7 @@ from conftest import EN, ROOT, RU, fixture_text
 
 from bpe_store import train
 from bpe_store.counting.count import count_chunk_task
-from bpe_store.counting.pretokenize import CL100K_PATTERN, count_words, native_scanner
+from bpe_store.text.pretokenize import CL100K_PATTERN, count_words, native_scanner
 from bpe_store.training.reference import train_from_counts
 
 #: GPT-4's (cl100k) regex in a group: the same matches, but not a named pattern, so it counts

@@ -204,7 +204,7 @@ def test_compare_with_openai_ranks_and_a_tokenizer_json(store, held_out, tmp_pat
     import gzip
 
     for got, path, pattern in ((cl, cl100k, "cl100k"), (o2, o200k, "o200k")):
-        from bpe_store.counting.pretokenize import PATTERNS
+        from bpe_store.text.pretokenize import PATTERNS
 
         ranks = {__import__("base64").b64decode(a): int(b) for a, b in
                  (line.split() for line in gzip.decompress(path.read_bytes()).splitlines() if line)}

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from bpe_store import _core
 from bpe_store.counting.count import add_counts, count_chunk, native_counts
 from bpe_store.counting.parallel import count_chunks_threaded
-from bpe_store.counting.pretokenize import GPT2_PATTERN, count_words
 from bpe_store.errors import InputError, Interrupted
+from bpe_store.text.pretokenize import GPT2_PATTERN, count_words
 from bpe_store.training.train import train
 
 GPT2 = regex.compile(GPT2_PATTERN)

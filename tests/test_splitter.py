@@ -14,10 +14,10 @@ from conftest import ZH, fixture_text
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bpe_store.counting.chunks import plan_chunks
-from bpe_store.counting.native import _native_count_chunk
-from bpe_store.counting.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, count_words, native_splitter
-from bpe_store.counting.units import text_blocks
+from bpe_store.native import _native_count_chunk
+from bpe_store.text.chunks import plan_chunks
+from bpe_store.text.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, count_words, native_splitter
+from bpe_store.text.units import text_blocks
 from bpe_store.tokenizer import tokenizer as tokenizer_mod
 from bpe_store.tokenizer.tokenizer import Tokenizer, _bytes_blocks
 

@@ -113,8 +113,8 @@ def test_train_bpe_imports_neither_sqlalchemy_nor_alembic_nor_regex(corpus):
 def test_the_built_in_patterns_compile_and_another_is_still_checked():
     import regex
 
-    from bpe_store.counting.pretokenize import PATTERNS
     from bpe_store.errors import InputError
+    from bpe_store.text.pretokenize import PATTERNS
     from bpe_store.training.options import check_params
 
     for pattern in PATTERNS.values():  # check_params trusts these without compiling them

@@ -11,8 +11,8 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bpe_store.counting.pretokenize import count_words
-from bpe_store.counting.superword_split import (
+from bpe_store.text.pretokenize import count_words
+from bpe_store.text.superword_split import (
     STAGE2_PATTERN,
     STAGE2_SPLIT,
     split_isolated,

@@ -15,7 +15,7 @@ from cli_helpers import ROOT, SPECIAL, run
 from conftest import EN, fixture_text
 
 from bpe_store import train
-from bpe_store.counting.superword_split import STAGE2_PATTERN, word_parts
+from bpe_store.text.superword_split import STAGE2_PATTERN, word_parts
 from bpe_store.training.superword_reference import reference_superword_bpe
 
 

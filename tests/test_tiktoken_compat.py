@@ -10,8 +10,8 @@ import pytest
 import regex
 
 import bpe_store.tiktoken_compat as compat
-from bpe_store.counting.pretokenize import GPT2_PATTERN
 from bpe_store.errors import InputError
+from bpe_store.text.pretokenize import GPT2_PATTERN
 
 tiktoken = pytest.importorskip("tiktoken")
 

@@ -8,7 +8,7 @@ import gzip
 import pytest
 
 from bpe_store.errors import InputError
-from bpe_store.tokenizer.tiktoken_files import (
+from bpe_store.formats.tiktoken_files import (
     TiktokenFileError,
     read_tiktoken_ranks,
     tiktoken_merges,

@@ -9,9 +9,9 @@ import pytest
 import tiktoken
 from conftest import CS336, shared_file
 
-from bpe_store.counting.pretokenize import GPT2_PATTERN
 from bpe_store.errors import InputError
-from bpe_store.tokenizer.gpt2_files import read_gpt2
+from bpe_store.formats.gpt2_files import read_gpt2
+from bpe_store.text.pretokenize import GPT2_PATTERN
 from bpe_store.tokenizer.tokenizer import TokenIdError, Tokenizer, encode_files
 
 EOT = "<|endoftext|>"
@@ -37,9 +37,9 @@ def make(gpt2, request):
     vocab, merges = gpt2
     native = request.param == "native"
     if native:
-        from bpe_store.tokenizer.tokenizer import _native
+        from bpe_store.native import BUILT
 
-        if _native() is None:
+        if not BUILT:
             pytest.skip("native encoder not built")
 
     def _make(specials: list[str] | None = None) -> Tokenizer:

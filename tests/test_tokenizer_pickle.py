@@ -11,7 +11,7 @@ import pickle
 import pytest
 
 from bpe_store import Tokenizer
-from bpe_store.openai_ranks import find_ranks_file
+from bpe_store.formats.openai_ranks import find_ranks_file
 
 TEXT = "Hello, world<|endoftext|> naïve 你好 12345  \n\n  end"
 

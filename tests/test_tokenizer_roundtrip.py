@@ -10,8 +10,9 @@ from conftest import EN, RU, ZH, fixture_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bpe_store.counting.pretokenize import CL100K_PATTERN
-from bpe_store.tokenizer.tokenizer import Tokenizer, _native
+from bpe_store.native import BUILT
+from bpe_store.text.pretokenize import CL100K_PATTERN
+from bpe_store.tokenizer.tokenizer import Tokenizer
 from bpe_store.training.train import train
 
 EOT = "<|endoftext|>"
@@ -41,7 +42,7 @@ def pair(request, tmp_path_factory) -> tuple[Tokenizer, Tokenizer]:
     db = _store(tmp_path_factory, request.param, None if request.param == "gpt2" else CL100K_PATTERN)
     py = Tokenizer.from_store(db, native=False)
     nat = Tokenizer.from_store(db)
-    if _native() is None:
+    if not BUILT:
         pytest.skip("native encoder not built")
     return py, nat
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bpe_store import Tokenizer
-from bpe_store.openai_ranks import ENCODINGS, find_ranks_file
+from bpe_store.formats.openai_ranks import ENCODINGS, find_ranks_file
 from bpe_store.tokenizer.special_guard import DisallowedSpecialError
 from bpe_store.tokenizer.tokenizer import TokenIdError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from conftest import CS336, shared_file
 
 from bpe_store import train_bpe
-from bpe_store.tokenizer.gpt2_files import read_gpt2
+from bpe_store.formats.gpt2_files import read_gpt2
 
 
 def test_train_bpe_matches_reference_merges_and_vocab():

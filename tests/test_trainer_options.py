@@ -20,8 +20,8 @@ from test_merge_engine import KINDS, SPECIALS, as_bytes, byte_vocab, rows_of, wo
 from test_reference_diff import texts
 
 from bpe_store import InputError, ResumeMismatch, train, train_bpe
-from bpe_store.counting.pretokenize import count_words
 from bpe_store.store.store import Store
+from bpe_store.text.pretokenize import count_words
 from bpe_store.training.merge import native_available, new_engine
 from bpe_store.training.reference import reference_train_bpe, train_from_counts
 

@@ -1,6 +1,7 @@
 """Draws the package's wings and the imports between them, for docs/design.md.
 
-A wing is a subpackage of ``bpe_store`` (cli, inspection, tokenizer, training, store, counting)
+A wing is a subpackage of ``bpe_store`` (cli, inspection, tokenizer, training, formats, store,
+counting, text), a module on the ground floor (bpe: the merge rule; native: the native core's face),
 or one of the basic modules at its root (errors, interrupts, temporaries, pauses, _version). Every
 ``import`` in the package counts, the ones inside functions too; the compiled ``_core`` and the
 package root (the public facade, which imports everything on first use) are left out.
@@ -9,7 +10,8 @@ package root (the public facade, which imports everything on first use) are left
     python tools/draw_wings.py --write    # rewrites it in docs/design.md, between its markers
 
 tests/test_architecture.py fails when docs/design.md's drawing is not what this prints, or when
-an arrow points from a lower wing to a higher one (the order of import-linter's layers).
+an arrow points from a lower wing to a higher one or to one beside it (the order of import-linter's
+layers; wings on one level, such as tokenizer and training, must not import each other).
 """
 
 from __future__ import annotations
@@ -24,9 +26,16 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "bpe_store"
 DESIGN = ROOT / "docs" / "design.md"
 BEGIN, END = "<!-- wings: begin (tools/draw_wings.py) -->", "<!-- wings: end -->"
-#: The wings from the top down: import-linter's layers (pyproject.toml), the basics last.
-ORDER = ("__main__", "tiktoken_compat", "cli", "inspection", "tokenizer", "training", "openai_ranks", "store",
-         "counting", "basics")
+#: The wings from the top down, level by level: import-linter's layers (pyproject.toml), the basics last.
+LEVELS: tuple[tuple[str, ...], ...] = (
+    ("__main__",), ("cli", "tiktoken_compat"), ("inspection",), ("tokenizer", "training"), ("formats",), ("store",),
+    ("counting",), ("text",), ("bpe", "native"), ("basics",))
+ORDER = tuple(wing for level in LEVELS for wing in level)
+
+
+def level(wing: str) -> int:
+    """The index of ``wing``'s level in LEVELS (0 at the top)."""
+    return next(i for i, wings in enumerate(LEVELS) if wing in wings)
 BASICS = ("errors", "interrupts", "temporaries", "pauses", "_version")
 
 
@@ -78,22 +87,34 @@ def edges() -> Counter[tuple[str, str]]:
 
 
 def upward(counts: Counter[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The arrows that point up: from a wing to one above it in ORDER."""
-    return [(a, b) for a, b in counts if ORDER.index(b) < ORDER.index(a)]
+    """The arrows that do not point down: from a wing to one above it or beside it in LEVELS."""
+    return [(a, b) for a, b in counts if level(b) <= level(a)]
 
 
 def drawing(counts: Counter[tuple[str, str]]) -> str:
-    """The Mermaid flowchart: a box per wing, top to bottom, an arrow per importing pair."""
+    """The Mermaid flowchart: a box per wing, top to bottom (wings of one level side by side), an
+    arrow per importing pair."""
     lines = ["```mermaid", "flowchart TD"]
-    for wing in ORDER:
-        label = ", ".join(BASICS) if wing == "basics" else f"{wing}/"
-        if wing == "__main__" or (PACKAGE / f"{wing}.py").exists():  # a module, not a package
-            label = wing
-        lines.append(f'    {wing.strip("_")}["{label}"]')
+    for i, wings in enumerate(LEVELS):
+        indent = "    " if len(wings) == 1 else "        "
+        if len(wings) > 1:
+            lines += [f'    subgraph level{i} [" "]', "        direction LR"]
+        for wing in wings:
+            lines.append(f'{indent}{wing.strip("_")}["{_label(wing)}"]')
+        if len(wings) > 1:
+            lines.append("    end")
     for a, b in sorted(counts, key=lambda e: (ORDER.index(e[0]), ORDER.index(e[1]))):
         lines.append(f"    {a.strip('_')} -->|{counts[a, b]}| {b.strip('_')}")
     lines.append("```")
     return "\n".join(lines)
+
+
+def _label(wing: str) -> str:
+    if wing == "basics":
+        return ", ".join(BASICS)
+    if wing == "__main__" or (PACKAGE / f"{wing}.py").exists():  # a module, not a package
+        return wing if wing == "__main__" else f"{wing}.py"
+    return f"{wing}/"
 
 
 def block(counts: Counter[tuple[str, str]]) -> str:

@@ -92,7 +92,7 @@ def expand_inputs(args: Sequence[str], pattern: str, db: Path) -> list[Path]:
 
 def complete_pattern(incomplete: str) -> list[tuple[str, str]]:
     """Shell completion of ``--pattern``: the pattern names (a regex of one's own is typed)."""
-    from ..counting.pretokenize import PATTERNS, describe_pattern
+    from ..text.pretokenize import PATTERNS, describe_pattern
 
     return [(name, f"{describe_pattern(regex)}'s pattern") for name, regex in PATTERNS.items()
             if name.startswith(incomplete)]
@@ -101,12 +101,12 @@ def complete_pattern(incomplete: str) -> list[tuple[str, str]]:
 def resolve_inputs(args: Sequence[str], glob: str, db: Path, fmt: str | None, text_field: str) -> list:
     """The inputs ``args`` name, for ``train`` and ``encode`` alike: standard input alone (``-``),
     read as ``fmt``; else the files ``expand_inputs`` finds."""
-    from ..counting.inputs import STDIN
+    from ..text.inputs import STDIN
 
     if STDIN in args:
         if len(args) > 1:
             raise InputError("- (standard input) must be the only input")
-        from ..counting.streams import Stream
+        from ..text.streams import Stream
 
         return [Stream.stdin(fmt, text_field)]
     return expand_inputs(args, glob, db)

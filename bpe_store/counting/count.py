@@ -41,8 +41,7 @@ from typing import NoReturn
 import xxhash
 
 from ..errors import InputError
-from .input_checks import _raise_invalid_utf8, _valid_utf8, open_regular
-from .native import (
+from ..native import (
     ChunkCounts,
     WordCounter,
     _native_add_counts,
@@ -53,7 +52,8 @@ from .native import (
     _native_pack_counts,
     _native_release_chunk_memory,
 )
-from .pretokenize import (
+from ..text.input_checks import _raise_invalid_utf8, _valid_utf8, open_regular
+from ..text.pretokenize import (
     DOC_SEP,
     GPT2_PATTERN,
     count_words,
@@ -61,7 +61,7 @@ from .pretokenize import (
     split_at_specials,
     split_long_words,
 )
-from .units import unit_blocks
+from ..text.units import unit_blocks
 
 
 def count_chunk(path: str, start: int, end: int, special_tokens: Sequence[str], pattern: str,
@@ -174,7 +174,7 @@ def count_unit_counts(task: tuple) -> tuple[int, ChunkCounts | WordCounter | byt
     ``regex`` path's dict; any of them goes into a ``WordCounter`` by ``add_counts``. For a process
     that sums many units itself (a Ray node counter, bpe_store.counting.ray_node). The last item
     is the unit's fingerprint for a byte range of a text file (``count_chunk_task``), else None."""
-    if not isinstance(task[1], str):  # a unit of any input kind, read block by block (bpe_store.counting.inputs)
+    if not isinstance(task[1], str):  # a unit of any input kind, read block by block (bpe_store.text.inputs)
         if not native_counts(task[3]):
             cid, words, n = count_unit_task(task)
             return cid, _native_pack_counts(words), n, None

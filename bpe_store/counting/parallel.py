@@ -12,6 +12,15 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from itertools import islice
 
+from ..native import (
+    ChunkCounts,
+    WordCounter,
+    _native_count_chunk,
+)
+from ..text.pretokenize import (
+    native_scanner,
+)
+from ..text.units import unit_blocks
 from .count import (
     FlushBuffer,
     _block_specials,
@@ -20,15 +29,6 @@ from .count import (
     count_chunk_task,
     native_counts,
 )
-from .native import (
-    ChunkCounts,
-    WordCounter,
-    _native_count_chunk,
-)
-from .pretokenize import (
-    native_scanner,
-)
-from .units import unit_blocks
 
 
 def count_chunks_threaded(tasks: Sequence[tuple], workers: int,

@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..errors import InputError
-from .chunks import plan_chunks
-from .fingerprint import UNITS_HASH, UNITS_NONE
-from .input_checks import open_regular, scan_source
-from .inputs import FileInput
-from .parquet import _parquet_column_type, _parquet_file
-from .sources import Source
-from .streams import Stream
+from ..text.chunks import plan_chunks
+from ..text.fingerprint import UNITS_HASH, UNITS_NONE
+from ..text.input_checks import open_regular, scan_source
+from ..text.inputs import FileInput
+from ..text.parquet import _parquet_column_type, _parquet_file
+from ..text.sources import Source
+from ..text.streams import Stream
 
 
 def plan_source(item: FileInput, invalid_utf8: str = "strict") -> Source:

@@ -47,9 +47,9 @@ import time
 from collections.abc import Sequence
 
 from ..errors import BpeStoreError, InputError
+from ..native import WordCounter
 from . import ray_reaper
 from .count import PackedCounts
-from .native import WordCounter
 from .ray_node import NodeCounter, sum_packed
 
 #: How to get Ray, in the one-line error when it is missing.

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import os
 
+from ..native import WordCounter
 from .count import FlushBuffer, count_unit_counts
-from .native import WordCounter
 
 
 class NodeCounter:

@@ -4,5 +4,5 @@ Owns what a person sees of a run. ``inspection`` answers ``status``, ``sql``, ``
 ``why`` from a store; ``report`` renders the HTML page, ``compare`` measures its compression by
 script and beside other tokenizers; ``progress`` turns a run's progress events into bars, lines or
 JSON; ``display`` writes tokens and bytes as people read them.
-Used by the CLI; uses the tokenizer, training's merge rule, the store and the inputs' names.
+Used by the CLI; uses the tokenizer, the merge rule (``bpe_store.bpe``), the store and the inputs' names.
 """

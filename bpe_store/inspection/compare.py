@@ -119,7 +119,7 @@ def compare_tokenizer(spec: str, text: str, threads: int = 0) -> dict[str, Any]:
 def _compare_hf(p: Path, name: str, text: str) -> dict[str, Any]:
     import numpy as np
 
-    from ..tokenizer.gpt2_files import unicode_to_bytes
+    from ..formats.gpt2_files import unicode_to_bytes
 
     try:
         from tokenizers import Tokenizer as HFTokenizer

@@ -26,15 +26,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..counting.inputs import ITERABLE, STDIN
-from ..counting.pretokenize import describe_pattern, is_gpt2
+from ..bpe import word_splitter
 from ..errors import InputError, StoreError
 from ..interrupts import sqlite_call
 from ..store import migrate
 from ..store.check import history_problems
 from ..store.files import wal_state
 from ..store.store import Store
-from ..training.merge import word_splitter
+from ..text.inputs import ITERABLE, STDIN
+from ..text.pretokenize import describe_pattern, is_gpt2
 
 #: ``show`` tables: what each lists, in which order (ties broken as the trainer breaks them).
 SHOW_QUERIES = {
@@ -348,7 +348,7 @@ def show(path: str | os.PathLike, what: str, limit: int = 20, offset: int = 0, *
 
 
 def splitter(store: Store) -> Callable[[bytes], list[int]]:
-    """A word's token ids under every merge ``store`` holds (``merge.word_splitter``): exact at
+    """A word's token ids under every merge ``store`` holds (``bpe.word_splitter``): exact at
     any time, where ``words.tokens`` lags behind the merge log while merging and is not kept
     once the run is done."""
     n_special = store.sql("SELECT count(*) FROM vocab WHERE kind = 'special'").scalar()

@@ -622,7 +622,7 @@ counting the pairs once.</p>
 
 def _pattern_cell(st: dict[str, Any]) -> str:
     """The run's pattern by its name (as ``status`` says it), the regex itself for one of a user's own."""
-    from ..counting.pretokenize import PATTERNS
+    from ..text.pretokenize import PATTERNS
 
     name = st["pattern_name"]
     if name.split(" ")[0] in PATTERNS:

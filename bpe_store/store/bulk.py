@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .connection import Result
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..counting.native import WordCounter
+    from ..native import WordCounter
 
 
 class Statements(Protocol):

@@ -12,17 +12,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .. import native
 from ..counting.count import PackedCounts
-from ..counting.fingerprint import UNITS_HASH, add_units, unit_term
 from ..errors import StoreError
 from ..pauses import pause_for_tests as _test_pause
+from ..text.fingerprint import UNITS_HASH, add_units, unit_term
 from . import store_db
 from .bulk import _PackedDeltas, _PackedWords, words_bulk
 from .connection import BUSY_TIMEOUT_MS, WAL_SIZE_LIMIT, now
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._core import WordIds, WordRows
-    from ..counting.native import WordCounter
+    from ..native import WordCounter
 
 #: A counting flush's count deltas ``(delta, id)``. Why bulk: per row, the statement ran with the
 #: GIL held from the first row to the last (binding Python tuples), ~850 K rows a flush at 12 GB,
@@ -384,8 +385,4 @@ class PyWordIds:
 
 def _new_word_ids() -> Any:
     """An empty word map: the native ``WordIds``, or ``PyWordIds`` without the native core."""
-    try:
-        from .._core import WordIds
-    except ImportError:  # no native core in this installation
-        return PyWordIds()
-    return WordIds()
+    return PyWordIds() if native.core is None else native.core.WordIds()

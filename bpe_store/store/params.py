@@ -85,7 +85,7 @@ def pattern_problem(pattern: str) -> str | None:
     catastrophically), or None: said once, for the store's check and a new run's
     (``training.options``). The shipped patterns are not compiled again (the tests compile each:
     compiling GPT-2's costs ~30 ms)."""
-    from ..counting.pretokenize import PATTERNS
+    from ..text.pretokenize import PATTERNS
 
     if pattern in PATTERNS.values():
         return None

@@ -8,9 +8,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..counting.fingerprint import HASHES
-from ..counting.sources import Source
 from ..errors import StoreError
+from ..text.fingerprint import HASHES
+from ..text.sources import Source
 from . import digest
 from .bulk import BulkWriter
 from .connection import now

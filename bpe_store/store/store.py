@@ -88,7 +88,7 @@ from .schema_check import check_schema
 if TYPE_CHECKING:  # pragma: no cover
     from sqlalchemy.engine import Connection
 
-    from ..counting.native import WordCounter
+    from ..native import WordCounter
 
 
 class Store(RunRows, CountingRows, MergingRows):

@@ -28,6 +28,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from .. import native
+
 #: Set to ``0`` to force the ``executemany`` fallback (tests compare the two paths).
 ENV = "BPE_STORE_NATIVE_DB"
 
@@ -47,14 +49,12 @@ def available() -> bool:
 def _load() -> bool:
     try:
         import _sqlite3
-
-        from .. import _core
     except ImportError:
         return False
-    if not hasattr(_core, "StoreDb") or not getattr(_sqlite3, "__file__", None):
+    if native.core is None or not getattr(_sqlite3, "__file__", None):
         return False
     try:
-        version = _core.store_db_load(_sqlite3.__file__)
+        version = native.core.store_db_load(_sqlite3.__file__)
     except RuntimeError:  # not loaded from a file, symbols hidden (static build), no dlopen
         return False
     return usable_version(version, sqlite3.sqlite_version_info)
@@ -80,19 +80,17 @@ def native_db(path: Path, *, busy_timeout_ms: int, synchronous: str, cache_kib: 
     error the driver would when opening fails."""
     if not available():
         return None
-    from .. import _core
-
+    core = native.core
     try:
-        return _core.StoreDb(os.fsdecode(path.absolute()), busy_timeout_ms, synchronous, cache_kib,
+        return core.StoreDb(os.fsdecode(path.absolute()), busy_timeout_ms, synchronous, cache_kib,
                              journal_size_limit)
-    except _core.SqliteError as exc:
+    except core.SqliteError as exc:
         raise to_sqlite_error(exc) from None
 
 
 def can_write_query() -> bool:
     """Whether ``write_query`` can run here (the native path, built with it)."""
-    core = _core_module()
-    return available() and core is not None and hasattr(core, "write_query")
+    return available()
 
 
 def write_query(path: Path, sql: str, fd: int, fmt: str, limit: int | None, max_value_bytes: int,
@@ -100,27 +98,17 @@ def write_query(path: Path, sql: str, fd: int, fmt: str, limit: int | None, max_
     """``_core.write_query``: the rows of ``sql`` (checked read-only by the caller) on the store at
     ``path``, opened read-only, written to ``fd`` as csv, json or jsonl; the number of rows. A
     failure is the ``sqlite3`` error the driver would raise (``to_sqlite_error``)."""
-    from .. import _core
-
+    core = native.core
     try:
-        return _core.write_query(os.fsdecode(path.absolute()), sql, fd, fmt, -1 if limit is None else limit,
+        return core.write_query(os.fsdecode(path.absolute()), sql, fd, fmt, -1 if limit is None else limit,
                                  max_value_bytes, quote_cr, quote_lone_empty)
-    except _core.SqliteError as exc:
+    except core.SqliteError as exc:
         raise to_sqlite_error(exc) from None
 
 
 def is_native_error(exc: BaseException) -> bool:
     """Whether ``exc`` is a ``_core.SqliteError`` (a failed call of the native connection)."""
-    core = _core_module()
-    return core is not None and isinstance(exc, core.SqliteError)
-
-
-def _core_module() -> Any | None:
-    try:
-        from .. import _core
-    except ImportError:
-        return None
-    return _core if hasattr(_core, "SqliteError") else None
+    return native.core is not None and isinstance(exc, native.core.SqliteError)
 
 
 #: Primary result code -> the exception class ``sqlite3`` raises for it (CPython's

@@ -1,11 +1,17 @@
 """A trained store as a tokenizer, and the files made from it.
 
 Owns encoding and decoding and every output format. ``tokenizer`` (``Tokenizer``: encode, decode,
-encode_iterable, encode_files) reads a store's merges; ``export`` writes HF tokenizer.json, GPT-2
+encode_iterable, encode_files) reads a store's merges, over ``tables`` (its merge tables, made
+lazily), ``special_guard`` (tiktoken's allowed / disallowed special tokens) and ``raw_bytes``
+(bytes that are not UTF-8); ``export`` writes HF tokenizer.json, GPT-2
 vocab.json + merges.txt and tiktoken ranks (``export_store``, ``FORMATS``); ``token_files`` encodes
-corpora into token files (.npy); ``gpt2_files`` reads and writes GPT-2's byte-to-unicode files and
-``tiktoken_files`` OpenAI's .tiktoken ranks;
-``outfiles`` makes output files and folders safely;
-``portable_pattern`` rewrites a pattern so that other regex engines split as
-``regex`` does. A new export format goes in ``export``.
+corpora into token files (.npy); ``outfiles`` makes output files and folders safely;
+``portable_pattern`` rewrites a pattern so that other regex engines split as ``regex`` does. The
+file formats themselves (GPT-2's files, tiktoken's ranks) are ``bpe_store.formats``, below.
+
+A new export format: its name in ``export.FORMATS``, its writer in ``export._WRITERS`` and its case
+in ``export.export_store``; the CLI's ``--format`` choices follow ``FORMATS``; then docs/cli.md
+(``python tools/gen_cli_docs.py``) and docs/tokenizer.md.
+Stands beside training (neither imports the other); uses the file formats, the store, the text
+wing, the merge rule (``bpe_store.bpe``) and the native core's face.
 """

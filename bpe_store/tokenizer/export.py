@@ -35,13 +35,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from ..counting.pretokenize import describe_pattern, is_gpt2
-from ..counting.superword_split import STAGE2_PATTERN
 from ..errors import InputError
-from .gpt2_files import to_gpt2_str
+from ..formats.gpt2_files import to_gpt2_str
+from ..formats.tiktoken_files import read_tiktoken_ranks
+from ..text.pretokenize import describe_pattern, is_gpt2
+from ..text.superword_split import STAGE2_PATTERN
 from .outfiles import check_export_target, export_dir
 from .portable_pattern import PatternTranslationError, portable_pattern
-from .tiktoken_files import read_tiktoken_ranks
 
 FORMATS = ("hf", "gpt2", "tiktoken")
 #: Why a superword store (SuperBPE's stage 2, docs/superword.md) is not written for tiktoken.

@@ -21,8 +21,8 @@ import functools
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 
-from ..counting.pretokenize import special_splitter
 from ..errors import ArgumentTypeError, ArgumentValueError
+from ..text.pretokenize import special_splitter
 
 #: ``allowed_special`` / ``disallowed_special``: ``"all"`` or a collection of special tokens' texts.
 SpecialSet = str | AbstractSet[str] | Sequence[str]

@@ -18,8 +18,9 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..counting.pretokenize import native_scanner, native_splitter, resolve_pattern, special_splitter
 from ..errors import InputError
+from ..native import core as native_core
+from ..text.pretokenize import native_scanner, native_splitter, resolve_pattern, special_splitter
 
 if TYPE_CHECKING:
     import regex
@@ -67,15 +68,6 @@ def _merge_table(merges: list[tuple[bytes, bytes]], id_of: Mapping[bytes, int], 
     return table
 
 
-def _native():
-    """The native module, or None where it is not built (pure-Python fallback)."""
-    try:
-        from .. import _core
-    except ImportError:  # pragma: no cover - the package is always built with its core
-        return None
-    return _core if hasattr(_core, "Encoder") else None
-
-
 class Tables:
     """The tables of a ``Tokenizer`` (the module's docstring says what and when)."""
 
@@ -85,7 +77,7 @@ class Tables:
 
     @functools.cached_property
     def merges(self) -> list[tuple[bytes, bytes]]:
-        from .tiktoken_files import tiktoken_merges
+        from ..formats.tiktoken_files import tiktoken_merges
 
         return tiktoken_merges(self._whole)
 
@@ -125,7 +117,7 @@ class Tables:
     def _from_ranks(cls, ranks, pattern: str, special_tokens: Mapping[str, int] | Sequence[str] | None,
                     native: bool = True) -> Tables:
         """A tokenizer by tiktoken's rule from native ``TiktokenRanks`` (``openai_ranks.read_ranks``)."""
-        from .tiktoken_files import tiktoken_specials
+        from ..formats.tiktoken_files import tiktoken_specials
 
         vocab: dict[int, bytes] = ranks.vocab()
         specials = tiktoken_specials(ranks.get, vocab.get, special_tokens)
@@ -143,7 +135,7 @@ class Tables:
         self.special_tokens = list(ids)
         self._init_specials()
         self._cache = {}
-        core = _native() if native else None
+        core = native_core if native else None
         self._core = None if core is None else core.Encoder.from_tiktoken_ranks(
             ranks, [(s.encode("utf-8"), i) for s, i in ids.items()], native_scanner(self.pattern))
         return self
@@ -158,7 +150,7 @@ class Tables:
 def _ranks_tokenizer(cls: type[Tables], mergeable: Mapping[bytes, int], pattern: str,
                      specials: dict[str, int], native: bool) -> Tables:
     """A pickled ``from_tiktoken`` tokenizer, rebuilt (``Tokenizer.__reduce__``)."""
-    from ..openai_ranks import ranks_of
+    from ..formats.openai_ranks import ranks_of
 
     return cls._from_ranks(ranks_of(mergeable), pattern, specials, native)
 

@@ -37,8 +37,8 @@ from .outfiles import new_files
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..counting.inputs import FileInput
-    from ..counting.streams import Stream
+    from ..text.inputs import FileInput
+    from ..text.streams import Stream
     from .tokenizer import Tokenizer
 
 NANOGPT_SUFFIX = ".bin"
@@ -208,7 +208,7 @@ def encode_to_file(db: str | Path | None, inputs: Sequence[str | Path | FileInpu
     with ``val_fraction`` also into ``val_path(out)``, split at document boundaries. Instead of a
     store ``db``, a ``tokenizer`` may be given (``Tokenizer.from_tiktoken``: OpenAI's ranks).
 
-    Inputs are read as ``train`` reads them (``bpe_store.counting.inputs``): text, jsonl and
+    Inputs are read as ``train`` reads them (``bpe_store.text.inputs``): text, jsonl and
     parquet files, compressed, or a ``Stream`` (standard input); a path's kind comes from its
     extension unless ``format`` is given, ``text_field`` names the jsonl field or parquet column.
     A text file is one document; each jsonl record or parquet row is one, encoded on its own (no
@@ -246,8 +246,8 @@ def _input_items(inputs: Sequence[str | Path | FileInput | Stream], format: str 
                  text_field: str) -> tuple[list[FileInput | Stream], list[Path]]:
     """``(inputs as FileInput / Stream, the paths of the files among them)``: a path's kind from
     its extension unless ``format`` says it."""
-    from ..counting.inputs import FileInput, file_input
-    from ..counting.streams import Stream
+    from ..text.inputs import FileInput, file_input
+    from ..text.streams import Stream
 
     items = [p if isinstance(p, (FileInput, Stream)) else file_input(p, format, text_field) for p in inputs]
     return items, [i.path for i in items if isinstance(i, FileInput)]
@@ -258,7 +258,7 @@ def _checked_request(db: str | Path | None, tokenizer: Tokenizer | None, vocab_s
                      val_fraction: float | None) -> Fraction | None:
     """Refuse a request that makes no sense (InputError, exit 2); the validation fraction as an
     exact ``Fraction``, or None without one."""
-    from ..counting.streams import Stream
+    from ..text.streams import Stream
 
     if (db is None) == (tokenizer is None):
         raise InputError("give either a store or a tokenizer to encode with, not both" if tokenizer is not None
@@ -290,7 +290,7 @@ def _check_paths(outs: list[Path], force: bool, db: str | Path | None, files: li
 
 def _total_bytes(items: list[FileInput | Stream], files: list[Path]) -> int | None:
     """The text bytes to read, known only when every input is an uncompressed text file."""
-    from ..counting.inputs import FileInput
+    from ..text.inputs import FileInput
 
     plain = all(isinstance(i, FileInput) and i.format == "text" and i.compression == "none" for i in items)
     return sum(p.stat().st_size for p in files) if plain else None
@@ -367,7 +367,7 @@ def _encode_input(item: FileInput | Stream, tok: Tokenizer, threads: int, invali
                   step: _Steps) -> None:
     """Encode one input into ``ids``, a block at a time: a text file as one document, each jsonl
     record or parquet row as one of its own."""
-    from ..counting.whole_inputs import has_documents, input_blocks
+    from ..text.whole_inputs import has_documents, input_blocks
 
     docs = has_documents(item)
     # valid UTF-8 blocks: the readers check it (per --invalid-utf8), as for training
@@ -386,7 +386,7 @@ def _document_ids(tok: Tokenizer, block: bytes, threads: int) -> tuple[np.ndarra
     """``(ids, ids per document)`` of a block of documents joined by DOC_SEP, each encoded alone."""
     import numpy as np
 
-    from ..counting.pretokenize import DOC_SEP
+    from ..text.pretokenize import DOC_SEP
 
     if tok._core is not None and tok._core.native_split:
         return tok._core.encode_documents(block, threads)

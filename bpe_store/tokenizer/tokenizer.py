@@ -44,17 +44,18 @@ from typing import TYPE_CHECKING
 
 import regex
 
-from ..counting.pretokenize import (
+from ..bpe import merge_pair
+from ..errors import ArgumentTypeError, ArgumentValueError, InputError, StoreError, path_argument, text_argument
+from ..native import core as native_core
+from ..text.pretokenize import (
     GPT2_PATTERN,
     cut_context,
     native_scanner,
     resolve_pattern,
 )
-from ..errors import ArgumentTypeError, ArgumentValueError, InputError, StoreError, path_argument, text_argument
-from ..training.merge import merge_pair
 from .raw_bytes import encode_bytes
 from .special_guard import SpecialSet, allowed_set, split_allowed
-from .tables import MergeTable, Tables, _byte_ids, _first_ids, _merge_table, _native
+from .tables import MergeTable, Tables, _byte_ids, _first_ids, _merge_table
 
 if TYPE_CHECKING:
     import numpy as np
@@ -187,7 +188,7 @@ class Tokenizer(Tables):
     def _native_encoder(self):
         """The native core's ``Encoder`` of this tokenizer (the same table, specials and pattern),
         or None where the core is not built."""
-        core = _native()
+        core = native_core
         if core is None:
             return None
         # rows (left, right, merged) in rank order; the native side ranks by position
@@ -210,7 +211,7 @@ class Tokenizer(Tables):
         **kwargs,
     ) -> Tokenizer:
         """Load GPT-2 style ``vocab.json`` + ``merges.txt`` (with or without a ``#version`` line)."""
-        from .gpt2_files import read_gpt2
+        from ..formats.gpt2_files import read_gpt2
 
         path_argument(vocab_filepath, "vocab_filepath")
         path_argument(merges_filepath, "merges_filepath")
@@ -245,7 +246,7 @@ class Tokenizer(Tables):
         ``encode`` equals tiktoken's ``encode(text, allowed_special="all")``.
         Problems with the file or the special tokens are ``InputError`` s naming what is wrong.
         """
-        from ..openai_ranks import read_ranks
+        from ..formats.openai_ranks import read_ranks
 
         return cls._from_ranks(read_ranks(path_argument(path, "path")), pattern, special_tokens, native)
 

@@ -9,12 +9,16 @@ Owns a run from its options to its result. From the top:
 - ``job``: the checked job every step reads, and the writes done on a thread of their own;
   ``options``: ``TrainOptions``, a run's settings with their defaults, and their checks;
   ``wal_watch``: whether a reader pins the store's WAL, asked before a write training may defer;
-- ``merge``: the merge engine (Python spec and native choice, the tie-break, ``merge_pair``);
+- ``merge``: the merge engine (Python spec and native choice, the tie-break; the merge rule of one
+  word is ``bpe_store.bpe``, shared with the tokenizer and inspection);
   ``reference``: the slow pure-Python trainer the tests hold the fast path to.
 
 A new run option is a field of ``options.TrainOptions`` (its default, its line in the docstring's
 Attributes, which ``help(train)`` shows, its check in ``checked``) and a keyword parameter of
-``train`` of the same name; ``job._Job.options`` carries it to the step that uses it. Its bounds,
-if the store keeps it, go in ``bpe_store.store.params``.
-Uses the store (where the state lives) and counting (the map step).
+``train`` of the same name; ``job._Job.options`` carries it to the step that uses it. If the store
+keeps it: its bounds in ``bpe_store.store.params`` (``RunParams``), a column (see
+``bpe_store.store``), and its line in ``plan._param_diffs`` (what a resume compares). Its CLI option
+in cli/train_cmd.py, then docs/cli.md (``python tools/gen_cli_docs.py``) and docs/training.md.
+Stands beside the tokenizer (neither imports the other); uses the file formats, the store (where
+the state lives), counting (the map step), the text wing, the merge rule and the native core.
 """

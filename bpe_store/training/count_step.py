@@ -22,17 +22,17 @@ from ..counting.count import (
     new_word_counts,
     release_chunk_memory,
 )
-from ..counting.fingerprint import changed_since_planned
-from ..counting.inputs import unit_of
-from ..counting.native import WordCounter
 from ..counting.parallel import count_blocks_ordered, count_chunks_threaded, count_units_threaded, ticking
-from ..counting.pretokenize import describe_pattern
-from ..counting.sources import Source
-from ..counting.streams import Stream
 from ..errors import InputError, Interrupted
+from ..native import WordCounter
 from ..store.counting_rows import StreamMark
 from ..store.params import RunParams
 from ..store.store import Store
+from ..text.fingerprint import changed_since_planned
+from ..text.inputs import unit_of
+from ..text.pretokenize import describe_pattern
+from ..text.sources import Source
+from ..text.streams import Stream
 from .job import _Job
 from .wal_watch import DEFERRED_COUNT_WORDS
 
@@ -115,7 +115,7 @@ def _count_map(job: _Job, sources: Sequence[Source], todo: Sequence) -> tuple[It
     ``count_engine="ray"`` counts them as Ray tasks."""
     params, workers = job.params, job.options.workers
     # plain text cut into byte ranges: the map step reads its range itself (count_chunk*_task);
-    # other kinds go through bpe_store.counting.inputs' readers (count_units_threaded, count_unit_task)
+    # other kinds go through bpe_store.text.inputs' readers (count_units_threaded, count_unit_task)
     plain = all(c.kind == "range" and sources[c.source_id].format == "text" for c in todo)
     if plain:
         tasks = [(c.id, sources[c.source_id].path, c.start, c.end, params.special_tokens, params.pattern,

@@ -16,13 +16,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from ..counting.inputs import FileInput
-from ..counting.native import WordCounter
-from ..counting.streams import Stream
+from ..native import WordCounter
 from ..store.connection import _sqlite_error, is_db_error
 from ..store.params import RunParams
 from ..store.run_rows import StageOne
 from ..store.store import Store
+from ..text.inputs import FileInput
+from ..text.streams import Stream
 from .options import TrainOptions
 from .wal_watch import WalWatch
 

@@ -32,20 +32,20 @@ builds either from the store's word rows; ``engine="auto"`` takes the native one
 from __future__ import annotations
 
 import array
-import bisect
 import gc
 import heapq
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..counting.superword_split import superword_allowed
+from .. import native
+from ..bpe import Pair, Replay, merge_with_pairs, replay_ranks, replay_word
+from ..text.superword_split import superword_allowed
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .._core import WordCounter
+    from ..native import WordCounter
 
-Pair = tuple[int, int]
 #: A row of the store's ``words`` table: ``(word id, bytes, count, packed tokens or None)``;
 #: None means the word is still its single bytes (id ``n_specials + byte``). A counting flush's own
 #: rows are ``(word id, bytes or bytearray, count)``: the same, tokens NULL.
@@ -56,9 +56,6 @@ CheckpointRows = tuple[list[tuple[bytes, int]], list[tuple[int, int]], list[tupl
                        list[tuple[int, int, int]]]
 #: ``(live pairs, digest 1, digest 2)``; the store computes the same in SQL (pair_counts_digest).
 PairDigest = tuple[int, int, int]
-#: Merges a store logged after its words' tokens were last written: ``[(left, right, token)]`` in
-#: rank order, applied to the words before merging goes on (``replay_word``).
-Replay = Sequence[tuple[int, int, int]]
 
 ENGINES = ("auto", "native", "python")
 _P1 = 2147483647
@@ -102,111 +99,6 @@ class Merge:
     right: int
     token: int
     count: int
-
-
-def merge_starts(tokens: Sequence[int], a: int, b: int) -> list[int]:
-    """Where ``(a, b)`` is merged in ``tokens``: the index of each match's ``a``, left to right,
-    without overlap.
-
-    >>> merge_starts([1, 1, 1, 2, 1, 1], 1, 1)
-    [0, 4]
-    """
-    starts: list[int] = []
-    i, n = 0, len(tokens)
-    try:
-        while True:
-            i = tokens.index(a, i)  # Why index: it scans in C, and most tokens are not ``a``
-            if i + 1 < n and tokens[i + 1] == b:
-                starts.append(i)
-                i += 2
-            else:
-                i += 1
-    except ValueError:  # no ``a`` from ``i`` on
-        return starts
-
-
-def merge_pair(tokens: Sequence[int], a: int, b: int, new: int, starts: Sequence[int] | None = None) -> list[int]:
-    """``tokens`` with every ``(a, b)`` replaced by ``new``, left to right, without overlap
-    (``starts``: ``merge_starts(tokens, a, b)``, when the caller has it).
-
-    >>> merge_pair([1, 1, 1], 1, 1, 9)
-    [9, 1]
-    """
-    out: list[int] = []
-    done = 0
-    for i in merge_starts(tokens, a, b) if starts is None else starts:
-        out += tokens[done:i]
-        out.append(new)
-        done = i + 2
-    out += tokens[done:]
-    return out
-
-
-def merge_with_pairs(tokens: Sequence[int], a: int, b: int, new: int) -> tuple[list[int], list[Pair], list[Pair]]:
-    """``merge_pair``, with the pairs the merge removed from ``tokens`` and those it made.
-
-    The old pairs touching a merged token are gone and the new pairs touching a ``new`` appear
-    (each as often as it does); every other pair maps one to one between the old and the new
-    word, so its count stays (``merge_word`` in native/merge_loop.cpp does the same).
-
-    >>> merge_with_pairs([5, 1, 2, 1, 2, 6], 1, 2, 9)
-    ([5, 9, 9, 6], [(5, 1), (1, 2), (2, 1), (1, 2), (2, 6)], [(5, 9), (9, 9), (9, 6)])
-    """
-    starts = merge_starts(tokens, a, b)
-    out = merge_pair(tokens, a, b, new, starts)
-    # old pairs at j = i - 1, i, i + 1 of a merge at i; new pairs at k - 1, k of its token at k = i - m
-    gone = sorted({j for i in starts for j in (i - 1, i, i + 1) if 0 <= j < len(tokens) - 1})
-    made = sorted({k for m, i in enumerate(starts) for k in (i - m - 1, i - m) if 0 <= k < len(out) - 1})
-    return out, [(tokens[j], tokens[j + 1]) for j in gone], [(out[k], out[k + 1]) for k in made]
-
-
-def replay_word(tokens: list[int], replay: Replay, ranks: dict[Pair, list[int]]) -> list[int]:
-    """``tokens`` after the merges ``replay`` (``ranks``: each pair's indexes in it, ascending).
-
-    Merging every word rank by rank gives each word this: again and again, the lowest-ranked merge
-    above the last one applied whose pair the word holds (the merges in between find no pair in
-    it). A pair can have several ranks: a merge whose bytes are an existing token reuses its id,
-    which can make a merged pair again. native/merge_replay.cpp's ``replay_words`` does the same.
-
-    >>> replay_word([1, 2, 3], [(2, 3, 9), (1, 9, 10)], {(2, 3): [0], (1, 9): [1]})
-    [10]
-    """
-    done = -1
-    while len(tokens) > 1:
-        best = -1
-        for p in zip(tokens, tokens[1:]):
-            at = ranks.get(p)
-            if at is not None:
-                k = bisect.bisect_right(at, done)
-                if k < len(at) and (best < 0 or at[k] < best):
-                    best = at[k]
-        if best < 0:
-            break
-        a, b, t = replay[best]
-        tokens = merge_pair(tokens, a, b, t)
-        done = best
-    return tokens
-
-
-def replay_ranks(replay: Replay) -> dict[Pair, list[int]]:
-    """Each pair of ``replay`` with its indexes there, ascending (``replay_word``'s ``ranks``)."""
-    ranks: dict[Pair, list[int]] = {}
-    for i, (a, b, _t) in enumerate(replay):
-        ranks.setdefault((a, b), []).append(i)
-    return ranks
-
-
-def word_splitter(merges: Replay, n_specials: int) -> Callable[[bytes], list[int]]:
-    """``split(word)``: the token ids training made of ``word`` with ``merges`` (``[(left, right,
-    token)]`` in rank order, a store's log), from its bytes. A finished store does not keep its
-    words' tokens (``Store.write_merge_rows``): this is how they are read back.
-
-    >>> split = word_splitter([(99, 100, 258), (98, 258, 259)], 1)  # "bc", then "a" + "bc"
-    >>> split(b"`abc")
-    [97, 259]
-    """
-    ranks = replay_ranks(merges)
-    return lambda word: replay_word([n_specials + c for c in word], merges, ranks)
 
 
 class Engine(Protocol):
@@ -514,15 +406,14 @@ class NativeMergeEngine:
     def __init__(self, rows: list[WordRow], token_bytes: Sequence[bytes | None], n_specials: int,
                  first_merge_id: int, next_rank: int, min_frequency: int = 1,
                  max_token_length: int | None = None, replay: Replay = (), max_words: int = 0):
-        from .. import _core
-
+        core = native.core
         if replay and hasattr(rows, "pack"):
             raise ValueError("replay needs the store's rows, not a counter")
         if hasattr(rows, "pack"):  # a WordCounter: its words as ids 1, 2, ... (see new_engine)
-            self._e = _core.MergeEngine(rows.pack(), 1, list(token_bytes), n_specials, first_merge_id, next_rank,
+            self._e = core.MergeEngine(rows.pack(), 1, list(token_bytes), n_specials, first_merge_id, next_rank,
                                         min_frequency, max_token_length or 0, max_words)
         else:
-            if not isinstance(rows, getattr(_core, "WordRows", ())):  # else read natively (Store.load_word_rows)
+            if not isinstance(rows, core.WordRows):  # else read natively (Store.load_word_rows)
                 if not isinstance(rows, list):
                     rows = list(rows)
                 # sqlite3 returns tuples; other row types (SQLAlchemy Row) are converted once here
@@ -531,7 +422,7 @@ class NativeMergeEngine:
             log = array.array("I", [x for m in replay for x in m])
             if sys.byteorder == "big":  # pragma: no cover
                 log.byteswap()  # the engine reads little-endian uint32
-            self._e = _core.MergeEngine(rows, list(token_bytes), n_specials, first_merge_id, next_rank,
+            self._e = core.MergeEngine(rows, list(token_bytes), n_specials, first_merge_id, next_rank,
                                         min_frequency, max_token_length or 0, log.tobytes(), max_words)
         self.token_bytes: dict[int, bytes] = {i: b for i, b in enumerate(token_bytes) if b is not None}
         self.bad_word: int = self._e.bad_word
@@ -597,20 +488,13 @@ def release_free_memory() -> None:
     blocks mapped on their own, so that what a phase frees does not stay resident through the
     next (glibc; see native/merge_engine.cpp). ``train`` calls it as it starts and between
     phases; the native engine's ``finish`` calls it too."""
-    try:
-        from .. import _core
-    except ImportError:
-        return
-    _core.release_free_memory()
+    if native.core is not None:
+        native.core.release_free_memory()
 
 
 def native_available() -> bool:
-    """Whether the native engine is built into this installation."""
-    try:
-        from .. import _core
-    except ImportError:
-        return False
-    return hasattr(_core, "MergeEngine")
+    """Whether the native engine is built into this installation (``native.BUILT``)."""
+    return native.BUILT
 
 
 def uses_native(engine: str) -> bool:

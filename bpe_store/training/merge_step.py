@@ -26,7 +26,7 @@ MERGE_LOG_SECONDS = 1.0
 #: A finished run keeps the tokens of at most this many of its most frequent words (those more
 #: frequent than the next one, so that ties never depend on word ids; ``top_words`` shows them,
 #: the others' are NULL): the words people look at, where writing every word's (7.0 M at 12 GB)
-#: took 2.2 s. A word's tokens are its split under the merges (``merge.word_splitter``). A run
+#: took 2.2 s. A word's tokens are its split under the merges (``bpe.word_splitter``). A run
 #: continued to a larger vocabulary reads the words as bytes and replays every merge.
 KEEP_WORD_TOKENS = 100_000
 #: A finished run keeps the counts of its live pairs at least as frequent as the 100,000th most

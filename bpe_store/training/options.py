@@ -22,10 +22,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..counting.chunks import DEFAULT_CHUNK_SIZE
-from ..counting.inputs import DEFAULT_TEXT_FIELD
-from ..counting.pretokenize import GPT2_PATTERN, resolve_pattern
-from ..counting.superword_split import MAX_WORDS
 from ..errors import InputError, text_argument
 from ..store.params import (
     INVALID_UTF8_POLICIES,
@@ -39,6 +35,10 @@ from ..store.params import (
     RunParams,
     pattern_problem,
 )
+from ..text.chunks import DEFAULT_CHUNK_SIZE
+from ..text.inputs import DEFAULT_TEXT_FIELD
+from ..text.pretokenize import GPT2_PATTERN, resolve_pattern
+from ..text.superword_split import MAX_WORDS
 from .merge import ENGINES, native_available
 
 #: Counting threads: far more than any machine has cores; each may hold two chunks in memory.

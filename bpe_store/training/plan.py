@@ -12,18 +12,18 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .._version import __version__
-from ..counting.fingerprint import UNITS_HASH, digest_units
-from ..counting.input_checks import scan_source
-from ..counting.inputs import STDIN, FileInput, file_input
 from ..counting.planning import plan_source, plan_units, same_kind_diffs, scan_input
-from ..counting.sources import Source
-from ..counting.streams import Stream
 from ..errors import ArgumentTypeError, InputError, ResumeMismatch, StoreError, path_argument
 from ..store.files import _remove_files
 from ..store.params import RunParams
 from ..store.result import result_check
 from ..store.run_rows import Chunk
 from ..store.store import Store
+from ..text.fingerprint import UNITS_HASH, digest_units
+from ..text.input_checks import scan_source
+from ..text.inputs import STDIN, FileInput, file_input
+from ..text.sources import Source
+from ..text.streams import Stream
 from .job import Progress, _Job
 from .merge import Engine
 from .merge_step import _load_engine, last_checkpoint_deferred

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from ..counting.pretokenize import GPT2_PATTERN, count_words, resolve_pattern
+from ..text.pretokenize import GPT2_PATTERN, count_words, resolve_pattern
 
 Pair = tuple[bytes, bytes]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..counting.superword_split import MAX_WORDS
+from ..text.superword_split import MAX_WORDS
 from .merge import Merge, new_engine
 
 #: A stage-1 merge as the engines log it: ``(left id, right id, token id)``.

@@ -13,14 +13,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..counting.pretokenize import describe_pattern
-from ..counting.streams import Stream
-from ..counting.superword_split import STAGE2_PATTERN
 from ..errors import InputError, ResumeMismatch, StoreError
 from ..store.params import RunParams
 from ..store.result import result_check
 from ..store.run_rows import StageOne
 from ..store.store import Store
+from ..text.pretokenize import describe_pattern
+from ..text.streams import Stream
+from ..text.superword_split import STAGE2_PATTERN
 from .job import _Job
 
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from ..counting.pretokenize import GPT2_PATTERN, count_words
-from ..counting.superword_split import MAX_WORDS, STAGE2_PATTERN, superword_allowed
+from ..text.pretokenize import GPT2_PATTERN, count_words
+from ..text.superword_split import MAX_WORDS, STAGE2_PATTERN, superword_allowed
 from .reference import merge_word, reference_train_bpe
 
 Pair = tuple[bytes, bytes]

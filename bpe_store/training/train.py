@@ -34,12 +34,12 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from ..counting.inputs import DEFAULT_TEXT_FIELD
-from ..counting.streams import Stream
 from ..errors import ArgumentTypeError, path_argument
 from ..store import sessions
 from ..store.result import TrainResult, read_result
 from ..temporaries import new_dir, remove_stale
+from ..text.inputs import DEFAULT_TEXT_FIELD
+from ..text.streams import Stream
 from .count_step import _count
 from .job import Progress, _Job, _without_gc_store_errors
 from .merge import release_free_memory
@@ -84,7 +84,7 @@ def train(
 
     Args:
         inputs: corpus file(s) (text, jsonl or parquet, maybe .gz/.zst/.bz2/.xz; see
-            ``bpe_store.counting.inputs``) or one ``streams.Stream``; the store records their sizes and SHA-256.
+            ``bpe_store.text.inputs``) or one ``streams.Stream``; the store records their sizes and SHA-256.
         db: the store (a SQLite file): created if absent, resumed if present.
         vocab_size: target vocabulary size: special tokens + 256 bytes + merges.
         special_tokens: special tokens; they split the text, are never merged and get the first ids.

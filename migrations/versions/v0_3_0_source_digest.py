@@ -7,7 +7,7 @@ Create Date: 2026-11-26
 Planning fingerprinted every input with SHA-256 in a pass of its own before counting: 0.5-0.9 s
 per GB on one core, a quarter of counting's time on some machines. New stores fingerprint a
 file with ``xxh3_128_8MiB`` (XXH3-128 of each 8 MiB block, read and digested on every core, then
-of the blocks' digests; ``bpe_store.counting.fingerprint``): the same pass checks the file is
+of the blocks' digests; ``bpe_store.text.fingerprint``): the same pass checks the file is
 UTF-8 and costs about what reading it does. The column ``sha256`` becomes ``digest`` and a new
 column ``hash`` names the function. Older stores' rows are SHA-256 digests: they get ``hash =
 'sha256'`` and a resume still checks an input against its SHA-256. Streams (standard input, an

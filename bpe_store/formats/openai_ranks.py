@@ -36,8 +36,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InputError
-from .store.params import MAX_VOCAB_SIZE
+from ..errors import InputError
+from ..native import core
+from ..store.params import MAX_VOCAB_SIZE
 
 #: The largest rank a ranks file may give (the largest vocabulary's last id).
 MAX_RANK = MAX_VOCAB_SIZE - 1
@@ -188,11 +189,9 @@ def read_ranks(path: str | os.PathLike):
     """The ranks of a ``.tiktoken`` file (plain or gzipped) as a native ``TiktokenRanks`` (``len``,
     ``vocab()`` ``{rank: bytes}``, ``mergeable()`` ``{bytes: rank}``, ``get(bytes)``). Every problem
     is a ``TiktokenFileError`` naming the line (``strict_ranks``)."""
-    from . import _core
-
     p = Path(path)
     data = _read_bytes(p)
-    ranks = _core.TiktokenRanks.parse(data, MAX_RANK)
+    ranks = core.TiktokenRanks.parse(data, MAX_RANK)
     if ranks is None:  # not canonical, or wrong: the strict reader names the line, or reads it
         ranks = ranks_of(strict_ranks(data, p))
     return ranks
@@ -201,9 +200,7 @@ def read_ranks(path: str | os.PathLike):
 def ranks_of(mergeable: Mapping[bytes, int]):
     """A native ``TiktokenRanks`` of ``{token bytes: rank}`` (checked as ``strict_ranks`` checks a
     file's: distinct ranks from 0 to ``MAX_RANK``, all 256 single bytes)."""
-    from . import _core
-
-    ranks = _core.TiktokenRanks.from_items(list(mergeable.items()), MAX_RANK)
+    ranks = core.TiktokenRanks.from_items(list(mergeable.items()), MAX_RANK)
     if ranks is None:
         _check_ranks(mergeable)
         raise InputError("the ranks are not byte-level BPE ranks")  # pragma: no cover - _check_ranks names it

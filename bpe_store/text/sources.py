@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Source:
-    """One input as it was when the run started, and how it is read (``bpe_store.counting.inputs``).
+    """One input as it was when the run started, and how it is read (``bpe_store.text.inputs``).
 
-    ``digest`` is its fingerprint by ``hash`` (``bpe_store.counting.fingerprint``). For a stream
+    ``digest`` is its fingerprint by ``hash`` (``bpe_store.text.fingerprint``). For a stream
     (stdin, a Python iterable) ``size``, ``digest`` (SHA-256) and ``documents`` describe what has
     been counted so far: a resume skips that much of the stream given again."""
 

@@ -9,12 +9,12 @@ import io
 from collections.abc import Callable, Iterator, Sequence
 
 from ..errors import InputError
+from ..native import _native_utf8_valid
 from .decompress import _READ, _read_ahead, _reader, open_decompressed
 from .fingerprint import utf8_tail
 from .input_checks import _valid_utf8
 from .inputs import Unit
 from .jsonl import _line_of, jsonl_blocks
-from .native import _native_utf8_valid
 from .parquet import _parquet_blocks
 from .pretokenize import (
     cut_context,

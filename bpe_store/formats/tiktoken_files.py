@@ -8,7 +8,7 @@ writing it as two tokens; ``Tokenizer.from_tiktoken`` ranks each such pair by th
 it makes, which is exactly tiktoken's lookup.
 
 Below the tokenizer (``Tokenizer.from_tiktoken`` reads them): a file format, nothing else. The
-files themselves are read by ``bpe_store.openai_ranks`` (natively), below training too.
+files themselves are read by ``bpe_store.formats.openai_ranks`` (natively), below training too.
 
 >>> tiktoken_merges({b"a": 0, b"b": 1, b"ab": 2, b"aba": 3, b"ba": 4})
 [(b'a', b'b'), (b'a', b'ba'), (b'ab', b'a'), (b'b', b'a')]
@@ -20,8 +20,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import InputError
-from ..openai_ranks import TiktokenFileError, read_ranks
 from .gpt2_files import MAX_TOKEN_ID
+from .openai_ranks import TiktokenFileError, read_ranks
 
 __all__ = ["TiktokenFileError", "read_tiktoken_ranks", "tiktoken_merges", "tiktoken_specials"]
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from .fingerprint import utf8_tail
-from .input_checks import open_regular
-from .native import (
+from ..native import (
     _native_utf8_valid,
 )
+from .fingerprint import utf8_tail
+from .input_checks import open_regular
 from .pretokenize import (
     GPT2_PATTERN,
     cut_context,

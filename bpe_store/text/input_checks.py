@@ -10,10 +10,10 @@ import stat
 from pathlib import Path
 
 from ..errors import InputError
-from .fingerprint import DEFAULT_HASH, digest_file
-from .native import (
+from ..native import (
     _native_utf8_valid,
 )
+from .fingerprint import DEFAULT_HASH, digest_file
 from .sources import Source
 
 _READ_BLOCK = 16 << 20

@@ -8,10 +8,10 @@ import json
 from collections.abc import Callable, Iterator
 
 from ..errors import InputError
-from .decompress import _READ
-from .native import (
+from ..native import (
     _native_jsonl_texts,
 )
+from .decompress import _READ
 from .pretokenize import (
     DOC_SEP,
 )

@@ -181,12 +181,12 @@ def native_splitter(special_tokens: Sequence[str | bytes], pattern: str):
     characters; GPT-2's finds points in CJK text too) and a scan from a known start finds points
     inside a pre-token longer than the maximum length; a user's own regex is cut only at
     special tokens, the one cut that is safe for any pattern. None without the native core."""
-    try:
-        from .._core import Splitter
-    except ImportError:  # pragma: no cover - a source tree without the built extension
+    from ..native import core
+
+    if core is None:  # pragma: no cover - a source tree without the built extension
         return None
     specials = [s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in special_tokens]
-    return Splitter(specials, native_scanner(pattern))
+    return core.Splitter(specials, native_scanner(pattern))
 
 
 def split_long_pretoken(word: bytes, max_bytes: int | None) -> list[bytes]:

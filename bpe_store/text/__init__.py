@@ -1,0 +1,25 @@
+"""Text: a corpus read into text and pre-tokens, the bottom wing every other one reads through.
+
+Owns what an input is and how its text is read, cut and split (no counting, no store, no UI). From
+the top:
+
+- ``whole_inputs`` an input read whole (the tokenizer's ``encode``); ``streams`` stdin and Python
+  iterables; ``units`` a work unit read into text blocks;
+- ``jsonl`` and ``parquet`` the document formats; ``decompress`` compressed files; ``inputs``
+  what an input and a unit are (kinds, formats, compressions); ``chunks`` where a text file may be
+  cut; ``input_checks`` a source file opened and checked;
+- ``fingerprint`` a file's fingerprint, its UTF-8 checked in the same read;
+- ``pretokenize`` the patterns (``PATTERNS``, ``GPT2_PATTERN``), special tokens, the splitter and
+  ``DOC_SEP``; ``sources`` a counted piece of input; ``superword_split`` superword stage 2's pieces
+  (``STAGE2_PATTERN``) and its rule of which merges may join words.
+
+A new input kind: its format in ``inputs`` (``FORMATS``, the suffixes), a reader module beside
+``jsonl`` and ``parquet`` (and its line in the ``text`` contract of pyproject.toml's
+``[tool.importlinter]``), its case in ``units.unit_blocks`` and ``counting.planning.plan_units``,
+the CLI's ``InputFormat`` (cli/input_args.py) and docs/cli.md (``python tools/gen_cli_docs.py``).
+A new named pattern: its regex and names in ``pretokenize`` (``PATTERNS``, ``_NAME_OF``,
+``NATIVE_SCANNERS``), a native scanner (native/scanner_impl.h, named in splitter.cpp's
+``pattern_of`` and splitter.h's switches), the name lists of cli/train_cmd.py's ``--pattern`` help and
+training/options.py's docstring, then docs/cli.md (``python tools/gen_cli_docs.py``).
+Uses only the native core's face (``bpe_store.native``) and the basics.
+"""

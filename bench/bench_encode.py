@@ -255,7 +255,7 @@ def write_openai_markdown(args: argparse.Namespace, tables: dict[str, list[dict]
         f"{first['bytes'] / 1e6:.1f} MB in documents; threads {args.threads}.",
         "",
         "The ranks are the `bpe-openai` wheel's (SHA-256 equal to tiktoken's published ones, checked by "
-        "tests/test_from_tiktoken.py). Each contender runs in its own process; MB/s counts encoding only. "
+        "tests/tokenizer/test_from_tiktoken.py). Each contender runs in its own process; MB/s counts encoding only. "
         "'same ids' compares token count and CRC32 with tiktoken's. A contender encodes for about a second, "
         "so on this shared machine one run's numbers swing by tens of percent from the next run's.",
         "",

@@ -7,7 +7,7 @@ methods, properties and defaults (``allowed_special=set()``, ``disallowed_specia
 ``Tokenizer`` built from the ranks: ``Tokenizer._from_ranks``). Encodings are found offline by name
 (``bpe_store.formats.openai_ranks``: a directory you name, the ``bpe-openai`` package, tiktoken's cache);
 one found nowhere raises an ``InputError`` saying how to provide it. tiktoken's own test suite runs
-against this module (tests/tiktoken_suite, ``tests/test_tiktoken_suite.py``).
+against this module (tests/tiktoken_suite, ``tests/tokenizer/test_tiktoken_suite.py``).
 
 Not here: ``encode_with_unstable`` (completion-time token healing) and tiktoken's plugin registry
 (``tiktoken_ext`` namespaces); ``num_threads`` is the number of native threads, as there.
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 #: tiktoken's spelling of GPT-2's pattern (r50k_base, p50k_base: possessive quantifiers, ``\s++$``):
-#: it splits every text as GPT-2's (tests/test_tiktoken_compat.py holds them equal on random text),
+#: it splits every text as GPT-2's (tests/tokenizer/test_tiktoken_compat.py holds them equal on random text),
 #: so it runs on the native GPT-2 scanner instead of the ``regex`` module.
 R50K_PAT_STR = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 _NATIVE_SPELLINGS = {R50K_PAT_STR: GPT2_PATTERN, GPT2_PATTERN: GPT2_PATTERN, CL100K_PATTERN: CL100K_PATTERN,

@@ -1,6 +1,6 @@
 // The pre-tokenizers (GPT-2's `scan`, and `scan_cl100k` / `scan_o200k` for the tiktoken family,
 // chosen by `scan_pattern`) and the word-counting pieces, free of Python so they can be tested
-// alone (tests/test_scanner.py builds them under AddressSanitizer/UBSan); the one splitter
+// alone (tests/text/test_scanner.py builds them under AddressSanitizer/UBSan); the one splitter
 // (splitter.h) builds on the scanners, and the counter (scanner.cpp) and the encoder
 // (encoder.cpp) use both. Header-only so that the scanners and the table's `add` inline into the
 // callers' loops.

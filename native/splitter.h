@@ -16,7 +16,7 @@
 //        of the same kind;
 //      - `plan_cut`: a scan from a known chunk start, for text with no such point nearby (one
 //        pre-token of hundreds of megabytes, cut where the maximum length splits it anyway).
-// Header-only, free of Python, so tests/test_scanner.py builds it alone under ASan/UBSan.
+// Header-only, free of Python, so tests/text/test_scanner.py builds it alone under ASan/UBSan.
 #pragma once
 
 #include <algorithm>
@@ -188,7 +188,7 @@ inline bool gpt2_local_cut(const uint8_t *s, size_t n, size_t q) {
 }
 
 // The rule for tiktoken's cl100k (GPT-4) and o200k patterns, the one bpe_store has streamed them
-// with since they were added (tests/test_patterns.py): cut before a space that follows a
+// with since they were added (tests/text/test_patterns.py): cut before a space that follows a
 // non-whitespace character, or between a newline that follows a non-whitespace character and a
 // non-whitespace character (for o200k, not "/": its punctuation pre-token takes the newlines
 // and slashes after it, so ".\n/" is one pre-token). No pre-token of either pattern spans such
@@ -300,7 +300,7 @@ inline bool ends_in_space(const uint8_t *s, size_t x, size_t y) {
 // whitespace before it into one pre-token); the chunk before ends in the same pre-token cut
 // short, and a scan of the chunk after matches the rest of it.
 // GPT-2: any class. The tiktoken family is narrower, since some of its pre-tokens do not survive
-// being cut short (tests/test_pattern_scanners.py found each of these):
+// being cut short (tests/text/test_pattern_scanners.py found each of these):
 //  * letters, for cl100k and its kin (a letter run, after at most one prefix character); for
 //    o200k only between two lowercase-only letters (\p{Ll}): its "lower" run, which ends where
 //    it ended from anywhere inside it, while a cut inside an "upper" run can move where o200k's

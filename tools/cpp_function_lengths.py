@@ -9,7 +9,7 @@ brace matcher after comments, strings and preprocessor lines are blanked out. A 
 function body when what stands before it is a parameter list ``(...)`` (possibly followed by
 ``const``, ``noexcept``, ``override``, ``mutable``, a trailing return type, or a constructor's
 member initializers) that does not belong to ``if``/``for``/``while``/``switch``/``catch``, or a
-lambda's capture list ``[...]``. ``tests/test_architecture.py`` holds every function to
+lambda's capture list ``[...]``. ``tests/layout/test_architecture.py`` holds every function to
 ``MOST_LINES``; ``native/unicode_tables.h`` (generated) is not read.
 """
 

@@ -9,7 +9,7 @@ package root (the public facade, which imports everything on first use) are left
     python tools/draw_wings.py            # prints the drawing (a Mermaid flowchart)
     python tools/draw_wings.py --write    # rewrites it in docs/design.md, between its markers
 
-tests/test_architecture.py fails when docs/design.md's drawing is not what this prints, or when
+tests/layout/test_architecture.py fails when docs/design.md's drawing is not what this prints, or when
 an arrow points from a lower wing to a higher one or to one beside it (the order of import-linter's
 layers; wings on one level, such as tokenizer and training, must not import each other).
 """

@@ -5,7 +5,7 @@ the running app prints it (Click's plain help, no colour, at a fixed width).
     python tools/gen_cli_docs.py --check  # exit 1, saying so, when docs/cli.md is out of date
 
 The app is found by importing ``bpe_store.cli`` (and its modules), not by file path, so the
-page follows the commands wherever they live. ``tests/test_cli_docs.py`` fails when the page and
+page follows the commands wherever they live. ``tests/layout/test_cli_docs.py`` fails when the page and
 this script's output differ.
 """
 

@@ -1,6 +1,6 @@
 """Regenerate ``bpe_store/store/schemas.py``: every revision's schema as the migrations produce it.
 
-Run after adding or changing a migration (``tests/test_store_create.py`` fails until you do)::
+Run after adding or changing a migration (``tests/store/test_store_create.py`` fails until you do)::
 
     python tools/gen_schemas.py
 
@@ -22,7 +22,7 @@ from bpe_store.store import migrate  # noqa: E402
 HEADER = '''"""The schema of every store revision, as SQLite holds it (``sqlite_master``): GENERATED.
 
 Do not edit: ``python tools/gen_schemas.py`` writes this file by running the Alembic migrations
-in ``migrations/`` (the schema's only source) up to each revision; ``tests/test_store_create.py``
+in ``migrations/`` (the schema's only source) up to each revision; ``tests/store/test_store_create.py``
 checks that it still equals what they produce. ``bpe_store.store.store`` creates a new store from
 ``SCHEMAS[HEAD]`` without importing Alembic, and refuses to open a store whose schema is not
 exactly its revision's (an extra trigger, view or index would run code the store's author chose).

@@ -6,7 +6,7 @@ counts into the store). Nothing here touches the store; ``train`` drives both an
 reduce durable, so a killed run never counts a chunk twice.
 
 For every named pattern the map step is native (``bpe_store._core.count_words``, identical to
-the ``regex`` path, see tests/test_scanner.py and tests/test_pattern_scanners.py); a user's own
+the ``regex`` path, see tests/text/test_scanner.py and tests/text/test_pattern_scanners.py); a user's own
 regex goes through ``regex`` with ``concurrent=True``. Both release the GIL while scanning, so
 ``train`` runs either on threads (``parallel.count_chunks_threaded``); no worker processes.
 
@@ -205,7 +205,7 @@ def regex_count_words(text: str, special_tokens: Sequence[str], pattern: str,
 
     Why: ``Counter(findall(...))`` hashed every match as a Python str with the GIL held, ~40 % of
     this path's CPU, so counting threads could not overlap it; ``count_strings`` holds the GIL
-    only to take each match's UTF-8 view. The same counts (tests/test_pattern_scanners.py)."""
+    only to take each match's UTF-8 view. The same counts (tests/text/test_pattern_scanners.py)."""
     if _native_count_strings is None:
         return count_words(text, special_tokens, pattern, max_pretoken_bytes)
     import regex

@@ -9,7 +9,7 @@ is refused.
 
 Alembic is imported only when a migration runs. Why: importing it costs ~0.17-0.25 s
 (alembic.ddl pulls in every dialect) and running the migrations ~0.3 s, which every new store,
-``train`` resume, ``status`` and ``sql`` paid. tests/test_store_create.py checks that ``SCHEMA_HEAD``
+``train`` resume, ``status`` and ``sql`` paid. tests/store/test_store_create.py checks that ``SCHEMA_HEAD``
 and ``bpe_store.store.schemas`` equal what Alembic finds and produces, so the migrations stay the only
 source.
 """
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from alembic.config import Config
     from sqlalchemy.engine import Connection
 
-#: The newest revision in ``migrations/versions`` (tests/test_store_create.py checks it is Alembic's
+#: The newest revision in ``migrations/versions`` (tests/store/test_store_create.py checks it is Alembic's
 #: head). After adding a migration run ``python tools/gen_schemas.py``, which updates it.
 SCHEMA_HEAD = HEAD
 

@@ -36,7 +36,7 @@ writes natively where they can, above), transactions are explicit. SQLAlchemy is
 only on first use of what needs it: Alembic's migrations (``bpe-store db upgrade``,
 ``bpe_store.store.migrate``) and ``Store.conn``, a SQLAlchemy connection over the same file for anyone
 who wants its API. New stores are created from the head schema without Alembic, and
-``tests/test_store_create.py`` checks that training imports neither.
+``tests/store/test_store_create.py`` checks that training imports neither.
 
 Token ids in ``words.tokens``, ``pair_counts`` and ``merges`` are vocabulary ids: the special
 tokens first, then the 256 bytes, then one per merge. Tokens are identified by their bytes: if a
@@ -172,7 +172,7 @@ class Store(RunRows, CountingRows, MergingRows):
         e.g. ``init_run``), synced, and only then linked into place: a kill or a full disk at any
         moment leaves either this complete store or no file at all (``path`` may exist if empty).
         Why not Alembic: creating from ``bpe_store.store.schemas`` (proven equal to the migrations by
-        tests/test_store_create.py) takes a millisecond; importing Alembic and migrating took ~0.5 s.
+        tests/store/test_store_create.py) takes a millisecond; importing Alembic and migrating took ~0.5 s.
         """
         p = Path(path)
         cls._check_file(p)

@@ -60,7 +60,7 @@ PATTERNS: dict[str, str] = {
 _NAME_OF = {GPT2_PATTERN: "gpt2", CL100K_PATTERN: "gpt4 (cl100k)", O200K_PATTERN: "o200k",
             LLAMA3_PATTERN: "llama3", QWEN2_PATTERN: "qwen2"}
 #: ``{regex: scanner name}``: the patterns the native core scans itself (``bpe_store._core``'s
-#: ``pattern`` arguments), each proved equal to ``regex`` by tests/test_scanner.py. The one place
+#: ``pattern`` arguments), each proved equal to ``regex`` by tests/text/test_scanner.py. The one place
 #: that decides whether a pattern runs natively: counting, the planner's and the streams' cuts,
 #: and the encoder all ask ``native_scanner``.
 NATIVE_SCANNERS: dict[str, str] = {GPT2_PATTERN: "gpt2", CL100K_PATTERN: "cl100k", O200K_PATTERN: "o200k",

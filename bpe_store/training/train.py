@@ -99,7 +99,7 @@ def train(
         StoreError: not a store, corrupt, damaged or tampered, held by another run, disk full, ... (4).
         Interrupted: ``stop`` was set; the store holds everything up to its last checkpoint.
     """
-    options = TrainOptions.of(locals())  # the keyword parameters are its fields, by name (tests/test_api.py)
+    options = TrainOptions.of(locals())  # the keyword parameters are its fields, by name (tests/api/test_api.py)
     job = _check(inputs, db, vocab_size, special_tokens, options, progress, stop)  # 1. check
     _superword_stage1(job, inputs, special_tokens)        # SuperBPE: stage 1 first (docs/superword.md)
     release_free_memory()  # from here on, large blocks one phase frees are not kept resident by the next

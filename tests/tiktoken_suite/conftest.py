@@ -1,6 +1,6 @@
 """bpe_store's addition to tiktoken's test suite (not tiktoken's): a test that needs an encoding
 whose ranks file is on no disk here (tiktoken would download it; bpe_store never does) is skipped
-with the reason "needs the network", and nothing else is. tests/test_tiktoken_suite.py checks that
+with the reason "needs the network", and nothing else is. tests/tokenizer/test_tiktoken_suite.py checks that
 the skipped tests are exactly those of the encodings without a file."""
 
 import pytest

@@ -39,14 +39,15 @@ def test_fixture_text_is_whole_characters():
 
 
 def test_the_scheduling_lists_name_test_files_that_exist():
-    files = {p.name for p in (conftest.ROOT / "tests").glob("test_*.py")}
+    files = {p.name for p in (conftest.ROOT / "tests").rglob("test_*.py")}
     assert set(conftest.LONGEST_FILES) <= files and set(conftest.ONE_UNIT) <= files
 
 
 def test_the_ray_files_are_one_unit_of_work_and_others_their_file():
     # xdist's loadfile alone gives each file its own unit, so the two Ray clusters could run at once
-    assert conftest.unit_of("tests/test_ray_count.py::test_a[x]") == conftest.unit_of("tests/test_ray_tree.py::t")
-    assert conftest.unit_of("tests/test_api.py::test_a") == "tests/test_api.py"
+    assert conftest.unit_of("tests/counting/test_ray_count.py::test_a[x]") == \
+        conftest.unit_of("tests/counting/test_ray_tree.py::t")
+    assert conftest.unit_of("tests/api/test_api.py::test_a") == "tests/api/test_api.py"
     assert conftest.unit_of("bpe_store/tokenizer/tokenizer.py::bpe_store.tokenizer.tokenizer") == \
         "bpe_store/tokenizer/tokenizer.py"
 
@@ -56,3 +57,17 @@ def test_the_files_are_queued_in_the_order_conftest_sorts_them(pytestconfig):
     # each, came last and one worker ran alone at the end
     addopts = pytestconfig.getini("addopts")
     assert "--no-loadscope-reorder" in addopts and addopts[addopts.index("--dist") + 1] == "loadfile"
+
+
+#: The folders of tests/: one per wing of bpe_store (its tests hold that wing's code), and the four
+#: that cross wings.
+TEST_FOLDERS = {"cli", "inspection", "tokenizer", "training", "formats", "store", "counting", "text", "native",
+                "basics", "api", "e2e", "layout"}
+
+
+def test_every_test_file_is_in_the_folder_of_a_wing():
+    tests = conftest.ROOT / "tests"
+    placed = {p.relative_to(tests).parts[0] for p in tests.rglob("test_*.py") if "tiktoken_suite" not in p.parts}
+    assert sorted(placed - TEST_FOLDERS) == [], "a test file outside tests/<wing>/ (docs/development.md lists them)"
+    packages = {p.name for p in (conftest.ROOT / "bpe_store").iterdir() if (p / "__init__.py").exists()}
+    assert packages - {"migrations"} <= TEST_FOLDERS, "a wing without its tests/ folder"

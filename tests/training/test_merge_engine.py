@@ -545,7 +545,7 @@ def test_train_resumes_across_engines(tmp_path):
         # a finished run keeps its words and merges, not the merging's working state, but the
         # counts of its most frequent pairs and the tokens of its most frequent words: here all
         assert store.state_merges() is None and store.pairs_merges() == 700 - 257
-        assert len(store.load_pair_counts()) > 0  # exactly which: tests/test_next_pairs.py
+        assert len(store.load_pair_counts()) > 0  # exactly which: tests/training/test_next_pairs.py
         assert store.sql("SELECT count(*) FROM words WHERE tokens IS NULL").scalar() == 0
 
 

@@ -232,7 +232,7 @@ def test_a_merge_log_commits_merges_without_word_or_pair_rows(tmp_path):
     with Store.open(tmp_path / "s.db", readonly=True) as store:
         assert store.state_merges() is None  # done: the working state is dropped
         assert store.pairs_merges() == 600 - 257  # but for the most frequent pairs' counts
-        assert len(store.load_pair_counts()) > 0  # exactly which: tests/test_next_pairs.py
+        assert len(store.load_pair_counts()) > 0  # exactly which: tests/training/test_next_pairs.py
         # but the tokens of the words more frequent than the 51st, their split under the merges
         kept = store.sql("SELECT bytes, tokens FROM words WHERE tokens IS NOT NULL ORDER BY id").fetchall()
         floor = store.sql("SELECT count FROM words ORDER BY count DESC LIMIT 1 OFFSET 50").scalar()

@@ -4,7 +4,7 @@
 The proof has three parts: (1) every character class of a rewritten pattern holds the same code
 points in all three engines, checked on all of Unicode; (2) the structure around the classes
 (possessives, anchors, alternation) reads alike, checked on targeted and generated text; (3) the
-exports built on it give bpe_store's ids (tests/test_export_patterns.py). A user's own pattern
+exports built on it give bpe_store's ids (tests/tokenizer/test_export_patterns.py). A user's own pattern
 is rewritten when it can be, and refused with the construct named when it cannot.
 """
 

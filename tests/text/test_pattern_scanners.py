@@ -31,7 +31,7 @@ from bpe_store.tokenizer.tokenizer import Tokenizer
 from bpe_store.training.reference import reference_train_bpe
 from bpe_store.training.train import train
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NAMES = list(NATIVE_SCANNERS.values())  # gpt2, cl100k, o200k, llama3, qwen2
 REGEX = {name: pattern for pattern, name in NATIVE_SCANNERS.items()}
 COMPILED = {name: regex.compile(pattern) for name, pattern in REGEX.items()}

@@ -8,7 +8,7 @@ import importlib.util
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("cpp_function_lengths", ROOT / "tools" / "cpp_function_lengths.py")
 lengths = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(lengths)

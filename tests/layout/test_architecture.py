@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "bpe_store"
 
 #: import-linter in a child process: it puts its working directory first on sys.path and builds
@@ -159,7 +159,7 @@ def test_each_rule_is_stated_once_in_python(rule, pattern):
 
 #: The one file outside the package allowed to spell a known pattern's words: tiktoken's own
 #: spelling of GPT-2's regex (possessive), which the test compares with tiktoken's.
-_OWN_SPELLINGS = {"tests/test_from_tiktoken.py"}
+_OWN_SPELLINGS = {"tests/tokenizer/test_from_tiktoken.py"}
 
 
 @pytest.mark.parametrize("fragment", [r"ll|ve|re)", r"'s|'t|'re|'ve|'m|'ll|'d"])

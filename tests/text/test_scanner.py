@@ -474,7 +474,7 @@ def test_scanner_is_memory_safe_on_any_bytes(tmp_path: Path) -> None:
     cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
     if cxx is None:
         pytest.skip("no C++ compiler")
-    native = Path(__file__).resolve().parent.parent / "native"
+    native = Path(__file__).resolve().parents[2] / "native"
     src = tmp_path / "harness.cpp"
     src.write_text(SANITIZER_HARNESS)
     exe = tmp_path / "harness"

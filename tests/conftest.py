@@ -9,10 +9,11 @@ where ../shared is missing, so CI cannot pass by skipping them; set
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -80,18 +81,48 @@ settings.register_profile("default", max_examples=int(os.environ.get("HYPOTHESIS
 settings.load_profile("default")
 
 
+def kill_when(cmd: list[str], done: Callable[[str], bool], *, env: dict[str, str] | None = None,
+              stream: str = "stdout") -> list[str]:
+    """Run ``cmd``, read its ``stream`` (stdout or stderr) line by line until ``done(line)`` is true,
+    and kill -9 it (no flush, no clean-up); the lines read. The one way the tests kill a run at a
+    point it reports (a progress event, a pause inside a transaction)."""
+    pipe = {"stdout": {"stdout": subprocess.PIPE}, "stderr": {"stderr": subprocess.PIPE}}[stream]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=os.environ if env is None else env, text=True, **pipe)
+    seen: list[str] = []
+    try:
+        for line in getattr(proc, stream):
+            seen.append(line)
+            if done(line):
+                break
+        proc.kill()
+    finally:
+        proc.wait()
+        getattr(proc, stream).close()
+    return seen
+
+
+def kill_after_checkpoints(cmd: list[str], n: int, phase: str = "counting",
+                           env: dict[str, str] | None = None) -> int:
+    """Run ``cmd`` (a run printing its progress events as JSON lines on stdout) and kill -9 it as
+    soon as it has reported ``n`` checkpoints of ``phase``; how many it reported."""
+    count = 0
+
+    def nth_checkpoint(line: str) -> bool:
+        nonlocal count
+        event = json.loads(line)
+        count += event["stage"] == "checkpoint" and event.get("phase") == phase
+        return count == n
+
+    kill_when(cmd, nth_checkpoint, env=env)
+    return count
+
+
 def kill_when_paused(cmd: list[str], point: str, env: dict[str, str] | None = None) -> None:
     """Run ``cmd`` with ``BPE_STORE_TEST_PAUSE=point`` (the store pauses there, inside its
     transaction, and says so on stderr), wait for that line and kill -9 the process."""
     env = {**(os.environ if env is None else env), "BPE_STORE_TEST_PAUSE": point}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stderr.readline()
-        assert f"paused at {point}" in line, line
-        proc.kill()
-    finally:
-        proc.wait()
-        proc.stderr.close()
+    seen = kill_when(cmd, lambda line: True, env=env, stream="stderr")
+    assert seen and f"paused at {point}" in seen[0], seen
 
 
 def store_contents(db: Path) -> tuple:

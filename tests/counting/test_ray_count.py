@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import ROOT, SPECIAL, cli_cmd, env, json_lines
+from conftest import kill_after_checkpoints
 
 from bpe_store.cli.train_cmd import _ray_flag_args
 from bpe_store.store.store import Store
@@ -140,18 +141,8 @@ train([sys.argv[1]], sys.argv[2], int(sys.argv[3]), [sys.argv[4]], chunk_size=in
 def test_driver_killed_mid_counting_resumes_identically(cluster, local_result, tmp_path):
     db = tmp_path / "ray.db"
     chunk = 16 << 10  # ~60 units, one flush (transaction) per unit
-    flushes = 0
-    with subprocess.Popen([sys.executable, "-c", DRIVER, str(FIXTURE), str(db), str(VOCAB), SPECIAL,
-                           str(chunk), cluster], stdout=subprocess.PIPE, text=True, env=env()) as proc:
-        try:
-            for line in proc.stdout:
-                event = json.loads(line)
-                if event["stage"] == "checkpoint" and event.get("phase") == "counting":
-                    flushes += 1
-                    if flushes == 3:
-                        break
-        finally:
-            proc.kill()  # SIGKILL: no flush, no cleanup
+    flushes = kill_after_checkpoints([sys.executable, "-c", DRIVER, str(FIXTURE), str(db), str(VOCAB), SPECIAL,
+                                      str(chunk), cluster], 3, env=env())
     assert flushes == 3
     with Store.open(db, readonly=True) as store:
         marks = [c.counted for c in store.chunks()]

@@ -9,7 +9,6 @@ Skipped only where ``ray`` cannot be imported (``pip install -e '.[ray]'``).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import signal
 import subprocess
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import ROOT, SPECIAL, cli_cmd, env
+from conftest import kill_after_checkpoints
 
 from bpe_store.store.store import Store
 from bpe_store.text.pretokenize import GPT2_PATTERN
@@ -153,18 +153,8 @@ train([sys.argv[1]], sys.argv[2], int(sys.argv[3]), [sys.argv[4]], chunk_size=in
 def test_driver_killed_on_three_nodes_resumes_identically(three_nodes, corpus, local_result, tmp_path):
     cluster, _ = three_nodes
     db = tmp_path / "ray.db"
-    flushes = 0
-    with subprocess.Popen([sys.executable, "-c", DRIVER, str(corpus), str(db), str(VOCAB), SPECIAL, str(CHUNK),
-                           cluster.address, REGEX_PATTERN], stdout=subprocess.PIPE, text=True, env=env()) as proc:
-        try:
-            for line in proc.stdout:
-                event = json.loads(line)
-                if event["stage"] == "checkpoint" and event.get("phase") == "counting":
-                    flushes += 1
-                    if flushes == 2:
-                        break
-        finally:
-            proc.kill()  # SIGKILL: no flush, no clean-up
+    flushes = kill_after_checkpoints([sys.executable, "-c", DRIVER, str(corpus), str(db), str(VOCAB), SPECIAL,
+                                      str(CHUNK), cluster.address, REGEX_PATTERN], 2, env=env())
     assert flushes == 2
     with Store.open(db, readonly=True) as store:
         marks = [c.counted for c in store.chunks()]

@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 
 import pytest
-from conftest import EN, ROOT, RU, fixture_text, kill_when_paused, store_contents
+from conftest import EN, ROOT, RU, fixture_text, kill_when, kill_when_paused, store_contents
 
 import bpe_store.store.counting_rows as counting_rows
 from bpe_store import train
@@ -297,18 +297,15 @@ def test_merging_starts_while_the_last_flush_is_written_and_a_kill_then_loses_on
     train([corpus], tmp_path / "whole.db", 600, ["<|endoftext|>"], workers=2, chunk_size=20_000)
     db = tmp_path / "killed.db"
     env = {**os.environ, "BPE_STORE_TEST_PAUSE": "flush:1"}
-    proc = subprocess.Popen([sys.executable, "-c", PAUSE_RUNNER, str(corpus), str(db)], cwd=ROOT, env=env,
-                            stderr=subprocess.PIPE, text=True)
-    seen: list[str] = []
-    try:
-        for line in proc.stderr:
-            seen.append(line)
-            if any("paused at flush:1" in s for s in seen) and any('"stage": "merging"' in s for s in seen):
-                break
-        proc.kill()
-    finally:
-        proc.wait()
-        proc.stderr.close()
+    said = {"paused": False, "merging": False}
+
+    def paused_and_merging(line: str) -> bool:
+        said["paused"] |= "paused at flush:1" in line
+        said["merging"] |= '"stage": "merging"' in line
+        return said["paused"] and said["merging"]
+
+    seen = kill_when([sys.executable, "-c", PAUSE_RUNNER, str(corpus), str(db)], paused_and_merging, env=env,
+                     stream="stderr")
     assert any('"stage": "merging"' in s for s in seen), seen[-5:]
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:

@@ -49,3 +49,17 @@ def test_relative_links_point_at_files(page):
 def test_no_page_cites_an_issue_number(page):
     cited = re.findall(r"(?i)\bissue\s*#?\d+|\bissue \d+'s", page.read_text(encoding="utf-8"))
     assert cited == [], f"{page.name} cites {cited}: say what the code does instead"
+
+
+def _setup_commands(readme: str) -> list[str]:
+    """The README's set-up commands: the first two bash blocks of its "Set up and run" section."""
+    section = readme.split("## Set up and run", 1)[1].split("\n## ", 1)[0]
+    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", section, re.S)][:2]
+
+
+def test_ci_runs_the_readmes_commands_exactly():
+    # the first installs only what training needs (no test extra), the second the test extra, then the suite
+    commands = _setup_commands((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert len(commands) == 2 and '".[test]"' not in commands[0] and '".[test]"' in commands[1], commands
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert [c for c in commands if c not in ci] == [], ".ci/run must run the README's commands as written"

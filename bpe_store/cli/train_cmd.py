@@ -16,6 +16,7 @@ import typer
 from ..errors import BpeStoreError
 from ..inspection.progress import Reporter
 from ..store.params import MAX_MAX_PRETOKEN_BYTES, MIN_MAX_PRETOKEN_BYTES
+from ..text.pretokenize import pattern_names_help
 from ..training.options import DEFAULT_MAX_PRETOKEN_BYTES, TrainOptions
 from .app import _ARGV_KEY, _Command, _set_verbose, _verbose_option, app
 from .input_args import (
@@ -108,7 +109,7 @@ class _Train:
     special = typer.Option([], "--special", metavar="TOKEN", help="A special token (repeat for several).")
     pattern = typer.Option(
         None, "--pattern", metavar="PATTERN", autocompletion=complete_pattern,
-        help="Pre-tokenization pattern: gpt2 (the default), gpt4 (= cl100k), o200k, llama3, qwen2, or a regex.")
+        help=f"Pre-tokenization pattern: {pattern_names_help()}, or a regex.")
     glob = glob_option("**/*.txt")
     input_format = format_option(
         "How to read the inputs (default: by extension: .jsonl/.ndjson/.json -> jsonl, .parquet -> parquet, "

@@ -17,9 +17,11 @@ A new input kind: its format in ``inputs`` (``FORMATS``, the suffixes), a reader
 ``jsonl`` and ``parquet`` (and its line in the ``text`` contract of pyproject.toml's
 ``[tool.importlinter]``), its case in ``units.unit_blocks`` and ``counting.planning.plan_units``,
 the CLI's ``InputFormat`` (cli/input_args.py) and docs/cli.md (``python tools/gen_cli_docs.py``).
-A new named pattern: its regex and names in ``pretokenize`` (``PATTERNS``, ``_NAME_OF``,
-``NATIVE_SCANNERS``), a native scanner (native/scanner_impl.h, named in splitter.cpp's
-``pattern_of`` and splitter.h's switches), the name lists of cli/train_cmd.py's ``--pattern`` help and
-training/options.py's docstring, then docs/cli.md (``python tools/gen_cli_docs.py``).
+A new named pattern: one ``pretokenize.PatternSpec`` registered beside the others (its name,
+aliases, regex, native scanner, label and help note): ``PATTERNS``, the status label, the
+``--pattern`` help and completion derive from it (tests/text/test_pattern_registry.py). Then its
+native scanner, if it has one (native/scanner_impl.h, named in splitter.cpp's ``pattern_of`` and
+splitter.h's switches; the same test checks the core knows it), its name in training/options.py's
+docstring (checked too), and docs/cli.md regenerated (``python tools/gen_cli_docs.py``).
 Uses only the native core's face (``bpe_store.native``) and the basics.
 """

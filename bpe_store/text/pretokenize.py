@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 TYPE_CHECKING = False  # not typing's (its import costs more than this module)
 if TYPE_CHECKING:
@@ -47,24 +48,72 @@ LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N
 #: pre-token.
 QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
                  r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+
+
+@dataclass(frozen=True)
+class PatternSpec:
+    """A named pattern: the one entry everything about it is derived from (``PATTERNS``, the names
+    ``describe_pattern`` shows, ``NATIVE_SCANNERS``, the ``--pattern`` help and completion, and so
+    docs/cli.md). An export rewrites any pattern for other regex engines (``portable_pattern``),
+    so a named one needs nothing more there.
+
+    ``name``: what ``--pattern`` and ``pattern=`` accept (and ``aliases`` too: tiktoken's encoding
+    names); ``regex``: the pattern, verbatim from its source; ``scanner``: its hand-written native
+    scanner (a name native/splitter.cpp's ``pattern_of`` knows; "" for none: ``regex`` splits it);
+    ``label``: how a store's status shows it (default ``name``); ``note``: its words in the
+    ``--pattern`` help ("the default")."""
+
+    name: str
+    regex: str
+    scanner: str = ""
+    aliases: tuple[str, ...] = ()
+    label: str = ""
+    note: str = ""
+
+
+#: The named patterns, in the order the help lists them.
+PATTERN_SPECS: list[PatternSpec] = []
 #: ``{name: regex}``: the names ``--pattern`` / ``pattern=`` accept instead of a regex. The
 #: tiktoken encoding names are aliases. A name always wins over reading it as a regex (a regex
 #: that is literally ``gpt2`` can be written ``(?:gpt2)``).
-PATTERNS: dict[str, str] = {
-    "gpt2": GPT2_PATTERN, "r50k_base": GPT2_PATTERN,
-    "gpt4": CL100K_PATTERN, "cl100k": CL100K_PATTERN, "cl100k_base": CL100K_PATTERN,
-    "o200k": O200K_PATTERN, "o200k_base": O200K_PATTERN,
-    "llama3": LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN,
-}
+PATTERNS: dict[str, str] = {}
 #: The name shown for each known regex (status, messages).
-_NAME_OF = {GPT2_PATTERN: "gpt2", CL100K_PATTERN: "gpt4 (cl100k)", O200K_PATTERN: "o200k",
-            LLAMA3_PATTERN: "llama3", QWEN2_PATTERN: "qwen2"}
+_NAME_OF: dict[str, str] = {}
 #: ``{regex: scanner name}``: the patterns the native core scans itself (``bpe_store._core``'s
 #: ``pattern`` arguments), each proved equal to ``regex`` by tests/text/test_scanner.py. The one place
 #: that decides whether a pattern runs natively: counting, the planner's and the streams' cuts,
 #: and the encoder all ask ``native_scanner``.
-NATIVE_SCANNERS: dict[str, str] = {GPT2_PATTERN: "gpt2", CL100K_PATTERN: "cl100k", O200K_PATTERN: "o200k",
-                                   LLAMA3_PATTERN: "llama3", QWEN2_PATTERN: "qwen2"}
+NATIVE_SCANNERS: dict[str, str] = {}
+
+
+def register_pattern(spec: PatternSpec) -> None:
+    """Add a named pattern (``bpe_store.text`` says what else a new one takes); its names must be new."""
+    taken = [n for n in (spec.name, *spec.aliases) if n in PATTERNS]
+    if taken:
+        raise ValueError(f"pattern name(s) already registered: {', '.join(taken)}")
+    PATTERN_SPECS.append(spec)
+    for name in (spec.name, *spec.aliases):
+        PATTERNS[name] = spec.regex
+    _NAME_OF.setdefault(spec.regex, spec.label or spec.name)
+    if spec.scanner:
+        NATIVE_SCANNERS.setdefault(spec.regex, spec.scanner)
+
+
+for _spec in (PatternSpec("gpt2", GPT2_PATTERN, "gpt2", ("r50k_base",), note="the default"),
+              PatternSpec("gpt4", CL100K_PATTERN, "cl100k", ("cl100k", "cl100k_base"), "gpt4 (cl100k)", "= cl100k"),
+              PatternSpec("o200k", O200K_PATTERN, "o200k", ("o200k_base",)),
+              PatternSpec("llama3", LLAMA3_PATTERN, "llama3"),
+              PatternSpec("qwen2", QWEN2_PATTERN, "qwen2")):
+    register_pattern(_spec)
+
+
+def pattern_names_help() -> str:
+    """The named patterns as the ``--pattern`` help lists them.
+
+    >>> pattern_names_help()
+    'gpt2 (the default), gpt4 (= cl100k), o200k, llama3, qwen2'
+    """
+    return ", ".join(f"{s.name} ({s.note})" if s.note else s.name for s in PATTERN_SPECS)
 
 
 def resolve_pattern(pattern: str | None) -> str:

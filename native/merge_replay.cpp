@@ -3,7 +3,10 @@
 // is built, before any pair is counted. See merge_engine.h for the whole.
 #include "merge_engine.h"
 
+#include <algorithm>
+#include <functional>
 #include <thread>
+#include <unordered_map>
 
 namespace bpe::merge {
 
@@ -108,6 +111,126 @@ u32 merge_rank(const ReplayLog &log, u32 *p, u32 len, std::vector<u32> &rk, u32 
     return len;
 }
 
+// Scratch of replay_long, reused from word to word.
+struct LongScratch {
+    std::vector<u32> rk, nxt, prv;
+    std::vector<u64> heap;  // (rank << 32 | position), a min-heap through std::greater
+};
+
+// replay_word for a long word: the same merges, found through a heap of (rank, position) over a
+// linked list of the tokens instead of a scan of the word per merge. Why: a word is scanned once
+// per merge it takes, so the scan is quadratic in its length; stage 2 of SuperBPE
+// (docs/superword.md) replays stage 1 on pieces of hundreds or thousands of bytes, where that
+// scan was nearly all of building the engine. Equivalent: the lowest rank is taken first, and
+// of one rank the leftmost pair (positions keep the words' order: a merge keeps its left
+// position); a pair made next to a new token gets its lowest rank above the merge just applied.
+u32 replay_long(const ReplayLog &log, u32 *p, u32 len, LongScratch &s) {
+    s.rk.assign(len, kNone);
+    s.nxt.resize(len);
+    s.prv.resize(len);
+    s.heap.clear();
+    for (u32 i = 0; i < len; ++i) {
+        s.nxt[i] = i + 1 < len ? i + 1 : kNone;
+        s.prv[i] = i > 0 ? i - 1 : kNone;
+        if (i + 1 < len && (s.rk[i] = log.first_rank(p[i], p[i + 1])) != kNone)
+            s.heap.push_back(u64(s.rk[i]) << 32 | i);
+    }
+    auto later = std::greater<u64>();
+    std::make_heap(s.heap.begin(), s.heap.end(), later);
+    bool any = false;
+    while (!s.heap.empty()) {
+        std::pop_heap(s.heap.begin(), s.heap.end(), later);
+        const u64 top = s.heap.back();
+        s.heap.pop_back();
+        const u32 r = u32(top >> 32), i = u32(top);
+        if (s.rk[i] != r) continue;  // stale: the pair at i was merged or changed
+        const u32 j = s.nxt[i];
+        p[i] = log.token(r);
+        s.rk[j] = kNone;  // j is gone
+        s.nxt[i] = s.nxt[j];
+        if (s.nxt[i] != kNone) s.prv[s.nxt[i]] = i;
+        any = true;
+        for (u32 k : {s.prv[i], i}) {  // the pairs either side of the new token
+            if (k == kNone) continue;
+            s.rk[k] = s.nxt[k] == kNone ? kNone : log.rank_of(p[k], p[s.nxt[k]], r);
+            if (s.rk[k] != kNone) {
+                s.heap.push_back(u64(s.rk[k]) << 32 | k);
+                std::push_heap(s.heap.begin(), s.heap.end(), later);
+            }
+        }
+    }
+    if (!any) return kNone;
+    u32 w = 0;
+    for (u32 i = 0; i != kNone; i = s.nxt[i]) p[w++] = p[i];
+    return w;
+}
+
+// Words at least this long are replayed through the heap (replay_long); shorter ones by scans,
+// which cost less there (no heap, no list).
+constexpr u32 kLongWord = 48;
+
+// Where a word still its bytes may be cut without changing its replay: between bytes x and y
+// that no token of the log holds side by side, no merge can ever join (a merge across the cut
+// would make a token holding x, y), so the parts replay alone and their tokens are the word's.
+// Why: SuperBPE's stage 2 (docs/superword.md) replays stage 1 on pieces that are whole phrases;
+// cut between a word and the space before the next, they are stage-1 words again, most of them
+// seen before: ReplayCache keeps their tokens, as an encoder caches its pre-tokens.
+class ReplayCuts {
+  public:
+    ReplayCuts(const std::vector<u32> &log, const std::vector<std::string> &tb) : inner_(256 * 256, 0) {
+        for (size_t k = 2; k < log.size(); k += 3) {
+            const std::string &t = tb[log[k]];
+            for (size_t i = 0; i + 1 < t.size(); ++i) inner_[u8(t[i]) * 256 + u8(t[i + 1])] = 1;
+        }
+    }
+    bool cut(u32 x, u32 y) const { return !inner_[x * 256 + y]; }  // x, y: bytes
+
+  private:
+    std::vector<u8> inner_;
+};
+
+// A thread's cache of replayed parts: their bytes -> their tokens. Bounded: once full, parts not
+// in it are replayed without being kept.
+struct ReplayCache {
+    static constexpr size_t kMostParts = 1 << 20;
+    std::unordered_map<std::string, std::vector<u32>> parts;
+    std::string key;
+};
+
+// A long word's replay, part by part (ReplayCuts): each part's tokens from the cache, or replayed
+// by `one` and kept; the parts' tokens are written back in place, left to right (a part never
+// grows). Its new length, or kNone when nothing merged. A word not all bytes (a store whose words
+// took merges before) is replayed whole.
+template <class One>
+u32 replay_parts(const ReplayCuts &cuts, ReplayCache &cache, u32 *p, u32 len, u32 base, One &one) {
+    for (u32 i = 0; i < len; ++i)
+        if (p[i] - base >= 256) return one(p, len);
+    u32 w = 0, start = 0;
+    bool any = false;
+    for (u32 i = 1; i <= len; ++i) {
+        if (i < len && !cuts.cut(p[i - 1] - base, p[i] - base)) continue;
+        const u32 n = i - start;
+        cache.key.resize(n);
+        for (u32 k = 0; k < n; ++k) cache.key[k] = char(p[start + k] - base);
+        auto hit = cache.parts.find(cache.key);
+        if (hit == cache.parts.end()) {
+            const u32 m = one(p + start, n);
+            const u32 got = m == kNone ? n : m;
+            if (cache.parts.size() < ReplayCache::kMostParts)
+                hit = cache.parts.emplace(cache.key, std::vector<u32>(p + start, p + start + got)).first;
+            any |= m != kNone;
+            for (u32 k = 0; k < got; ++k) p[w + k] = p[start + k];
+            w += got;
+        } else {
+            any |= hit->second.size() != n;
+            for (u32 k = 0; k < hit->second.size(); ++k) p[w + k] = hit->second[k];
+            w += u32(hit->second.size());
+        }
+        start = i;
+    }
+    return any ? w : kNone;
+}
+
 // Applies the logged merges to one word's tokens p[0, len) (len >= 2) in place: its new length,
 // or kNone when no logged merge has a pair in it. rk: scratch, reused from word to word.
 u32 replay_word(const ReplayLog &log, u32 *p, u32 len, std::vector<u32> &rk) {
@@ -174,12 +297,20 @@ void MergeEngine::forget_stored_pairs() {
 // take half the arena each (they write only their own words).
 void MergeEngine::replay_words(const std::vector<u32> &log, u32 base) {
     const ReplayLog ranks(log, base);
+    const ReplayCuts cuts(log, tb_);
     auto run = [&](size_t from, size_t to, std::vector<u32> &changed) {
         std::vector<u32> rk;  // rk[i]: the lowest rank of pair (p[i], p[i + 1]) still to come
+        LongScratch long_scratch;
+        ReplayCache cache;
+        auto one = [&](u32 *p, u32 len) {
+            if (len < 2) return kNone;
+            return len >= kLongWord ? replay_long(ranks, p, len, long_scratch) : replay_word(ranks, p, len, rk);
+        };
         for (size_t o = from; o < to; o = next_word(o)) {
             const u32 len = ar_[o + kLen];
             if (len < 2) continue;
-            const u32 merged = replay_word(ranks, &ar_[o + kHdr], len, rk);
+            const u32 merged = len >= kLongWord ? replay_parts(cuts, cache, &ar_[o + kHdr], len, base, one)
+                                                : one(&ar_[o + kHdr], len);
             if (merged == kNone) continue;
             shorten(o, merged);
             ar_[o + kStamp] |= kChangedBit;
@@ -201,3 +332,4 @@ void MergeEngine::replay_words(const std::vector<u32> &log, u32 base) {
 }
 
 }  // namespace bpe::merge
+

@@ -150,15 +150,16 @@ def _superword_pairs(job: _Job) -> Engine:
     """4. pairs for a superword store (SuperBPE's stage 2, docs/superword.md): its words are stage
     2's pieces, still their bytes; the engine applies the store's stage-1 merges to them first, as
     a resume applies logged merges (``_load_engine``: their state is 0 merges), and merges on from
-    there under the superword rule. The move to merging writes no pair counts: the first full
-    checkpoint writes them all (as when a reader pins the WAL)."""
+    there under the superword rule. The move to merging comes first and writes no pair counts: the
+    first full checkpoint writes them all (as when a reader pins the WAL)."""
     job.fresh_words = None  # the engine reads the store's rows: a counter cannot be replayed
     job.writes.wait()
-    merger = _load_engine(job.store, job.params, job.options.engine)
+    # Why first: the move frees counting's word map before the engine loads every piece; a kill
+    # after it resumes by the same load (words at 0 merges, the stage-1 merges replayed)
+    job.store.start_merging(None, job.elapsed())
     release_free_memory()
     job.pairs_unwritten = True
-    job.store.start_merging(None, job.elapsed())
-    return merger
+    return _load_engine(job.store, job.params, job.options.engine)
 
 
 def _start_merging(job: _Job, pairs: dict[tuple[int, int], int], elapsed_s: float) -> None:

@@ -134,3 +134,16 @@ def test_stage1_tokens_are_bpe_encoding_of_the_whole_piece():
 
 def test_superword_merges_stop_when_no_allowed_pair_is_left():
     assert superword_merges({b"a: b": 3}, [(b"a", b":")], 10) == [(b" ", b"b", 3)]
+
+
+@pytest.mark.skipif(not native_available(), reason="the native engine is not built")
+@pytest.mark.parametrize("seed", range(4))
+def test_long_pieces_replay_stage_one_natively_as_in_python(seed):
+    # pieces of 48 tokens or more replay stage 1 through a heap (merge_replay.cpp replay_long),
+    # shorter ones by scans: both must equal the Python engine's word-by-word replay
+    rng = random.Random(seed)
+    words = ["a", "b", "ab", "aab", "the", "of", "é", "中"]
+    text = "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(5, 200))) for _ in range(30))
+    for t in (10, 40):
+        assert _engine_superword(text, 256 + t + 30, [], t, "native") == \
+            _engine_superword(text, 256 + t + 30, [], t, "python")

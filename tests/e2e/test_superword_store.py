@@ -12,7 +12,7 @@ import time
 
 import pytest
 from cli_helpers import ROOT, SPECIAL, run
-from conftest import EN, fixture_text
+from conftest import EN, RU, ZH, fixture_text
 
 from bpe_store import train
 from bpe_store.text.superword_split import STAGE2_PATTERN, word_parts
@@ -68,14 +68,22 @@ def test_the_tokenizer_and_hf_export_encode_superwords_alike(tmp_path):
     tok = Tokenizer.from_store(db)
     assert run("export", db, "--format", "hf", "--out", tmp_path / "hf").exit_code == 0
     hf = tokenizers.Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
-    texts = [fixture_text(EN, 3000)[i:i + 300] for i in range(0, 3000, 300)]
-    texts += ["in order to be 12345: yes...  ok", "a  b\n\nc", "one of the"]
+    auto = pytest.importorskip("transformers").AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    # 600+ documents in three scripts, and the split's corners
+    texts = [fixture_text(name, 200 * 400)[i:i + 400] for name in (EN, RU, ZH) for i in range(0, 200 * 400, 400)]
+    texts += ["in order to be 12345: yes...  ok", "a  b\n\nc", "one of the", " ,, x", "1 2  3   "]
     for text in texts:
         ids = tok.encode(text)
-        assert ids == hf.encode(text).ids
+        assert ids == hf.encode(text).ids == auto.encode(text, add_special_tokens=False), text
         assert tok.decode(ids) == text
     r = run("export", db, "--format", "tiktoken", "--out", tmp_path / "tt")
     assert r.exit_code == 2 and "tiktoken cannot express a superword store" in r.stderr
+    # encode writes .npy for a superword store as for any store: the tokenizer's ids
+    (tmp_path / "doc.txt").write_text(texts[0], encoding="utf-8")
+    assert run("encode", db, tmp_path / "doc.txt", "-o", tmp_path / "ids.npy").exit_code == 0
+    import numpy as np
+
+    assert np.load(tmp_path / "ids.npy").tolist() == tok.encode(texts[0])
 
 
 def test_db_check_and_sql_of_a_superword_store(tmp_path):

@@ -208,6 +208,14 @@ def export(
         None, "--model-max-length", help="hf/gpt2: the model's longest input, for transformers (default 1024)."),
     force: bool = typer.Option(False, "--force",
                                help="Write into an existing directory, replacing only the files of this format."),
+    specials_last: bool = typer.Option(False, "--specials-last",
+                                       help="Number the special tokens after the merges (dense ranks, as tiktoken "
+                                            "and nanochat do; gigatoken and fastokens need it): ids are not the "
+                                            "store's."),
+    pattern_form: str = typer.Option("portable", "--pattern-form",
+                                     help="portable: the pattern rewritten so every loader splits exactly as "
+                                          "bpe_store; verbatim: the store's own (GPT-2's as a plain ByteLevel), "
+                                          "which fast encoders recognise."),
 ) -> None:
     """Write the store's tokenizer in a format other libraries load.
 
@@ -219,5 +227,6 @@ def export(
 
     written = export_store(db, fmt.value, out, vocab_size=vocab_size, force=force,
                            eos=FIRST_SPECIAL if eos is None else eos, bos=bos, pad=pad,
-                           model_max_length=model_max_length)
+                           model_max_length=model_max_length, specials_last=specials_last,
+                           pattern_form=pattern_form)
     typer.echo(f"{out}: wrote {', '.join(p.name for p in written)}", err=True)

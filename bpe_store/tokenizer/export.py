@@ -50,6 +50,8 @@ SUPERWORD_TIKTOKEN = (
     "and tiktoken takes a piece whole when its bytes are a token and otherwise joins the lowest-ranked pair "
     "by scanning every pair again after each join (quadratic in the piece); the superword tokenizer is "
     "HF's (as the authors release it): use --format hf")
+#: ``export --pattern-form``: the pattern rewritten for the loaders (exact), or as the store holds it
+PATTERN_FORMS = ("portable", "verbatim")
 GPT2_MERGES_HEADER = "#version: 0.2"
 
 
@@ -68,10 +70,29 @@ class Exportable:
     specials: dict[str, int]
     pattern: str
 
+    #: "portable" (the pattern rewritten so every loader splits as bpe_store: exact) or "verbatim"
+    #: (the store's own pattern, GPT-2's as tokenizers' plain ByteLevel: what fast encoders recognise)
+    pattern_form: str = "portable"
+
+    def specials_after(self) -> Exportable:
+        """The same tokenizer renumbered as tiktoken, minbpe and nanochat number theirs: the bytes and
+        merged tokens first, from id 0 in their order, then the special tokens. Dense ranks, which
+        gigatoken and fastokens require; every id differs from the store's by the number of specials
+        before it."""
+        special_ids = set(self.specials.values())
+        plain = [i for i in self.vocab if i not in special_ids]
+        new = {old: k for k, old in enumerate(plain)}
+        specials = {s: len(plain) + k for k, s in enumerate(self.specials)}
+        vocab = {new[i]: self.vocab[i] for i in plain} | {i: s.encode("utf-8") for s, i in specials.items()}
+        return Exportable(vocab, self.merges, specials, self.pattern, self.pattern_form)
+
     @cached_property
     def loader_pattern(self) -> str:
         """The pattern as written for tokenizers' Oniguruma and tiktoken's fancy-regex: the same
-        splits as bpe_store's ``regex`` (``portable_pattern``), or ExportError saying why not."""
+        splits as bpe_store's ``regex`` (``portable_pattern``), or ExportError saying why not;
+        ``pattern_form`` "verbatim": the store's own."""
+        if self.pattern_form == "verbatim":
+            return self.pattern
         try:
             return portable_pattern(self.pattern)
         except PatternTranslationError as exc:
@@ -130,6 +151,8 @@ def hf_json(tok: Exportable) -> dict:
         {"type": "Split", "pattern": {"Regex": tok.loader_pattern}, "behavior": "Removed", "invert": True},
         {**byte_level, "use_regex": False},
     ]}
+    if tok.pattern_form == "verbatim" and is_gpt2(tok.pattern):
+        pre = byte_level  # GPT-2's own layout, which every fast encoder recognises
     vocab = {to_gpt2_str(b): i for i, b in tok.vocab.items()}
     return {
         "version": "1.0",
@@ -346,7 +369,8 @@ _WRITERS = {"hf": write_hf, "gpt2": write_gpt2, "tiktoken": write_tiktoken}
 def export_store(db_path: str | os.PathLike, fmt: str, out_dir: str | os.PathLike, *,
                  vocab_size: int | None = None, force: bool = False, eos: str | None = FIRST_SPECIAL,
                  bos: str | None = None, pad: str | None = None,
-                 model_max_length: int | None = None) -> list[Path]:
+                 model_max_length: int | None = None, specials_last: bool = False,
+                 pattern_form: str = "portable") -> list[Path]:
     """Write the tokenizer of a store (a prefix of ``vocab_size``) to ``out_dir`` in ``fmt``.
 
     The files are written in a staging directory and moved into place (``outfiles.export_dir``):
@@ -354,7 +378,11 @@ def export_store(db_path: str | os.PathLike, fmt: str, out_dir: str | os.PathLik
     ``out_dir`` that is a file, the store or a directory holding it is refused (InputError).
     ``hf`` and ``gpt2`` also get ``tokenizer_config.json`` for ``AutoTokenizer``: ``eos``
     (default: the first special token), ``bos`` and ``pad`` name special tokens;
-    ``model_max_length`` defaults to ``DEFAULT_MODEL_MAX_LENGTH``.
+    ``model_max_length`` defaults to ``DEFAULT_MODEL_MAX_LENGTH``. ``specials_last`` numbers the
+    special tokens after the merges (``Exportable.specials_after``: the ids are not the store's);
+    ``pattern_form="verbatim"`` writes the store's pattern as it is (what gigatoken, snaptokens and
+    quicktok recognise), which tokenizers and tiktoken may split unlike bpe_store on some texts
+    (docs/tokenizer.md says where).
     """
     from .tokenizer import load_store
 
@@ -369,7 +397,12 @@ def export_store(db_path: str | os.PathLike, fmt: str, out_dir: str | os.PathLik
     if fmt == "tiktoken" and pattern == STAGE2_PATTERN:
         raise ExportError(SUPERWORD_TIKTOKEN)
     cfg = loader_config(specials, eos=eos, bos=bos, pad=pad, model_max_length=model_max_length)
+    if pattern_form not in PATTERN_FORMS:
+        raise InputError(f"unknown pattern form {pattern_form!r}; choose one of {', '.join(PATTERN_FORMS)}")
     tok = check_exportable(vocab, merges, specials, pattern)
+    tok.pattern_form = pattern_form
+    if specials_last:
+        tok = tok.specials_after()
     if fmt in ("hf", "tiktoken"):
         tok.loader_pattern  # noqa: B018 - translated (or refused) before anything is written
     if fmt == "tiktoken":

@@ -220,3 +220,36 @@ def test_loaders_agree_on_any_text(ours, loaded, text):
     want = ours.encode(text)
     assert enc.encode(text, allowed_special="all") == want
     assert hf.encode(text).ids == want
+
+
+def test_specials_last_numbers_them_after_the_merges(store, ours, samples, tmp_path):
+    """--specials-last: dense ranks from 0 (what gigatoken and fastokens require), the specials
+    after; every id is the store's less the specials numbered before it, in tiktoken and tokenizers."""
+    tokenizers = pytest.importorskip("tokenizers")
+    pytest.importorskip("tiktoken")
+    export_store(store, "tiktoken", tmp_path / "tt", specials_last=True)
+    export_store(store, "hf", tmp_path / "hf", specials_last=True)
+    enc = load_tiktoken(tmp_path / "tt")
+    ranks = sorted(enc._mergeable_ranks.values())
+    assert ranks == list(range(len(ranks))) and enc._special_tokens == {EOT: len(ranks)}
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    eot = ours.special_id(EOT)
+    for text in samples:
+        want = [len(ranks) if i == eot else i - 1 for i in ours.encode(text)]  # the store's EOT is id 0
+        assert enc.encode(text, allowed_special="all") == want
+        assert hf.encode(text).ids == want
+
+
+def test_verbatim_pattern_is_plain_gpt2_bytelevel(store, ours, tmp_path):
+    """--pattern-form verbatim: GPT-2's pattern as tokenizers' plain ByteLevel pre-tokenizer (what
+    fast encoders recognise); exact on text whose letters and digits Oniguruma's tables know."""
+    tokenizers = pytest.importorskip("tokenizers")
+    export_store(store, "hf", tmp_path / "hf", pattern_form="verbatim")
+    doc = json.loads((tmp_path / "hf" / "tokenizer.json").read_text(encoding="utf-8"))
+    assert doc["pre_tokenizer"] == {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                                    "use_regex": True}
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    for text in ("Hello, world! it's 12345  ok\n\n", fixture_text(EN, 20_000), fixture_text(RU, 20_000)):
+        assert hf.encode(text).ids == ours.encode(text)
+    with pytest.raises(InputError, match="unknown pattern form 'odd'"):
+        export_store(store, "hf", tmp_path / "x", pattern_form="odd")

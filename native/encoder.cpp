@@ -80,24 +80,23 @@ class MergeTable {
         shift_ = 60;
         while (cap < merges.size() * 2 + 2) cap <<= 1, --shift_;
         mask_ = cap - 1;
-        keys_.assign(cap, kEmpty);
-        vals_.assign(cap, {kNone, kNone});
+        slots_.assign(cap, Slot{kEmpty, kNone, kNone});
         for (size_t r = 0; r < merges.size(); ++r) {
             const auto &[a, b, t] = merges[r];
             uint64_t k = key(a, b);
             size_t i = slot(k);
-            while (keys_[i] != kEmpty && keys_[i] != k) i = (i + 1) & mask_;
-            if (keys_[i] == k) continue;  // a repeated pair keeps its first rank
-            keys_[i] = k;
-            vals_[i] = {uint32_t(r), t};
+            while (slots_[i].key != kEmpty && slots_[i].key != k) i = (i + 1) & mask_;
+            if (slots_[i].key == k) continue;  // a repeated pair keeps its first rank
+            slots_[i] = Slot{k, uint32_t(r), t};
         }
     }
     // (rank, merged id) of the pair, or rank kNone
     inline std::pair<uint32_t, uint32_t> find(uint32_t a, uint32_t b) const {
         uint64_t k = key(a, b);
         for (size_t i = slot(k);; i = (i + 1) & mask_) {
-            if (keys_[i] == k) return vals_[i];
-            if (keys_[i] == kEmpty) return {kNone, kNone};
+            const Slot &s = slots_[i];
+            if (s.key == k) return {s.rank, s.merged};
+            if (s.key == kEmpty) return {kNone, kNone};
         }
     }
 
@@ -107,23 +106,43 @@ class MergeTable {
     // Fibonacci hashing: the product's top bits depend on every bit of the key (the low bits
     // would ignore `left`, and all pairs with one right token would collide)
     inline size_t slot(uint64_t k) const { return size_t((k * 0x9E3779B97F4A7C15ull) >> shift_); }
-    std::vector<uint64_t> keys_;
-    std::vector<std::pair<uint32_t, uint32_t>> vals_;
+    // key and value in one 16-byte slot: a probe is one cache miss, not two (the keys and the values
+    // were two arrays; the pair lookups of long pieces, Chinese text's, waited on both)
+    struct Slot {
+        uint64_t key;
+        uint32_t rank, merged;
+    };
+    std::vector<Slot> slots_;
     size_t mask_ = 0;
     unsigned shift_ = 60;
+};
+
+// A thread's buffers for the heap path (long pieces), kept in its piece cache.
+struct HeapScratch {
+    std::vector<uint32_t> id, nxt, prv, merged;
+    std::vector<uint64_t> heap;  // (rank << 32 | position), a min-heap
 };
 
 // A direct-mapped cache of short pieces -> ids, one per thread.
 class PieceCache {
   public:
-    static constexpr size_t kMaxLen = 22, kMaxIds = 8, kSlots = 1 << 16;
+    HeapScratch scratch;
+    static constexpr size_t kMaxLen = 22, kMaxIds = 8;
     // calloc: the OS hands out zero pages lazily, so a short call touches only the slots it uses
-    PieceCache() : slots_(static_cast<Slot *>(std::calloc(kSlots, sizeof(Slot)))) {
+    PieceCache() : n_slots_(slots_wanted()), slots_(static_cast<Slot *>(std::calloc(n_slots_, sizeof(Slot)))) {
         if (!slots_) throw std::bad_alloc();
     }
-    void clear() { std::memset(slots_.get(), 0, kSlots * sizeof(Slot)); }
+    // How many slots (64 bytes each): BPE_STORE_PIECE_CACHE_SLOTS, a power of two from 2^10 to 2^22,
+    // else 2^16 (4 MiB). Why a knob: a hit costs a load from this table, so a smaller one that stays
+    // in L2 can beat a larger one that hits more often; docs/performance.md has the measurements.
+    static size_t slots_wanted() {
+        const char *v = std::getenv("BPE_STORE_PIECE_CACHE_SLOTS");
+        size_t n = v ? size_t(std::strtoull(v, nullptr, 10)) : 0;
+        return n >= (1u << 10) && n <= (1u << 22) && (n & (n - 1)) == 0 ? n : size_t(1) << 16;
+    }
+    void clear() { std::memset(slots_.get(), 0, n_slots_ * sizeof(Slot)); }
     inline const uint32_t *get(const uint8_t *p, size_t n, uint64_t h, uint8_t &nids) const {
-        const Slot &s = slots_[h & (kSlots - 1)];
+        const Slot &s = slots_[h & (n_slots_ - 1)];
         if (s.len == n + 1 && s.hash == h && bpe::detail::equal_bytes(reinterpret_cast<const uint8_t *>(s.key), p, n)) {
             nids = s.nids;
             return s.ids;
@@ -132,7 +151,7 @@ class PieceCache {
     }
     inline void put(const uint8_t *p, size_t n, uint64_t h, const uint32_t *ids, size_t nids) {
         if (n > kMaxLen || nids > kMaxIds) return;
-        Slot &s = slots_[h & (kSlots - 1)];
+        Slot &s = slots_[h & (n_slots_ - 1)];
         s.hash = h;
         s.len = uint8_t(n + 1);
         std::memcpy(s.key, p, n);
@@ -155,6 +174,7 @@ class PieceCache {
     struct Free {
         void operator()(Slot *p) const { std::free(p); }
     };
+    size_t n_slots_;
     std::unique_ptr<Slot[], Free> slots_;
 };
 
@@ -189,6 +209,9 @@ class TokenIndex {
         mask_ = cap - 1;
         slots_.assign(cap, Slot{0, 0, 0, kNone});
         arena_.clear();
+        size_t total = 0;
+        for (const auto &t : tokens) total += t.first.size();
+        if (total >= kNone) throw std::invalid_argument("the tokens hold 4 GiB or more");
         for (const auto &[b, id] : tokens) {
             const auto *p = reinterpret_cast<const uint8_t *>(b.data());
             if (id == kNone) throw std::invalid_argument("token id out of range");
@@ -196,7 +219,7 @@ class TokenIndex {
             if (find(p, b.size(), h) != kNone) continue;  // a repeated token keeps its first id
             size_t i = h & mask_;
             while (slots_[i].id != kNone) i = (i + 1) & mask_;
-            slots_[i] = Slot{h, arena_.size(), b.size(), id};
+            slots_[i] = Slot{uint32_t(h >> 32), uint32_t(arena_.size()), uint32_t(b.size()), id};
             arena_.append(b.data(), b.size());
         }
     }
@@ -213,16 +236,18 @@ class TokenIndex {
         for (size_t i = h & mask_;; i = (i + 1) & mask_) {
             const Slot &s = slots_[i];
             if (s.id == kNone) return kNone;
-            if (s.hash == h && s.len == n &&
+            if (s.tag == uint32_t(h >> 32) && s.len == n &&
                 bpe::detail::equal_bytes(reinterpret_cast<const uint8_t *>(arena_.data()) + s.at, p, n))
                 return s.id;
         }
     }
 
   private:
+    // 16 bytes: cl100k_base's 100 K tokens take 4 MiB of slots instead of 8 (a probe is a cache
+    // miss into this table on every piece the piece cache misses); the slot is the hash's low
+    // bits, the tag its high ones
     struct Slot {
-        uint64_t hash;
-        size_t at, len;
+        uint32_t tag, at, len;
         uint32_t id;  // kNone = empty
     };
     std::vector<Slot> slots_;
@@ -412,7 +437,8 @@ class Encoder {
             h = PieceCache::hash(p, n);
             uint8_t k;
             if (const uint32_t *hit = cache.get(p, n, h, k)) {
-                out.insert(out.end(), hit, hit + k);
+                // why not out.insert(range): a call to memmove per piece for 1-8 ids
+                for (uint8_t j = 0; j < k; ++j) out.push_back(hit[j]);
                 return;
             }
         }
@@ -424,7 +450,7 @@ class Encoder {
             }
         }
         if (n > kShort) {
-            bpe_long(p, n, out);
+            bpe_long(p, n, cache.scratch, out);
             return;
         }
         uint32_t stack[kShort];
@@ -457,14 +483,14 @@ class Encoder {
             m = w;
         }
         if (n <= PieceCache::kMaxLen) cache.put(p, n, h, ids, m);
-        out.insert(out.end(), ids, ids + m);
+        for (size_t j = 0; j < m; ++j) out.push_back(ids[j]);
     }
 
     // BPE of a long piece (a run of CJK letters, a long number or whitespace run): the same
     // rounds as `bpe` -- the lowest-rank pair, every occurrence left to right, then new pairs --
     // but with a heap over (rank, position) and a linked list of symbols, O(n log n) instead of
     // O(n^2): rescanning a 300-byte piece once per merge is what made Chinese text slow.
-    void bpe_long(const uint8_t *p, size_t n, std::vector<uint32_t> &out) const {
+    void bpe_long(const uint8_t *p, size_t n, HeapScratch &scratch, std::vector<uint32_t> &out) const {
         // Positions below are 32-bit (kNone marks "none"). A piece of 4 GiB or more (no trained
         // store holds one: training splits pre-tokens at max_pretoken_bytes) is encoded in parts
         // of at most 2 GiB cut at character starts, instead of overflowing them.
@@ -472,19 +498,21 @@ class Encoder {
             for (size_t at = 0; at < n;) {
                 size_t end = std::min(n, at + (size_t(1) << 31));
                 while (end < n && end > at + 1 && (p[end] & 0xC0) == 0x80) --end;
-                bpe_heap(p + at, end - at, out);
+                bpe_heap(p + at, end - at, scratch, out);
                 at = end;
             }
             return;
         }
-        bpe_heap(p, n, out);
+        bpe_heap(p, n, scratch, out);
     }
 
     // bpe_long of a piece shorter than 4 GiB: the heap over (rank, position), in rounds.
-    void bpe_heap(const uint8_t *p, size_t n, std::vector<uint32_t> &out) const {
-        // per-thread scratch: no allocation per piece once the buffers have grown
-        thread_local std::vector<uint32_t> id, nxt, prv, merged;
-        thread_local std::vector<uint64_t> heap;  // (rank << 32 | position), a min-heap
+    void bpe_heap(const uint8_t *p, size_t n, HeapScratch &scratch, std::vector<uint32_t> &out) const {
+        // the thread's scratch, reached through its piece cache: no allocation per piece once the
+        // buffers have grown, and no thread_local lookup per piece (in a shared library each one is
+        // a __tls_get_addr call: 4.5 % of encoding Chinese, whose long pieces all come here)
+        std::vector<uint32_t> &id = scratch.id, &nxt = scratch.nxt, &prv = scratch.prv, &merged = scratch.merged;
+        std::vector<uint64_t> &heap = scratch.heap;
         id.resize(n);
         nxt.resize(n);
         prv.resize(n);

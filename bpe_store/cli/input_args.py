@@ -13,18 +13,14 @@ from pathlib import Path
 import typer
 
 from ..errors import InputError
+from ..store.params import INVALID_UTF8_POLICIES
+from ..text.inputs import FORMATS as INPUT_FORMATS
 from ..training.options import TrainOptions
 
-
-class InvalidUtf8(str, Enum):
-    strict = "strict"
-    replace = "replace"
-
-
-class InputFormat(str, Enum):
-    text = "text"
-    jsonl = "jsonl"
-    parquet = "parquet"
+#: ``--invalid-utf8``'s choices (``store.params.INVALID_UTF8_POLICIES``), listed by ``--help``
+InvalidUtf8 = Enum("InvalidUtf8", {p: p for p in INVALID_UTF8_POLICIES}, type=str)
+#: ``--format``'s choices for inputs (``text.inputs.FORMATS``), listed by ``--help``
+InputFormat = Enum("InputFormat", {f: f for f in INPUT_FORMATS}, type=str)
 
 
 def format_option(help: str):

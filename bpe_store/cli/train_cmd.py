@@ -17,6 +17,7 @@ from ..errors import BpeStoreError
 from ..inspection.progress import Reporter
 from ..store.params import MAX_MAX_PRETOKEN_BYTES, MIN_MAX_PRETOKEN_BYTES
 from ..text.pretokenize import pattern_names_help
+from ..training.merge import ENGINES
 from ..training.options import DEFAULT_MAX_PRETOKEN_BYTES, TrainOptions
 from .app import _ARGV_KEY, _Command, _set_verbose, _verbose_option, app
 from .input_args import (
@@ -35,10 +36,8 @@ if TYPE_CHECKING:
     from ..store.result import TrainResult
 
 
-class EngineName(str, Enum):
-    auto = "auto"
-    native = "native"
-    python = "python"
+#: ``--engine``'s choices (``training.merge.ENGINES``), listed by ``--help``
+EngineName = Enum("EngineName", {e: e for e in ENGINES}, type=str)
 
 
 def resume_command(ctx: typer.Context) -> str:

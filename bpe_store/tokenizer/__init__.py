@@ -9,9 +9,10 @@ corpora into token files (.npy); ``outfiles`` makes output files and folders saf
 ``portable_pattern`` rewrites a pattern so that other regex engines split as ``regex`` does. The
 file formats themselves (GPT-2's files, tiktoken's ranks) are ``bpe_store.formats``, below.
 
-A new export format: its name in ``export.FORMATS``, its writer in ``export._WRITERS`` and its case
-in ``export.export_store``; the CLI's ``--format`` choices follow ``FORMATS``; then docs/cli.md
-(``python tools/gen_cli_docs.py``) and docs/tokenizer.md.
+A new export format: its writer in ``export`` and one ``export.Exporter`` entry in ``EXPORTERS``
+(its name, writer, whether it writes transformers' files, whether its loader compiles the pattern,
+its refusals): ``FORMATS``, ``export_store`` and the CLI's ``--format`` choices follow it; then
+docs/cli.md (``python tools/gen_cli_docs.py``) and docs/tokenizer.md.
 Stands beside training (neither imports the other); uses the file formats, the store, the text
 wing, the merge rule (``bpe_store.bpe``) and the native core's face.
 """

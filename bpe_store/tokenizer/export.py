@@ -30,7 +30,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -43,7 +43,6 @@ from ..text.superword_split import STAGE2_PATTERN
 from .outfiles import check_export_target, export_dir
 from .portable_pattern import PatternTranslationError, portable_pattern
 
-FORMATS = ("hf", "gpt2", "tiktoken")
 #: Why a superword store (SuperBPE's stage 2, docs/superword.md) is not written for tiktoken.
 SUPERWORD_TIKTOKEN = (
     "tiktoken cannot express a superword store: its pieces are stage 2's, whole phrases up to a line long, "
@@ -363,7 +362,38 @@ def load_tiktoken(out_dir: str | os.PathLike):
                              special_tokens=meta["special_tokens"])
 
 
-_WRITERS = {"hf": write_hf, "gpt2": write_gpt2, "tiktoken": write_tiktoken}
+@dataclass(frozen=True)
+class Exporter:
+    """One export format, the one entry ``export_store``, ``FORMATS`` and the CLI's ``--format``
+    read: ``write`` writes its files into a directory; ``transformers``: it also writes
+    transformers' files (``tokenizer_config.json``), so ``--eos``, ``--bos``, ``--pad`` and
+    ``--model-max-length`` apply; ``compiles_pattern``: its loader compiles the pattern with another
+    regex engine, so the pattern is rewritten (or refused) before anything is written;
+    ``refuse_pattern``: why a store of this pattern cannot be written, or None (asked first);
+    ``check``: its own refusals of what would be written (the tokenizer, its special tokens)."""
+
+    name: str
+    write: Callable[[Exportable, Path, LoaderConfig | None], list[Path]]
+    transformers: bool
+    compiles_pattern: bool
+    refuse_pattern: Callable[[str], str | None] | None = None
+    check: Callable[[Exportable, Sequence[str]], None] | None = None
+
+
+def _tiktoken_checks(tok: Exportable, specials: Sequence[str]) -> None:
+    check_tiktoken_specials(specials)
+    check_tiktoken_merges(tok)
+
+
+#: ``{name: Exporter}``, in the order ``--help`` lists them.
+EXPORTERS: dict[str, Exporter] = {e.name: e for e in (
+    Exporter("hf", write_hf, transformers=True, compiles_pattern=True),
+    Exporter("gpt2", write_gpt2, transformers=True, compiles_pattern=False),
+    Exporter("tiktoken", write_tiktoken, transformers=False, compiles_pattern=True,
+             refuse_pattern=lambda pattern: SUPERWORD_TIKTOKEN if pattern == STAGE2_PATTERN else None,
+             check=_tiktoken_checks),
+)}
+FORMATS = tuple(EXPORTERS)
 
 
 def export_store(db_path: str | os.PathLike, fmt: str, out_dir: str | os.PathLike, *,
@@ -386,16 +416,18 @@ def export_store(db_path: str | os.PathLike, fmt: str, out_dir: str | os.PathLik
     """
     from .tokenizer import load_store
 
-    if fmt not in FORMATS:
+    exporter = EXPORTERS.get(fmt)
+    if exporter is None:
         raise InputError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if fmt == "tiktoken" and (eos is not FIRST_SPECIAL or bos or pad or model_max_length is not None):
+    if not exporter.transformers and (eos is not FIRST_SPECIAL or bos or pad or model_max_length is not None):
         raise ExportError("--eos, --bos, --pad and --model-max-length are for transformers: use them "
-                          "with --format hf or gpt2")
+                          f"with --format {' or '.join(e.name for e in EXPORTERS.values() if e.transformers)}")
     out = Path(out_dir)
     check_export_target(out, force, [Path(db_path)])  # before reading the store: fail fast
     vocab, merges, specials, pattern = load_store(db_path, vocab_size)
-    if fmt == "tiktoken" and pattern == STAGE2_PATTERN:
-        raise ExportError(SUPERWORD_TIKTOKEN)
+    refused = exporter.refuse_pattern and exporter.refuse_pattern(pattern)
+    if refused:
+        raise ExportError(refused)
     cfg = loader_config(specials, eos=eos, bos=bos, pad=pad, model_max_length=model_max_length)
     if pattern_form not in PATTERN_FORMS:
         raise InputError(f"unknown pattern form {pattern_form!r}; choose one of {', '.join(PATTERN_FORMS)}")
@@ -403,11 +435,10 @@ def export_store(db_path: str | os.PathLike, fmt: str, out_dir: str | os.PathLik
     tok.pattern_form = pattern_form
     if specials_last:
         tok = tok.specials_after()
-    if fmt in ("hf", "tiktoken"):
+    if exporter.compiles_pattern:
         tok.loader_pattern  # noqa: B018 - translated (or refused) before anything is written
-    if fmt == "tiktoken":
-        check_tiktoken_specials(specials)
-        check_tiktoken_merges(tok)
+    if exporter.check is not None:
+        exporter.check(tok, specials)
     with export_dir(out, force=force, keep=[Path(db_path)]) as staging:
-        written = _WRITERS[fmt](tok, staging, cfg)
+        written = exporter.write(tok, staging, cfg)
     return [out / p.name for p in written]

@@ -21,15 +21,18 @@ Every contender's ids are checked equal to bpe_store's (a token count and a chec
     python bench/bench_encode.py --db bench/out/enwiki-32k.db \\
         --corpus ../shared/corpora/enwiki-100M.txt --threads 2 --out bench/RESULTS-encode.md
 
-``--openai cl100k_base,o200k_base`` instead encodes with OpenAI's real ranks (the ``bpe-openai``
-wheel ships them; no store, no download): ``Tokenizer.from_tiktoken`` beside tiktoken (built from
-the same ranks and tiktoken's regex) and the exact peers that install (quicktok-v1, toktok-rs,
-bpe-openai, each with its own bundled copy of the ranks). ``bpe_store from_tiktoken batch`` returns
-lists as tiktoken does; ``... array`` encodes the documents joined by ``<|endoftext|>`` into one
-uint32 array, as ``bpe-store encode`` and the peers' NumPy results do. Every contender's ids are
-checked equal to tiktoken's:
+``--openai cl100k_base,o200k_base`` instead encodes with OpenAI's real ranks (found offline by
+``bpe_store.formats.openai_ranks``: the ``bpe-openai`` wheel ships them): bpe_store's arrays
+(``encode_to_array`` of the documents joined by ``<|endoftext|>``, as ``bpe-store encode`` does),
+documents (``encode_documents``: flat ids and offsets) and lists (``encode_batch``), beside tiktoken
+(built from the same ranks and tiktoken's regex) and every exact peer that installs (gigatoken,
+fastokens, quicktok-v1, toktok-rs, bpe-openai). ``--corpus`` and ``--threads`` take comma lists: one
+table per encoding, corpus and thread count, each contender a first pass in a fresh process, with its
+load and CPU seconds and the machine's load beside it. Every contender's ids are checked equal to
+tiktoken's:
 
-    python bench/bench_encode.py --openai cl100k_base,o200k_base --limit 30000000 --threads 2 \\
+    python bench/bench_encode.py --openai cl100k_base,o200k_base --limit 8000000 --threads 1,2 \\
+        --corpus ../shared/corpora/enwiki-100M.txt,../shared/corpora/zhwiki-20M.txt \\
         --out bench/RESULTS-encode-openai.md
 """
 
@@ -42,6 +45,7 @@ import platform
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 import zlib
 from pathlib import Path
@@ -133,143 +137,186 @@ def child(which: str, args: argparse.Namespace) -> dict:
 OPENAI_PATTERN = {"cl100k_base": "cl100k", "o200k_base": "o200k"}
 #: OpenAI's id of <|endoftext|> in each (the "array" contender joins the documents with it)
 OPENAI_EOT = {"cl100k_base": 100257, "o200k_base": 199999}
-OPENAI_CONTENDERS = ["bpe_store from_tiktoken batch", "bpe_store from_tiktoken array", "tiktoken batch",
-                     "tiktoken 1 string", "quicktok-v1 batch", "toktok-rs batch", "bpe-openai batch"]
+OPENAI_CONTENDERS = ["bpe_store array", "bpe_store documents", "bpe_store lists", "tiktoken batch",
+                     "gigatoken batch", "fastokens flat", "quicktok-v1 batch", "toktok-rs batch", "bpe-openai batch"]
+#: the package each peer is, for its version in the results
+PACKAGE = {"tiktoken": "tiktoken", "gigatoken": "gigatoken", "fastokens": "fastokens", "quicktok-v1": "quicktok-v1",
+           "toktok-rs": "toktok-rs", "bpe-openai": "bpe-openai", "bpe_store": "bpe-store"}
+
+
+def _ranks_file(name: str) -> str:
+    """OpenAI's ranks, unzipped into a file named as OpenAI names it (gigatoken and fastokens take
+    the pattern from the name)."""
+    from bpe_store.formats.openai_ranks import find_ranks_file, read_ranks
+
+    out = Path(tempfile.gettempdir()) / "bench-encode-ranks" / f"{name}.tiktoken"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        src = find_ranks_file(name)
+        import base64
+
+        ranks = read_ranks(src).mergeable()
+        out.write_bytes(b"".join(base64.b64encode(t) + b" %d\n" % r for t, r in ranks.items()))
+    return str(out)
+
+
+def _openai_load(which: str, name: str, threads: int):
+    """(encode(docs) -> sequences of ids, what it loaded) for one contender; ImportError if absent."""
+    path = _ranks_file(name)
+    if which.startswith("bpe_store"):
+        from bpe_store.tokenizer.tokenizer import Tokenizer
+
+        tok = Tokenizer.from_tiktoken(path, pattern=OPENAI_PATTERN[name], special_tokens={EOT: OPENAI_EOT[name]})
+        if which == "bpe_store array":  # the documents joined by <|endoftext|>, as `bpe-store encode` does
+            def run(docs):
+                ids = tok.encode_to_array(EOT.join(docs), threads)
+                return lambda: [ids[ids != OPENAI_EOT[name]]]  # the documents' ids, outside the timing
+            return run
+        if which == "bpe_store documents":
+            return lambda docs: (lambda ids: (lambda: [ids]))(tok.encode_documents(docs, threads)[0])
+        return lambda docs: (lambda out: (lambda: out))(tok.encode_batch(docs, threads))
+    if which == "tiktoken batch":
+        import tiktoken
+
+        from bpe_store.formats.tiktoken_files import read_tiktoken_ranks
+        from bpe_store.text.pretokenize import PATTERNS
+
+        enc = tiktoken.Encoding(name, pat_str=PATTERNS[OPENAI_PATTERN[name]],
+                                mergeable_ranks=read_tiktoken_ranks(path), special_tokens={})
+        return lambda docs: (lambda out: (lambda: out))(enc.encode_ordinary_batch(docs, num_threads=threads))
+    if which == "gigatoken batch":
+        import gigatoken
+        import numpy as np
+
+        g = gigatoken.Tokenizer.from_tiktoken(path)
+        return lambda docs: (lambda out: (lambda: [np.asarray(__import__("awkward").flatten(out))]))(
+            g.encode_batch(docs, parallel=threads > 1))
+    if which == "fastokens flat":
+        import fastokens
+        import numpy as np
+
+        f = fastokens.Tokenizer.from_tiktoken(path, encoding=name)
+        return lambda docs: (lambda out: (lambda: [np.frombuffer(out[0], np.uint32)]))(f.encode_batch_flat(docs))
+    if which == "quicktok-v1 batch":
+        import quicktok
+
+        enc = quicktok.get_encoding(name)
+        return lambda docs: (lambda out: (lambda: [out]))(enc.encode_batch(docs, threads, False)[0])
+    if which == "toktok-rs batch":
+        import toktok
+
+        enc = toktok._encoding(name)  # the full encoder (toktok's public API only counts)
+        return lambda docs: (lambda out: (lambda: [out]))(enc.encode_batch_to_numpy(docs)[0])
+    if which == "bpe-openai batch":
+        import bpe_openai
+
+        enc = bpe_openai.get_encoding(name)
+        return lambda docs: (lambda out: (lambda: out))(enc.encode_ordinary_batch(docs))
+    raise SystemExit(f"unknown contender {which}")
+
+
+def _version(which: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(PACKAGE[which.split()[0]])
+    except PackageNotFoundError:
+        return "?"
 
 
 def openai_child(which: str, args: argparse.Namespace) -> dict:
-    """One ``--openai`` contender on ``args.encoding``'s real ranks; ``{"skipped": why}`` when its
-    package is not installed."""
-    from importlib import resources
-
-    name = args.encoding
+    """One ``--openai`` contender on ``args.encoding``'s real ranks, one first pass over the corpus
+    in a fresh process: load seconds, encode wall and CPU seconds (all threads); ``{"skipped": why}``
+    when its package is not installed."""
     docs, nbytes = _read_docs(args.corpus, args.limit)
-    gz = resources.files("bpe_openai") / "data" / f"{name}.tiktoken.gz"  # the ranks, SHA-256 checked in tests
     try:
-        if which == "bpe_store from_tiktoken batch":
-            from bpe_store.tokenizer.tokenizer import Tokenizer
-
-            with resources.as_file(gz) as path:
-                tok = Tokenizer.from_tiktoken(path, pattern=OPENAI_PATTERN[name])
-            t0 = time.perf_counter()
-            out = tok.encode_batch(docs, args.threads)
-        elif which == "bpe_store from_tiktoken array":
-            # the documents joined by <|endoftext|> in one uint32 array, as `bpe-store encode` makes
-            # it (like quicktok's and toktok's NumPy results, no Python int per id)
-            from bpe_store.tokenizer.tokenizer import Tokenizer
-
-            with resources.as_file(gz) as path:
-                tok = Tokenizer.from_tiktoken(path, pattern=OPENAI_PATTERN[name],
-                                              special_tokens={EOT: OPENAI_EOT[name]})
-            text = EOT.join(docs)
-            t0 = time.perf_counter()
-            ids = tok.encode_to_array(text, args.threads)
-            dt = time.perf_counter() - t0
-            out = [ids[ids != OPENAI_EOT[name]]]  # the documents' ids (checked outside the timing)
-        elif which.startswith("tiktoken "):
-            import tiktoken
-
-            from bpe_store.formats.tiktoken_files import read_tiktoken_ranks
-            from bpe_store.text.pretokenize import PATTERNS
-
-            with resources.as_file(gz) as path:
-                enc = tiktoken.Encoding(name, pat_str=PATTERNS[OPENAI_PATTERN[name]],
-                                        mergeable_ranks=read_tiktoken_ranks(path), special_tokens={})
-            t0 = time.perf_counter()
-            if which == "tiktoken batch":
-                out = enc.encode_ordinary_batch(docs, num_threads=args.threads)
-            else:
-                out = [enc.encode_ordinary(d) for d in docs]
-        elif which == "quicktok-v1 batch":
-            import quicktok
-
-            enc = quicktok.get_encoding(name)
-            t0 = time.perf_counter()
-            out = [enc.encode_batch(docs, args.threads, False)[0]]  # (flat ids, offsets)
-        elif which == "toktok-rs batch":
-            import toktok
-
-            enc = toktok._encoding(name)  # the full encoder (toktok's public API only counts)
-            t0 = time.perf_counter()
-            out = [enc.encode_batch_to_numpy(docs)[0]]
-        elif which == "bpe-openai batch":
-            import bpe_openai
-
-            enc = bpe_openai.get_encoding(name)
-            t0 = time.perf_counter()
-            out = enc.encode_ordinary_batch(docs)
-        else:
-            raise SystemExit(f"unknown contender {which}")
+        t0, c0 = time.perf_counter(), time.process_time()
+        run = _openai_load(which, args.encoding, int(args.threads))
+        load = time.perf_counter() - t0
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = run(docs)
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     except ImportError as exc:
         return {"name": which, "skipped": f"not installed ({exc.name})"}
-    if which != "bpe_store from_tiktoken array":
-        dt = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    n, crc = _checksum(out)
-    return {"name": which, "seconds": dt, "mb_s": nbytes / dt / 1e6, "peak_rss_mib": rss,
-            "tokens": n, "crc": crc, "bytes": nbytes}
+    n, crc = _checksum(result())
+    return {"name": which, "seconds": dt, "cpu_s": cpu, "load_s": load, "mb_s": nbytes / dt / 1e6,
+            "peak_rss_mib": rss, "tokens": n, "crc": crc, "bytes": nbytes, "version": _version(which)}
 
 
 def run_openai(args: argparse.Namespace) -> None:
-    """``--openai``: each encoding's contenders in their own processes; ids checked against tiktoken's."""
-    env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads))
+    """``--openai``: for each encoding, corpus and thread count, each contender in its own process;
+    ids checked against tiktoken's."""
     tables: dict[str, list[dict]] = {}
     for name in args.openai.split(","):
         if name not in OPENAI_PATTERN:
             raise SystemExit(f"--openai: {name!r} is not one of {', '.join(OPENAI_PATTERN)}")
-        results = []
-        for which in OPENAI_CONTENDERS:
-            cmd = [sys.executable, __file__, "--child", which, "--encoding", name, "--corpus", args.corpus,
-                   "--threads", str(args.threads)] + (["--limit", str(args.limit)] if args.limit else [])
-            r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
-            results.append(r)
-            if "skipped" in r:
-                print(f"{name} {which:30s} skipped: {r['skipped']}", flush=True)
-            else:
-                print(f"{name} {which:30s} {r['mb_s']:7.1f} MB/s  {r['seconds']:7.2f} s  "
-                      f"peak RSS {r['peak_rss_mib']:6.0f} MiB  tokens {r['tokens']}", flush=True)
-        ref = next(r for r in results if r["name"] == "tiktoken batch")
-        for r in results:
-            if "skipped" not in r:
-                r["same_ids"] = (r["tokens"], r["crc"]) == (ref["tokens"], ref["crc"])
-        if not all(r.get("same_ids", True) for r in results):
-            print("WARNING: ids differ from tiktoken's: "
-                  + ", ".join(r["name"] for r in results if not r.get("same_ids", True)))
-        tables[name] = results
+        for corpus in args.corpus.split(","):
+            for threads in [int(t) for t in str(args.threads).split(",")]:
+                key = f"{name}, {Path(corpus).name}, {threads} thread{'s' if threads > 1 else ''}"
+                tables[key] = _openai_cell(args, name, corpus, threads, key)
     if args.out:
         write_openai_markdown(args, tables)
+
+
+def _openai_cell(args: argparse.Namespace, name: str, corpus: str, threads: int, key: str) -> list[dict]:
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+    results = []
+    for which in args.contenders.split(",") if args.contenders else OPENAI_CONTENDERS:
+        cmd = [sys.executable, __file__, "--child", which, "--encoding", name, "--corpus", corpus,
+               "--threads", str(threads)] + (["--limit", str(args.limit)] if args.limit else [])
+        load = os.getloadavg()[0]
+        r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
+        r["load"] = load
+        results.append(r)
+        if "skipped" in r:
+            print(f"{key}: {which:22s} skipped: {r['skipped']}", flush=True)
+        else:
+            print(f"{key}: {which:22s} {r['mb_s']:7.1f} MB/s  cpu {r['cpu_s']:6.2f} s  load {r['load_s']:5.2f} s  "
+                  f"(uptime {load:.1f})", flush=True)
+    ref = next(r for r in results if r["name"] == "tiktoken batch")
+    for r in results:
+        if "skipped" not in r:
+            r["same_ids"] = (r["tokens"], r["crc"]) == (ref["tokens"], ref["crc"])
+    if not all(r.get("same_ids", True) for r in results):
+        bad = [r["name"] for r in results if not r.get("same_ids", True)]
+        print("WARNING: ids differ from tiktoken's: " + ", ".join(bad))
+    return results
 
 
 def write_openai_markdown(args: argparse.Namespace, tables: dict[str, list[dict]]) -> None:
     import shlex
 
-    first = next(r for rs in tables.values() for r in rs if "bytes" in r)
     lines = [
-        "# Encoding with OpenAI's real ranks",
+        "# Encoding with OpenAI's real ranks, beside every exact peer that installs",
         "",
         f"Command: `{shlex.join(['python', 'bench/bench_encode.py'] + sys.argv[1:])}`",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores ({_cpu()}), Python {platform.python_version()}; "
-        "the cores are shared with other developers' jobs: numbers under load, one run each.",
-        f"Corpus: `{args.corpus}`{f' (first {args.limit} bytes)' if args.limit else ''}, "
-        f"{first['bytes'] / 1e6:.1f} MB in documents; threads {args.threads}.",
+        "the 2 cores are shared with four other agents' jobs: `uptime` load beside every row, one run each.",
+        f"Corpora: {', '.join(f'`{c}`' for c in args.corpus.split(','))}"
+        f"{f' (first {args.limit} bytes of each)' if args.limit else ''}, split at `<|endoftext|>` into documents.",
         "",
-        "The ranks are the `bpe-openai` wheel's (SHA-256 equal to tiktoken's published ones, checked by "
-        "tests/tokenizer/test_from_tiktoken.py). Each contender runs in its own process; MB/s counts encoding only. "
-        "'same ids' compares token count and CRC32 with tiktoken's. A contender encodes for about a second, "
-        "so on this shared machine one run's numbers swing by tens of percent from the next run's.",
+        "Each contender runs in its own fresh process and makes one first pass over the documents (no warm "
+        "cache from an earlier pass). MB/s is over the documents' bytes and counts encoding only; CPU s is the "
+        "process's CPU time (all threads) while encoding; load s is building the tokenizer from the ranks "
+        "file. `bpe_store array` encodes the documents joined by `<|endoftext|>` into one uint32 array "
+        "(`encode_to_array`, what `bpe-store encode` does); `documents` is `encode_documents` (flat ids and "
+        "offsets); `lists` is `encode_batch` (a list of ints per document). 'same ids' compares token count "
+        "and CRC32 with tiktoken's.",
         "",
     ]
-    for name, results in tables.items():
-        tk = next(r for r in results if r["name"] == "tiktoken batch")
-        lines += [f"## {name}", "", "| contender | MB/s | seconds | peak RSS MiB | vs tiktoken | same ids |",
-                  "|---|---:|---:|---:|---:|---|"]
+    for key, results in tables.items():
+        first = next((r for r in results if "bytes" in r), None)
+        size = f" ({first['bytes'] / 1e6:.1f} MB)" if first else ""
+        lines += [f"## {key}{size}", "", "| contender | version | MB/s | CPU s | load s | uptime | same ids |",
+                  "|---|---|---:|---:|---:|---:|---|"]
         for r in results:
             if "skipped" in r:
-                lines.append(f"| {r['name']} | | | | | {r['skipped']} |")
+                lines.append(f"| {r['name']} | | | | | | {r['skipped']} |")
                 continue
-            lines.append(f"| {r['name']} | {r['mb_s']:.1f} | {r['seconds']:.2f} | {r['peak_rss_mib']:.0f} | "
-                         f"{r['mb_s'] / tk['mb_s']:.2f}x | {'yes' if r['same_ids'] else 'NO'} |")
+            lines.append(f"| {r['name']} | {r['version']} | {r['mb_s']:.1f} | {r['cpu_s']:.2f} | {r['load_s']:.2f} | "
+                         f"{r['load']:.1f} | {'yes' if r['same_ids'] else 'NO'} |")
         lines.append("")
     Path(args.out).write_text("\n".join(lines), encoding="utf-8")
 
@@ -281,7 +328,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--db", default="bench/out/enwiki-32k.db", help="a trained store")
     ap.add_argument("--corpus", default="../shared/corpora/enwiki-100M.txt")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", default="2", help="threads; --openai takes a list: 1,2")
     ap.add_argument("--limit", type=int, default=None, help="read only the first N bytes")
     ap.add_argument("--repeat", type=int, default=1, help="runs per contender; the best is kept")
     ap.add_argument("--export", default="bench/out/encode-export", help="where the exports go")
@@ -289,9 +336,12 @@ def main() -> None:
     ap.add_argument("--note", default="", help="a paragraph for the Markdown (how the store was made)")
     ap.add_argument("--openai", default=None, metavar="NAMES",
                     help="encode with OpenAI's real ranks instead of a store: cl100k_base,o200k_base")
+    ap.add_argument("--contenders", default=None, help="--openai: a comma list of contenders (default: all)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--encoding", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if not args.openai and not args.encoding:
+        args.threads = int(args.threads)
     if args.child:
         print(json.dumps(openai_child(args.child, args) if args.encoding else child(args.child, args)))
         return

@@ -180,7 +180,7 @@ def inspect_rows(python: list[str], db: Path, repeat: int) -> list[tuple[str, di
             rows.append((f"{when}: bpe-store sql \"{q}\"", timed_command([*cli, "sql", str(db), q], repeat, cold)))
         rows.append((f"{when}: bpe-store show words", timed_command([*cli, "show", str(db), "words"], repeat, cold)))
     # the queries alone, in one process (no interpreter start, no CLI imports)
-    code = ("import json, sys, time\nfrom bpe_store.inspection.inspection import status\n"
+    code = ("import json, sys, time\nfrom bpe_store.inspection.answers import status\n"
             "db = sys.argv[1]\nout = {}\n"
             "t = time.perf_counter(); status(db); out['status()'] = time.perf_counter() - t\n"
             "print(json.dumps(out))")

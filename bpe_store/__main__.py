@@ -1,4 +1,4 @@
-"""``python -m bpe_store`` and the ``bpe-store`` console script: the command line (``bpe_store.cli.cli``).
+"""``python -m bpe_store`` and the ``bpe-store`` console script: the command line (``bpe_store.cli.main``).
 
 Why this small entry before the CLI module: Ctrl-C is ours (``interrupts.ctrl_c_stops_statements``)
 already while the CLI's modules load (Typer and the rest take 0.2 s, seconds on a loaded machine). Under
@@ -16,7 +16,7 @@ def main() -> None:
 
     with ctrl_c_stops_statements():
         try:
-            from .cli.cli import main as cli_main
+            from .cli.main import main as cli_main
         except KeyboardInterrupt:
             print("error: interrupted", file=sys.stderr)
             raise SystemExit(130) from None

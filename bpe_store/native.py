@@ -9,7 +9,7 @@ imported here and nowhere else, under one policy:
   Never a silent fallback: every path would then take its Python twin, ~10x slower, and say nothing.
 
 Whether a native path can run *here* beyond being built (the SQLite library the bulk writes need,
-``store/store_db.py``; ``BPE_STORE_NATIVE_DB=0``) is each path's own concern, not this module's.
+``store/native_connection.py``; ``BPE_STORE_NATIVE_DB=0``) is each path's own concern, not this module's.
 ``tests/layout``'s architecture test holds that no other module imports ``_core``.
 """
 

@@ -1,6 +1,6 @@
 // bpe_store._core.StoreDb: the store's native bulk path, a SQLite connection driven from C++ so
 // that a checkpoint's hundreds of thousands of rows go from the engine's memory to
-// sqlite3_bind_* without a Python tuple per row (bpe_store/store/store_db.py is its Python face).
+// sqlite3_bind_* without a Python tuple per row (bpe_store/store/native_connection.py is its Python face).
 //
 // Why: on enwiki-100M -> 32K the Python driver's executemany was ~1.9 of ~4.7 CPU s (binding one
 // tuple per row, plus making those tuples); the same statements fed inside SQLite cost a third.
@@ -624,7 +624,7 @@ void rows_lookup(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 
 // Why native: `bpe-store sql` made a Python tuple per row and formatted each value in Python
 // (csv.writer, json), ~4x the CPU of `sqlite3 -csv` for 1 M rows. Here each value goes from the
-// statement to an output buffer, with the same text as bpe_store.cli.cli.write_rows makes.
+// statement to an output buffer, with the same text as bpe_store.cli.main.write_rows makes.
 
 // Length of the valid UTF-8 sequence at s (as Python's strict decoder accepts: no overlong form,
 // no surrogate, nothing past U+10FFFF), or 0 when none starts there.
@@ -1298,7 +1298,7 @@ void register_store_db(nb::module_ &m) {
     m.def("write_query", &write_query, nb::arg("path"), nb::arg("sql"), nb::arg("fd"), nb::arg("format"),
           nb::arg("limit"), nb::arg("max_value_bytes"), nb::arg("quote_cr"), nb::arg("quote_lone_empty"),
           "Run a read-only statement on the store at path (opened read-only) and write its rows to fd as "
-          "csv, json or jsonl, as bpe_store.cli.cli.write_rows writes them; returns the number of rows.");
+          "csv, json or jsonl, as bpe_store.cli.main.write_rows writes them; returns the number of rows.");
     m.def("store_db_load", &load_api, nb::arg("sqlite3_module_file"),
           "Resolve SQLite from the library Python's _sqlite3 (this file, already loaded) uses; "
           "returns sqlite3_libversion_number(). RuntimeError when that is not possible.");
@@ -1314,7 +1314,7 @@ void register_store_db(nb::module_ &m) {
                 more.n = 0;
             },
             nb::arg("more"), "Append the rows of more (which is emptied): read in parts, loaded as one.");
-    nb::class_<StoreDb>(m, "StoreDb", "A native connection to a store for its bulk writes (bpe_store.store.store_db).")
+    nb::class_<StoreDb>(m, "StoreDb", "A native connection to a store for its bulk writes (bpe_store.store.native_connection).")
         .def(nb::init<const std::string &, int, const std::string &, i64, i64>(), nb::arg("path"),
              nb::arg("busy_timeout_ms"), nb::arg("synchronous"), nb::arg("cache_kib"), nb::arg("journal_size_limit"))
         .def("execute", &StoreDb::execute, nb::arg("sql"), nb::arg("params") = nb::tuple(),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bpe_store.cli.cli import app, main
+from bpe_store.cli.main import app, main
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECIAL = "<|endoftext|>"
@@ -23,7 +23,7 @@ def run(*args: str):
 
 
 def run_main(args: list, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    """Call ``bpe_store.cli.cli.main`` as the console script does: ``(exit code, stderr)``."""
+    """Call ``bpe_store.cli.main.main`` as the console script does: ``(exit code, stderr)``."""
     with pytest.raises(SystemExit) as exc:
         main([str(a) for a in args])
         raise SystemExit(0)

@@ -2,7 +2,7 @@
 
 Owns every command, its options and help, and how errors and signals become exit codes. From the top:
 
-- ``cli``: ``main``, the entry point; it imports the command modules, in the order ``--help`` lists
+- ``main``: ``main``, the entry point; it imports the command modules, in the order ``--help`` lists
   their commands;
 - one module per command group, each attaching its commands to the one app with ``@app.command()``:
   ``train_cmd`` (train), ``inspect_cmds`` (status, sql, show, why, report), ``tokenize_cmds``
@@ -12,6 +12,6 @@ Owns every command, its options and help, and how errors and signals become exit
 - ``app``: the Typer app and the ``db`` sub-app, help formatting, error -> exit code, shared options.
 
 A new command: a function decorated with ``@app.command()`` in the module of its group (or a new
-``*_cmds`` module, imported in ``cli``), as a thin layer over the wings below; nothing below imports
+``*_cmds`` module, imported in ``main``), as a thin layer over the wings below; nothing below imports
 the CLI.
 """

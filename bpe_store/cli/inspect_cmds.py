@@ -110,7 +110,7 @@ def status(
     \b
     Example: bpe-store status run.db --json
     """
-    from ..inspection.inspection import status as read_status
+    from ..inspection.answers import status as read_status
 
     _set_verbose(ctx, verbose)
     st = read_status(db)
@@ -141,8 +141,8 @@ def sql(
     \b
     Example: bpe-store sql run.db "SELECT * FROM merge_log LIMIT 10" --format csv
     """
-    from ..inspection.inspection import query as run_query
-    from ..inspection.inspection import write_query
+    from ..inspection.answers import query as run_query
+    from ..inspection.answers import write_query
 
     _set_verbose(ctx, verbose)
     if limit is not None and limit < 0:
@@ -185,8 +185,8 @@ def show(
     \b
     Example: bpe-store show run.db merges --limit 10
     """
-    from ..inspection.inspection import pairs_note
-    from ..inspection.inspection import show as read_show
+    from ..inspection.answers import pairs_note
+    from ..inspection.answers import show as read_show
 
     _set_verbose(ctx, verbose)
     columns, rows = read_show(db, what.value, limit, offset)
@@ -226,7 +226,7 @@ def why(
     \b
     Example: bpe-store why run.db ' the'
     """
-    from ..inspection.inspection import why as explain
+    from ..inspection.answers import why as explain
 
     _set_verbose(ctx, verbose)
     if by_id:

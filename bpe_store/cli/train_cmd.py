@@ -49,7 +49,7 @@ def resume_command(ctx: typer.Context) -> str:
 
 def _saved_summary(db: Path) -> str:
     """What a stopped run's store holds, in one line."""
-    from ..inspection.inspection import status
+    from ..inspection.answers import status
     from ..inspection.progress import format_bytes
 
     try:

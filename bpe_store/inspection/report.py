@@ -217,7 +217,7 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
     import numpy as np
 
     from ..tokenizer.tokenizer import Tokenizer
-    from .inspection import reading, splitter, status
+    from .answers import reading, splitter, status
 
     st = status(db)
     with reading(db) as store:

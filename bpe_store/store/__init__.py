@@ -9,7 +9,7 @@ read-only queries themselves). From the top:
 - ``store``: ``Store``, opening, creating, locking, closing a store and its transactions; its rows
   are read and written by its parts ``run_rows`` (the run, its inputs and chunks, checkpoints),
   ``counting_rows`` (counting's ``words``) and ``merging_rows`` (merges, vocabulary, pair counts).
-- ``bulk`` a bulk transaction's writer; ``store_db`` the native bulk path; ``migrate`` the Alembic
+- ``bulk`` a bulk transaction's writer; ``native_connection`` the native bulk path; ``migrate`` the Alembic
   migrations (shipped as ``bpe_store/migrations``); ``schema_check`` the check that a store's
   schema is exactly its revision's.
 - ``connection`` the SQLite connection, results and errors; ``files`` the store's file (lock,

@@ -17,7 +17,7 @@ from ..counting.count import PackedCounts
 from ..errors import StoreError
 from ..pauses import pause_for_tests as _test_pause
 from ..text.fingerprint import UNITS_HASH, add_units, unit_term
-from . import store_db
+from . import native_connection
 from .bulk import _PackedDeltas, _PackedWords, words_bulk
 from .connection import BUSY_TIMEOUT_MS, WAL_SIZE_LIMIT, now
 
@@ -298,8 +298,8 @@ class CountingRows:
             return self._read_native_words(ndb, sql.format(""))
         mid = top // 2
         try:
-            other = store_db.native_db(self.path, busy_timeout_ms=BUSY_TIMEOUT_MS, synchronous="OFF", cache_kib=0,
-                                       journal_size_limit=WAL_SIZE_LIMIT)
+            other = native_connection.connect(self.path, busy_timeout_ms=BUSY_TIMEOUT_MS, synchronous="OFF",
+                                              cache_kib=0, journal_size_limit=WAL_SIZE_LIMIT)
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
         upper: list = []  # the other thread's rows, or the exception it raised
@@ -331,9 +331,9 @@ class CountingRows:
             msg = f"{self.path}: the store's words are damaged ({exc}); start over with --restart"
             raise StoreError(msg) from None
         except Exception as exc:
-            if not store_db.is_native_error(exc):
+            if not native_connection.is_native_error(exc):
                 raise
-            err = store_db.to_sqlite_error(exc)
+            err = native_connection.to_sqlite_error(exc)
             raise self._error(err) from err
 
 

@@ -9,7 +9,7 @@ after a crash the file is at its last checkpoint; reads outside one take no lock
 statement's.
 
 Bulk writes (a merge checkpoint's words, pair counts, merges and vocabulary; a counting flush's
-words) go through ``bulk_transaction``: on a second, native connection (``bpe_store.store.store_db``,
+words) go through ``bulk_transaction``: on a second, native connection (``bpe_store.store.native_connection``,
 native/store_db.cpp) when there is one, else with ``executemany`` on plain tuples. Why the native
 path: binding one Python tuple per row in the driver was ~1.1-1.4 of ~4.7 CPU s of
 enwiki-100M -> 32K (442 K word rows, 426 K pair rows in the final checkpoint); the native
@@ -20,7 +20,7 @@ lifetime; a transaction runs wholly on it (all statements of a checkpoint, the r
 checkpoints rows too), so a checkpoint is still one transaction. The fallback runs where that
 library cannot be found or is another version (a static or Windows build, no native core), and
 with ``BPE_STORE_NATIVE_DB=0`` (tests compare the stores both write, row for row). Its SQLite
-errors become the same StoreError as the driver's (``store_db.to_sqlite_error``, ``_sqlite_error``).
+errors become the same StoreError as the driver's (``native_connection.to_sqlite_error``, ``_sqlite_error``).
 
 Why the ``sqlite3`` driver for every statement, and SQLAlchemy only for migrations (the one
 place that says it). The design card asks for SQLAlchemy where it helps (engine, schema check,
@@ -62,7 +62,7 @@ from ..errors import StoreError
 from ..interrupts import sqlite_call
 from ..pauses import pause_for_tests as _test_pause
 from ..temporaries import remove_stale, temp_name
-from . import migrate, store_db
+from . import migrate, native_connection
 from .bulk import BulkWriter
 from .connection import (
     APPLICATION_ID,
@@ -383,7 +383,7 @@ class Store(RunRows, CountingRows, MergingRows):
         return _Transaction(self, write=False)
 
     def _native(self) -> Any | None:
-        """The native connection for bulk writes (``bpe_store.store.store_db``), opened on first use and
+        """The native connection for bulk writes (``bpe_store.store.native_connection``), opened on first use and
         kept for the store's lifetime, with ``_configure``'s pragmas (``write_merge_rows`` sets
         the checkpoint cache, as on ``db``: from the first counting flush on it would stay resident);
         None when the native path is not available here (or the store is read-only): bulk writes
@@ -391,7 +391,7 @@ class Store(RunRows, CountingRows, MergingRows):
         if self._ndb is None and not self._ndb_tried and not self.readonly and self.db is not None:
             self._ndb_tried = True
             try:
-                self._ndb = store_db.native_db(self.path, busy_timeout_ms=BUSY_TIMEOUT_MS,
+                self._ndb = native_connection.connect(self.path, busy_timeout_ms=BUSY_TIMEOUT_MS,
                                                synchronous="FULL" if self.durable else "OFF",
                                                cache_kib=0, journal_size_limit=WAL_SIZE_LIMIT)
             except sqlite3.Error as exc:
@@ -443,9 +443,9 @@ class Store(RunRows, CountingRows, MergingRows):
                         pass
                 raise
         except Exception as exc:
-            if not store_db.is_native_error(exc):
+            if not native_connection.is_native_error(exc):
                 raise
-            err = store_db.to_sqlite_error(exc)
+            err = native_connection.to_sqlite_error(exc)
             raise self._error(err) from err
         self._truncate_wal()
 

@@ -113,7 +113,7 @@ def test_train_options_have_one_source():
 
     import typer.main
 
-    from bpe_store.cli.cli import app
+    from bpe_store.cli.main import app
 
     fields = {f.name: f.default for f in dataclasses.fields(TrainOptions)}
     keywords = {name: p.default for name, p in inspect.signature(train).parameters.items()

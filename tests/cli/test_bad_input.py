@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, SMALL_TEXT, shared_file, stopped_run, store_dump
 
 from bpe_store import InputError, ResumeMismatch, Store, StoreError, train
-from bpe_store.cli.cli import main
+from bpe_store.cli.main import main
 
 SPECIAL = ["<|endoftext|>"]
 

@@ -13,8 +13,8 @@ import typer
 from cli_helpers import ROOT, env, run, run_sub
 
 from bpe_store import errors
-from bpe_store.cli.cli import app
 from bpe_store.cli.input_args import expand_inputs
+from bpe_store.cli.main import app
 from bpe_store.cli.output import Format, render
 from bpe_store.cli.train_cmd import resume_command
 
@@ -131,7 +131,7 @@ def test_verbose_shows_the_traceback(tmp_path):
 
 
 def test_an_unexpected_error_is_one_line_and_exit_1(tmp_path, monkeypatch):
-    import bpe_store.inspection.inspection as inspect_mod
+    import bpe_store.inspection.answers as inspect_mod
 
     def boom(*_a, **_k):
         raise RuntimeError("something broke")

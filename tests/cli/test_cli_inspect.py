@@ -15,7 +15,7 @@ from cli_helpers import SPECIAL, cli_cmd, env, run
 from conftest import SMALL_TEXT
 
 from bpe_store.errors import Interrupted, StoreError
-from bpe_store.inspection import inspection
+from bpe_store.inspection import answers
 from bpe_store.store import migrate
 from bpe_store.store.store import Store
 from bpe_store.training.train import read_result, train
@@ -123,12 +123,12 @@ def test_status_and_the_progress_view_answer_from_summaries_equal_to_full_counts
     import sqlite3
 
     db = request.getfixturevalue(which)
-    st = inspection.status(db)
+    st = answers.status(db)
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     words, merges = con.execute("SELECT (SELECT count(*) FROM words), (SELECT count(*) FROM merges)").fetchone()
     con.close()
     assert words > 0 and st["words"] == words and st["merges_done"] == merges
-    columns, rows = inspection.sql(db, "SELECT * FROM progress")
+    columns, rows = answers.sql(db, "SELECT * FROM progress")
     got = dict(zip(columns, rows[0]))
     assert got["words"] == words and got["merges_done"] == merges and got["merges_target"] == TARGET
     assert got["phase"] == st["phase"] and got["chunks_counted"] == st["counting"]["chunks_done"]
@@ -202,7 +202,7 @@ def test_sql_memory_does_not_grow_with_rows(store_path):
     if not Path("/proc/self/status").exists():
         pytest.skip("needs /proc (Linux) to read the process's own peak memory")
     # VmHWM, not ru_maxrss: the latter keeps the forking pytest's peak across exec
-    script = ("import re, sys; from bpe_store.cli.cli import main\n"
+    script = ("import re, sys; from bpe_store.cli.main import main\n"
               "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
               "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1), file=sys.stderr)")
     q = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {}) "
@@ -388,8 +388,8 @@ def test_readers_see_consistent_snapshots_while_a_run_writes(tmp_path):
                 time.sleep(0.01)
                 continue
             try:
-                _, rows = inspection.sql(db, CONSISTENCY)
-                st = inspection.status(db) if rows[0][4] is not None else None
+                _, rows = answers.sql(db, CONSISTENCY)
+                st = answers.status(db) if rows[0][4] is not None else None
             except StoreError:
                 if seen_any:
                     raise
@@ -425,7 +425,7 @@ def test_readers_see_consistent_snapshots_while_a_run_writes(tmp_path):
 def test_status_counts_a_wal_that_vanishes_as_it_looks(tmp_path, monkeypatch):
     """A run that closes removes its WAL: status, looking at the store meanwhile, counts it 0
     (it once found the file, then failed to stat it: FileNotFoundError under load)."""
-    from bpe_store.inspection import inspection as insp
+    from bpe_store.inspection import answers as insp
 
     db = tmp_path / "s.db"
     db.write_bytes(b"x" * 100)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bpe_store.counting.count import PackedCounts
-from bpe_store.store import store_db
+from bpe_store.store import native_connection
 from bpe_store.store.store import Store
 from bpe_store.training.train import train
 
@@ -63,7 +63,7 @@ def _packed(parts: list[dict[bytes, int]]) -> PackedCounts:
 
 @pytest.mark.parametrize("native", ["1", "0"])
 def test_packed_flushes_store_the_summed_counts(tmp_path, monkeypatch, native):
-    monkeypatch.setenv(store_db.ENV, native)
+    monkeypatch.setenv(native_connection.ENV, native)
     db = tmp_path / "p.db"
     store = _empty_store(db)
     try:

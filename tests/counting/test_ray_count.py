@@ -183,7 +183,7 @@ def test_ray_flag_takes_an_address_only_when_it_looks_like_one(tmp_path):
 def test_ray_missing_says_how_to_install(tmp_path):
     # runs without ray too: the import is made to fail
     db = tmp_path / "x.db"
-    code = ("import sys; sys.modules['ray'] = None; from bpe_store.cli.cli import main; "
+    code = ("import sys; sys.modules['ray'] = None; from bpe_store.cli.main import main; "
             f"main(['train', {str(FIXTURE)!r}, '--db', {str(db)!r}, '--vocab-size', '300', '--ray'])")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60)
     assert p.returncode == 2

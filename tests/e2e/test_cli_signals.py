@@ -17,7 +17,7 @@ import pytest
 from cli_helpers import SPECIAL, cli_cmd, env, run
 from conftest import SMALL_TEXT
 
-from bpe_store.inspection import inspection
+from bpe_store.inspection import answers
 from bpe_store.store.store import Store
 from bpe_store.training.train import read_result, train
 
@@ -140,7 +140,7 @@ def test_a_second_sigint_stops_at_once_at_the_last_checkpoint(tmp_path, referenc
     assert time.monotonic() - t0 < 30
     assert "SIGINT: stopped" in out and "Resume with:" in out
     at_a_checkpoint(db)
-    state = inspection.status(db)["sessions"][-1]["state"]
+    state = answers.status(db)["sessions"][-1]["state"]
     assert state == ("ended abruptly" if "stopped at once" in out else "interrupted")
     r = run(*train_args(db)[:-2], "--quiet", "--checkpoint-merges", "2000")
     assert r.exit_code == 0, r.output
@@ -191,7 +191,7 @@ def test_sigint_while_counting_keeps_the_counted_chunks(tmp_path, reference):
         assert store.run_row()["phase"] == "counting"
     assert 0 < counted < total
     assert f"holds {counted} of {total} chunks counted" in rest
-    st = inspection.status(db)
+    st = answers.status(db)
     assert st["phase"] == "counting" and st["speed_unit"] == "bytes/s" and st["eta_s"] > 0
     assert 0 < st["counting"]["bytes_done"] < st["counting"]["bytes_total"]
     r = run(*argv[:-4], "--quiet", "--checkpoint-merges", "2000")

@@ -17,7 +17,7 @@ from cli_helpers import SPECIAL, env
 from conftest import FIXTURES, stopped_run, store_contents
 
 from bpe_store import Interrupted, Store, read_result, train
-from bpe_store.inspection import inspection
+from bpe_store.inspection import answers
 from bpe_store.training import wal_watch
 
 CORPUS = FIXTURES / "enwiki-1M.txt"
@@ -116,7 +116,7 @@ def test_a_reader_through_merging_and_the_end_bounds_the_wal_and_changes_no_resu
             assert r.merges == read_result(s).merges
         assert 0 < peak[0] <= BOUND, peak[0]
         assert {"checkpoint", "final checkpoint"} <= set(deferred)
-        st = inspection.status(db)
+        st = answers.status(db)
         assert st["wal_blocked"] and "defers full checkpoints" in st["wal_note"]
         assert "its last checkpoint only logged the merges" in st["wal_note"]
         with Store.open(db, readonly=True) as s:  # a finished run, with its working state kept
@@ -127,7 +127,7 @@ def test_a_reader_through_merging_and_the_end_bounds_the_wal_and_changes_no_resu
     r = train([CORPUS], db, VOCAB, [SPECIAL], **OPTIONS)
     assert store_contents(db) == store_contents(clean)
     assert wal_size(db) == 0
-    assert inspection.status(db)["wal_note"] is None
+    assert answers.status(db)["wal_note"] is None
 
 
 def test_a_reader_through_counting_defers_the_flushes_and_changes_no_result(tmp_path, clean, counting_reader):
@@ -172,7 +172,7 @@ def test_a_reader_at_the_start_of_merging_leaves_the_pair_counts_to_the_first_ch
             assert s.run_row()["phase"] == "merging" and s.state_merges() == 0
             assert s.sql("SELECT count(*) FROM pair_counts").scalar() == 0 and s.pairs_merges() is None
             assert s.sql("SELECT count(*) FROM merges").scalar() >= 30  # logged
-        assert "left to the first full checkpoint" in inspection.status(db)["pairs"]["note"]
+        assert "left to the first full checkpoint" in answers.status(db)["pairs"]["note"]
     finally:
         reader.leave()
     train([CORPUS], db, VOCAB, [SPECIAL], **OPTIONS)

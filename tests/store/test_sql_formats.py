@@ -1,4 +1,4 @@
-"""``bpe-store sql --format csv|json|jsonl`` formats rows natively (``inspection.write_query``):
+"""``bpe-store sql --format csv|json|jsonl`` formats rows natively (``answers.write_query``):
 the same text as the Python path (``query`` + ``write_rows``), streamed, at about the speed of
 ``sqlite3 -csv``."""
 
@@ -16,7 +16,7 @@ from conftest import SMALL_TEXT
 
 from bpe_store import train
 from bpe_store.cli.output import Format, write_rows
-from bpe_store.inspection import inspection
+from bpe_store.inspection import answers
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ QUERIES = [
 
 def python_path(db: Path, statement: str, fmt: str, limit: int | None = None) -> bytes:
     buf = io.StringIO()
-    with inspection.query(db, statement) as (columns, rows):
+    with answers.query(db, statement) as (columns, rows):
         import itertools
 
         write_rows(buf, columns, itertools.islice(rows, limit), Format(fmt))
@@ -55,11 +55,11 @@ def python_path(db: Path, statement: str, fmt: str, limit: int | None = None) ->
 def test_native_rows_equal_the_python_path(db, tmp_path, statement, fmt):
     out = tmp_path / "out"
     with open(out, "wb") as f:
-        n = inspection.write_query(db, statement, f, fmt)
+        n = answers.write_query(db, statement, f, fmt)
     assert n is not None  # the native path ran
     assert out.read_bytes() == python_path(db, statement, fmt)
     with open(out, "wb") as f:
-        assert inspection.write_query(db, statement, f, fmt, limit=2) == min(n, 2)
+        assert answers.write_query(db, statement, f, fmt, limit=2) == min(n, 2)
     assert out.read_bytes() == python_path(db, statement, fmt, 2)
 
 

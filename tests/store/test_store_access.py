@@ -26,7 +26,7 @@ from conftest import ROOT, shared_file, tmpfs
 
 from bpe_store import Store, StoreError, Tokenizer, train
 from bpe_store.errors import Interrupted
-from bpe_store.inspection import inspection
+from bpe_store.inspection import answers
 
 VOCAB = 300
 
@@ -49,10 +49,10 @@ def test_any_file_name_opens_that_file(tmp_path, trained, name):
     shutil.copy(trained, db)
     # a decoy where the unescaped URI of the old code pointed (`run#1.db` read `run`)
     before = sorted(os.listdir(tmp_path))
-    st = inspection.status(db)
+    st = answers.status(db)
     assert st["merges_done"] == VOCAB - 257 and st["path"] == str(db)
-    assert inspection.sql(db, "SELECT count(*) FROM merges")[1] == [(VOCAB - 257,)]
-    assert inspection.show(db, "merges", 1)[1]
+    assert answers.sql(db, "SELECT count(*) FROM merges")[1] == [(VOCAB - 257,)]
+    assert answers.show(db, "merges", 1)[1]
     assert len(Tokenizer.from_store(db).encode("hello world")) > 0
     for args in (["status", db], ["show", db, "vocab", "-n", "1"], ["sql", db, "SELECT 1"]):
         r = run(*args)
@@ -268,7 +268,7 @@ def test_a_reader_keeps_the_wal_and_releasing_it_lets_it_shrink(tmp_path):
     assert events and all(e["wal_blocked"] for e in events)
     blocked_size = events[-1]["wal_bytes"]
     assert blocked_size > 0
-    st = inspection.status(db)
+    st = answers.status(db)
     assert st["wal_blocked"] and st["wal_bytes"] >= blocked_size and st["wal_note"]
     assert "reader holds an old snapshot" in run("status", db).stdout
     assert reader.execute("SELECT count(*) FROM merges").fetchone()[0] == held
@@ -281,7 +281,7 @@ def test_a_reader_keeps_the_wal_and_releasing_it_lets_it_shrink(tmp_path):
     assert not events[-1]["wal_blocked"] and events[-1]["wal_bytes"] == 0
     wal = Path(f"{db}-wal")
     assert not wal.exists() or wal.stat().st_size < blocked_size
-    assert not inspection.status(db)["wal_blocked"]
+    assert not answers.status(db)["wal_blocked"]
 
 
 def test_the_wal_is_bounded(tmp_path, trained):

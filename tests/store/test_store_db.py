@@ -1,4 +1,4 @@
-"""The store's native bulk path (``bpe_store.store.store_db``, native/store_db.cpp): it writes exactly
+"""The store's native bulk path (``bpe_store.store.native_connection``, native/store_db.cpp): it writes exactly
 what the ``executemany`` fallback writes, uses the SQLite library Python's ``sqlite3`` uses (so the
 two connections see each other's locks), and fails with the same errors as the driver."""
 
@@ -14,7 +14,7 @@ from test_merge_engine import listed
 
 from bpe_store import train
 from bpe_store.errors import StoreError
-from bpe_store.store import bulk, connection, counting_rows, merging_rows, store_db
+from bpe_store.store import bulk, connection, counting_rows, merging_rows, native_connection
 from bpe_store.store import store as store_mod
 from bpe_store.store.bulk import BulkWriter
 from bpe_store.store.store import Store
@@ -44,14 +44,15 @@ def tables(db) -> dict[str, list[tuple]]:
 def test_the_native_path_is_available_here():
     """CI builds the native core on Linux with a dynamically linked _sqlite3: the fast path must
     be taken there, not silently fall back."""
-    assert store_db.available()
+    assert native_connection.available()
 
 
 def test_the_native_path_needs_the_drivers_own_sqlite_at_3_33_or_later():
     # UPDATE ... FROM (the bulk statements) is SQLite 3.33.0's: an older library takes the fallback
-    assert store_db.usable_version(3_033_000, (3, 33, 0)) and store_db.usable_version(3_045_001, (3, 45, 1))
-    assert not store_db.usable_version(3_031_001, (3, 31, 1))  # Ubuntu 20.04's
-    assert not store_db.usable_version(3_040_001, (3, 40, 0))  # another copy of SQLite than the driver's
+    usable = native_connection.usable_version
+    assert usable(3_033_000, (3, 33, 0)) and usable(3_045_001, (3, 45, 1))
+    assert not native_connection.usable_version(3_031_001, (3, 31, 1))  # Ubuntu 20.04's
+    assert not native_connection.usable_version(3_040_001, (3, 40, 0))  # another copy of SQLite than the driver's
 
 
 @pytest.mark.parametrize("kw", [
@@ -72,7 +73,7 @@ def test_native_and_fallback_write_the_same_store(tmp_path, corpus, monkeypatch,
     monkeypatch.setattr(BulkWriter, "executemany", spy)
     results = {}
     for native in (True, False):
-        monkeypatch.setenv(store_db.ENV, "1" if native else "0")
+        monkeypatch.setenv(native_connection.ENV, "1" if native else "0")
         used.clear(), bulk_used.clear()
         db = tmp_path / f"native-{native}.db"
         results[native] = train([corpus], db, 420, SPECIAL, checkpoint_merges=20, **kw)
@@ -86,9 +87,9 @@ def test_a_native_resume_of_a_fallback_store_is_identical(tmp_path, corpus, monk
     """Stores are one format: a run stopped on one path and resumed on the other ends the same."""
     full = train([corpus], tmp_path / "full.db", 420, SPECIAL, checkpoint_merges=20)
     db = tmp_path / "run.db"
-    monkeypatch.setenv(store_db.ENV, "0")
+    monkeypatch.setenv(native_connection.ENV, "0")
     train([corpus], db, 300, SPECIAL, checkpoint_merges=20)
-    monkeypatch.setenv(store_db.ENV, "1")
+    monkeypatch.setenv(native_connection.ENV, "1")
     r = train([corpus], db, 420, SPECIAL, checkpoint_merges=20)
     assert r.merges == full.merges and r.merge_counts == full.merge_counts
 
@@ -123,10 +124,10 @@ def test_the_native_connection_shares_pythons_sqlite_and_its_locks(trained_store
 def test_the_fallback_is_taken_when_turned_off(trained_store, tmp_path, monkeypatch):
     db = tmp_path / "run.db"
     shutil.copy(trained_store, db)
-    monkeypatch.setenv(store_db.ENV, "0")
+    monkeypatch.setenv(native_connection.ENV, "0")
     with Store.open(db) as store:
         assert store._native() is None
-    monkeypatch.setenv(store_db.ENV, "1")
+    monkeypatch.setenv(native_connection.ENV, "1")
     with Store.open(db, readonly=True) as store:
         assert store._native() is None  # reading commands never open it
 
@@ -155,11 +156,12 @@ def test_native_errors_are_the_drivers(tmp_path, statement, params):
     con.execute(f"PRAGMA max_page_count = {pages}")
     with pytest.raises(sqlite3.Error) as driver:
         con.execute(statement, params)
-    ndb = store_db.native_db(db, busy_timeout_ms=0, synchronous="FULL", cache_kib=1024, journal_size_limit=1 << 20)
+    ndb = native_connection.connect(db, busy_timeout_ms=0, synchronous="FULL", cache_kib=1024,
+                                    journal_size_limit=1 << 20)
     ndb.execute(f"PRAGMA max_page_count = {pages}")
     with pytest.raises(_core.SqliteError) as native:
         ndb.execute(statement, params)
-    err = store_db.to_sqlite_error(native.value)
+    err = native_connection.to_sqlite_error(native.value)
     assert type(err) is type(driver.value)
     assert str(err) == str(driver.value)
     assert err.sqlite_errorcode == driver.value.sqlite_errorcode
@@ -177,7 +179,7 @@ def _checkpoint_of(store: Store, words: int) -> dict:
 def _fail_checkpoint(trained_store, tmp_path, monkeypatch, native: bool, setup, unchanged: bool = True) -> str:
     """Copy the store, break it with ``setup(store)``, write a checkpoint: its error, the path
     replaced by DB; and check (``unchanged``) the store is still at its last checkpoint."""
-    monkeypatch.setenv(store_db.ENV, "1" if native else "0")
+    monkeypatch.setenv(native_connection.ENV, "1" if native else "0")
     db = tmp_path / f"native-{native}.db"
     shutil.copy(trained_store, db)
     with Store.open(db) as store:
@@ -327,7 +329,7 @@ def test_damaged_words_are_refused_the_same_on_both_paths(stopped_store, tmp_pat
     statement, expected = DAMAGED[kind]
     errors = []
     for native in (True, False):
-        monkeypatch.setenv(store_db.ENV, "1" if native else "0")
+        monkeypatch.setenv(native_connection.ENV, "1" if native else "0")
         db = tmp_path / f"native-{native}.db"
         shutil.copy(stopped_store, db)
         con = sqlite3.connect(db)
@@ -365,7 +367,7 @@ def test_a_kill_inside_a_native_checkpoint_resumes_to_the_uninterrupted_result(t
     expected = train([corpus], tmp_path / "whole.db", 420, SPECIAL, checkpoint_merges=40)
     db = tmp_path / "killed.db"
     kill_when_paused([sys.executable, "-c", RUNNER, str(corpus), str(db)], f"checkpoint:{checkpoint}",
-                     {**os.environ, store_db.ENV: "1"})
+                     {**os.environ, native_connection.ENV: "1"})
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     merges = con.execute("SELECT count(*) FROM merges").fetchone()[0]
     last = con.execute("SELECT max(merges_done) FROM checkpoints WHERE phase = 'merging'").fetchone()[0]
@@ -385,7 +387,7 @@ def test_an_io_error_maps_as_the_drivers_does():
     from bpe_store import _core
     from bpe_store.store.connection import _sqlite_error
 
-    err = store_db.to_sqlite_error(_core.SqliteError(266, "disk I/O error"))
+    err = native_connection.to_sqlite_error(_core.SqliteError(266, "disk I/O error"))
     assert type(err) is sqlite3.OperationalError and err.sqlite_errorcode == 266
     assert str(_sqlite_error(Path("x.db"), err)) == "x.db: SQLite error: disk I/O error"
 
@@ -397,7 +399,7 @@ def test_the_native_connection_is_not_closed_under_a_running_statement(tmp_path)
     con = sqlite3.connect(db)
     con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")
     con.close()
-    ndb = store_db.native_db(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
+    ndb = native_connection.connect(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
 
     def rows():
         yield (1,)
@@ -431,7 +433,7 @@ def test_a_bulk_statement_stores_what_the_per_row_statement_stores(tmp_path):
     con.executemany("INSERT INTO t (id, a, b) VALUES (?, ?, ?)", rows)
     want = con.execute("SELECT id, a, typeof(a), b, typeof(b) FROM t ORDER BY id").fetchall()
     con.execute("DELETE FROM t")
-    ndb = store_db.native_db(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
+    ndb = native_connection.connect(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
     assert ndb.bulk("INSERT INTO t (id, a, b) SELECT p1, p2, p3 FROM bpe_store_rows", rows) == len(rows)
     assert con.execute("SELECT id, a, typeof(a), b, typeof(b) FROM t ORDER BY id").fetchall() == want
     # UPDATE ... FROM: the same as the per-row UPDATE
@@ -455,10 +457,11 @@ def test_a_failing_bulk_statement_is_the_per_row_statements_error(tmp_path):
                 con.executemany("INSERT INTO t (id, a, b) VALUES (?, ?, ?)", rows)
             finally:
                 con.execute("ROLLBACK")
-        ndb = store_db.native_db(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
+        ndb = native_connection.connect(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0,
+                                        journal_size_limit=1 << 20)
         with pytest.raises(_core.SqliteError) as native:
             ndb.bulk("INSERT INTO t (id, a, b) SELECT p1, p2, p3 FROM bpe_store_rows", rows)
-        err = store_db.to_sqlite_error(native.value)
+        err = native_connection.to_sqlite_error(native.value)
         assert (type(err), str(err), err.sqlite_errorcode) == (
             type(driver.value), str(driver.value), driver.value.sqlite_errorcode)
         assert con.execute("SELECT id FROM t").fetchall() == [(3,)]
@@ -472,7 +475,7 @@ def test_bpe_store_rows_exist_only_inside_a_bulk_call(tmp_path):
     from bpe_store import _core
 
     db, con = _table_db(tmp_path)
-    ndb = store_db.native_db(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
+    ndb = native_connection.connect(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
     with pytest.raises(_core.SqliteError):
         ndb.execute("SELECT p1 FROM bpe_store_rows")
     with pytest.raises(_core.SqliteError, match="no such parameter"):
@@ -500,7 +503,7 @@ def test_packed_words_are_written_whole_or_not_at_all(tmp_path):
     db = tmp_path / "w.db"
     con = sqlite3.connect(db, isolation_level=None)
     con.execute("CREATE TABLE words (id INTEGER PRIMARY KEY, bytes BLOB NOT NULL, count INTEGER NOT NULL)")
-    ndb = store_db.native_db(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
+    ndb = native_connection.connect(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
     sql = "INSERT INTO words (id, bytes, count) SELECT p1, p2, p3 FROM bpe_store_rows"
     counts = {b"the": 5, b"": 1, bytes(range(256)) * 40: 2**63 - 1, b" a": 7}
     assert ndb.bulk_packed_words(sql, _core.pack_counts(counts), 10) == 4
@@ -523,7 +526,7 @@ def test_a_lookup_scan_updates_what_update_from_updates(tmp_path, changed):
     db, con = _table_db(tmp_path)
     con.executemany("INSERT INTO t (id, a, b) VALUES (?, ?, ?)", [(i, None, f"w{i}") for i in range(1, 9)])
     rows = [(bytes([i]) * i, i) for i in changed]
-    ndb = store_db.native_db(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
+    ndb = native_connection.connect(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
     ndb.bulk("UPDATE t SET a = r.p1 FROM bpe_store_rows AS r WHERE t.id = r.p2", rows)
     want = con.execute("SELECT id, a, b FROM t ORDER BY id").fetchall()
     con.execute("UPDATE t SET a = NULL")
@@ -549,7 +552,7 @@ def test_a_lookup_needs_rows_in_key_order_inside_a_bulk_call(tmp_path):
 
     db, con = _table_db(tmp_path)
     con.execute("INSERT INTO t (id, a, b) VALUES (1, NULL, 'x'), (2, NULL, 'y')")
-    ndb = store_db.native_db(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
+    ndb = native_connection.connect(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
     scan = "UPDATE t SET a = bpe_store_lookup(id) WHERE bpe_store_lookup(id) IS NOT NULL"
     with pytest.raises(_core.SqliteError, match="no bulk statement"):
         ndb.execute(scan)
@@ -574,9 +577,9 @@ def test_flushes_and_checkpoints_write_the_same_store_with_the_lookup_scan_or_up
     checkpoint every 20 merges (few words change in each after the first), stores exactly what the
     fallback's per-row statements store."""
     kw = dict(workers=1, checkpoint_merges=20, chunk_size=4096, count_flush_seconds=0)
-    monkeypatch.setenv(store_db.ENV, "0")
+    monkeypatch.setenv(native_connection.ENV, "0")
     train([corpus], tmp_path / "fallback.db", 400, SPECIAL, **kw)
-    monkeypatch.setenv(store_db.ENV, "1")
+    monkeypatch.setenv(native_connection.ENV, "1")
     monkeypatch.setattr(bulk, "_WORDS_SCAN_SHARE", share)
     bulks = []
     real = BulkWriter.executemany

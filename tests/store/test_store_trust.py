@@ -22,7 +22,7 @@ from cli_helpers import SPECIAL, cli_cmd, env, run
 from conftest import store_dump
 
 from bpe_store import ResumeMismatch, Store, StoreError, Tokenizer, train
-from bpe_store.inspection import inspection
+from bpe_store.inspection import answers
 
 VOCAB = 300
 
@@ -87,7 +87,7 @@ def test_schema_code_is_never_trusted(pristine):
 
 def test_analyze_statistics_are_allowed(tmp_path, pristine):
     db = tampered(tmp_path, pristine, "ANALYZE")
-    assert inspection.status(db)["merges_done"] == VOCAB - 257
+    assert answers.status(db)["merges_done"] == VOCAB - 257
 
 
 # -- the run row and other contents ----------------------------------------------------------------
@@ -211,7 +211,7 @@ def test_sql_still_reads_schema_pragmas(pristine):
 def test_sql_values_are_bounded(pristine):
     # peak RSS from VmHWM (this process image's own): ru_maxrss would include the forking
     # pytest process's peak, which a child inherits
-    code = ("import re, sys; from bpe_store.cli.cli import main\n"
+    code = ("import re, sys; from bpe_store.cli.main import main\n"
             "try:\n    main(['sql', sys.argv[1], 'SELECT length(randomblob(900000000))'])\n"
             "except SystemExit as e:\n"
             "    hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())\n"
@@ -227,12 +227,12 @@ def test_a_long_query_stops_at_its_time_limit(pristine):
     forever = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
     t0 = time.monotonic()
     with (pytest.raises(StoreError, match="longer than 0.5 s"),
-          inspection.query(pristine, forever, timeout=0.5) as (_, rows)):
+          answers.query(pristine, forever, timeout=0.5) as (_, rows)):
         list(rows)
     with pytest.raises(StoreError, match="longer than 0.2 s"):
-        inspection.sql(pristine, forever, timeout=0.2)
+        answers.sql(pristine, forever, timeout=0.2)
     assert time.monotonic() - t0 < 10
-    assert inspection.sql(pristine, "SELECT 1", timeout=5) == (["1"], [(1,)])  # the limit ends with the call
+    assert answers.sql(pristine, "SELECT 1", timeout=5) == (["1"], [(1,)])  # the limit ends with the call
 
 
 FOREVER = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
@@ -315,8 +315,8 @@ def test_a_swallowed_ctrl_c_still_stops_the_next_query(pristine, monkeypatch):
         CtrlCInDel()  # collected at once: the handler's KeyboardInterrupt is raised in __del__
         assert ignored == [KeyboardInterrupt]
         with pytest.raises(KeyboardInterrupt):
-            inspection.sql(pristine, FOREVER, timeout=10)
-        assert inspection.sql(pristine, "SELECT 1") == (["1"], [(1,)])  # it stopped one statement
+            answers.sql(pristine, FOREVER, timeout=10)
+        assert answers.sql(pristine, "SELECT 1") == (["1"], [(1,)])  # it stopped one statement
 
 
 @pytest.mark.parametrize("callback", ["authorizer", "progress handler"])
@@ -326,7 +326,7 @@ def test_ctrl_c_inside_a_sqlite_callback_is_an_interrupt(pristine, monkeypatch, 
     turned a KeyboardInterrupt into SQLITE_DENY) nor a query that goes on."""
     from bpe_store.store import connection as store_module
 
-    cls = inspection._ReadOnlyAuthorizer if callback == "authorizer" else store_module._Guard
+    cls = answers._ReadOnlyAuthorizer if callback == "authorizer" else store_module._Guard
     original = cls.__call__
     fired = []
 

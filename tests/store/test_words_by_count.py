@@ -17,7 +17,7 @@ from cli_helpers import SPECIAL
 from conftest import FIXTURES, SMALL_TEXT
 
 from bpe_store.errors import StoreError
-from bpe_store.inspection import inspection
+from bpe_store.inspection import answers
 from bpe_store.store import merging_rows, migrate
 from bpe_store.store.store import Store
 from bpe_store.training.train import train
@@ -75,7 +75,7 @@ def test_top_words_reads_the_index_instead_of_sorting_every_word(stores):
             plan = " / ".join(r[3] for r in con.execute("EXPLAIN QUERY PLAN " + q))
             assert "USING INDEX words_by_count" in plan and "TEMP B-TREE" not in plan, plan
         plan = " / ".join(r[3] for r in con.execute(
-            "EXPLAIN QUERY PLAN " + inspection.SHOW_QUERIES["words"], (20, 0)))
+            "EXPLAIN QUERY PLAN " + answers.SHOW_QUERIES["words"], (20, 0)))
         assert "USING INDEX words_by_count" in plan, plan  # ties by bytes: sorted within a count only
     finally:
         con.close()
@@ -87,13 +87,13 @@ def test_the_same_rows_in_the_same_order_with_the_index_or_without(stores):
     assert len({c for _, c, *_ in want}) < len(want)  # there are ties to order
     assert reference_top_words(big) == want
     for db in stores:
-        assert inspection.sql(db, TOP_WORDS)[1] == want
+        assert answers.sql(db, TOP_WORDS)[1] == want
         for limit in (1, 20, 500):
-            assert inspection.sql(db, f"{TOP_WORDS} LIMIT {limit}")[1] == want[:limit]
-    shown = [inspection.show(db, "words", limit=10_000)[1] for db in stores]
+            assert answers.sql(db, f"{TOP_WORDS} LIMIT {limit}")[1] == want[:limit]
+    shown = [answers.show(db, "words", limit=10_000)[1] for db in stores]
     assert shown[0] == shown[1]
     assert [(w, c) for w, c, *_ in shown[0]] == sorted(((w, c) for w, c, *_ in shown[0]), key=lambda r: (-r[1], r[0]))
-    assert [inspection.show(db, "words", limit=7, offset=30)[1] for db in stores] == [shown[0][30:37]] * 2
+    assert [answers.show(db, "words", limit=7, offset=30)[1] for db in stores] == [shown[0][30:37]] * 2
 
 
 def test_a_wrong_index_of_that_name_is_refused(stores, tmp_path):
@@ -128,7 +128,7 @@ def test_an_upgrade_builds_the_index_for_a_big_store_past_counting(tmp_path):
     assert has_index(db)
     with Store.open(db, readonly=True) as s:
         assert s.revision == migrate.SCHEMA_HEAD
-    assert inspection.sql(db, TOP_WORDS)[1] == reference_top_words(db)
+    assert answers.sql(db, TOP_WORDS)[1] == reference_top_words(db)
     from alembic import command
 
     with Store.open(db) as s:

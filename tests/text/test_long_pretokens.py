@@ -174,7 +174,7 @@ def test_an_older_store_keeps_no_limit(tmp_path):
 
     old = tmp_path / "old.db"
     old.write_bytes((FIXTURES / "v0_1_0.db").read_bytes())
-    from bpe_store.cli.cli import main
+    from bpe_store.cli.main import main
 
     with pytest.raises(SystemExit) as e:
         main(["db", "upgrade", str(old)])

@@ -15,7 +15,7 @@ from conftest import SMALL_TEXT
 from typer.testing import CliRunner
 
 from bpe_store import Tokenizer, train
-from bpe_store.cli.cli import app
+from bpe_store.cli.main import app
 
 
 @pytest.fixture(scope="module")

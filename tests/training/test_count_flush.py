@@ -18,7 +18,7 @@ import bpe_store.store.counting_rows as counting_rows
 from bpe_store import train
 from bpe_store._version import __version__
 from bpe_store.errors import StoreError
-from bpe_store.store import store_db
+from bpe_store.store import native_connection
 from bpe_store.store.counting_rows import PyWordIds
 from bpe_store.store.params import RunParams
 from bpe_store.store.store import Store
@@ -150,7 +150,7 @@ def test_a_failed_flush_changes_nothing_and_the_next_one_is_right(tmp_path, monk
 
 @pytest.mark.parametrize("native", [True, False])
 def test_a_store_whose_word_ids_are_damaged_is_refused_at_the_next_flush(tmp_path, monkeypatch, native):
-    monkeypatch.setenv(store_db.ENV, "1" if native else "0")  # the word map read natively or by sqlite3
+    monkeypatch.setenv(native_connection.ENV, "1" if native else "0")  # the word map read natively or by sqlite3
     db = tmp_path / "s.db"
     with _new_store(db) as store:
         store.add_word_counts(Counter({b"a": 1, b"b": 2}), [(1, 3)], 1.0)
@@ -174,7 +174,7 @@ def test_a_resumed_flush_reads_the_word_map_natively_in_batches_as_sqlite3_does(
     monkeypatch.setattr(counting_rows, "_WORD_LOAD_BATCH", 3)
     loaded = {}
     for native in (True, False):
-        monkeypatch.setenv(store_db.ENV, "1" if native else "0")
+        monkeypatch.setenv(native_connection.ENV, "1" if native else "0")
         with Store.open(db) as store:
             assert (store._native() is not None) == native
             words = store._load_words()

@@ -22,7 +22,7 @@ from test_merge_engine import KINDS, SPECIALS, byte_vocab, listed, needs_native,
 
 from bpe_store import train
 from bpe_store.bpe import replay_ranks, replay_word
-from bpe_store.inspection.inspection import splitter
+from bpe_store.inspection.answers import splitter
 from bpe_store.store import migrate
 from bpe_store.store.counting_rows import unpack_tokens
 from bpe_store.store.store import Store

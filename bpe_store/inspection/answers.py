@@ -580,9 +580,9 @@ def write_query(path: str | os.PathLike, statement: str, out: Any, fmt: str, lim
     connection of its own. Returns the number of rows, or None when this path does not apply
     (another format, a statement that is not a SELECT/WITH/VALUES, no native core, a store opened
     as immutable): the caller then uses ``query``."""
-    from ..store import store_db
+    from ..store import native_connection
 
-    if fmt not in _NATIVE_FORMATS or not _ROWS_STATEMENT.match(statement) or not store_db.can_write_query():
+    if fmt not in _NATIVE_FORMATS or not _ROWS_STATEMENT.match(statement) or not native_connection.can_write_query():
         return None
     try:
         fd = out.fileno()
@@ -608,7 +608,7 @@ def write_query(path: str | os.PathLike, statement: str, out: Any, fmt: str, lim
         quote_cr, quote_lone_empty = _csv_rules()
         out.flush()
         try:
-            return store_db.write_query(Path(path), statement, fd, fmt, limit, SQL_MAX_VALUE_BYTES, quote_cr,
+            return native_connection.write_query(Path(path), statement, fd, fmt, limit, SQL_MAX_VALUE_BYTES, quote_cr,
                                         quote_lone_empty)
         except sqlite3.Error as exc:
             raise _sql_error(exc, auth, store) from None

@@ -11,7 +11,7 @@ statement overhead was as large as the row's own b-tree work (``bulk.BulkWriter.
 
 It talks to the very SQLite library Python's ``sqlite3`` module uses (resolved at run time from
 ``_sqlite3``'s own file; two copies of SQLite in one process must never open one file: each keeps
-its own POSIX locks, and one closing the file drops the other's). ``native_db`` opens it only when
+its own POSIX locks, and one closing the file drops the other's). ``connect`` opens it only when
 that library is found, its version equals ``sqlite3.sqlite_version_info`` and is 3.33 or later; otherwise, or with
 ``BPE_STORE_NATIVE_DB=0`` in the environment, the store keeps writing with ``executemany`` (the
 fallback: static or Windows builds, an installation without the native core).
@@ -73,7 +73,7 @@ def usable_version(native: int, driver: tuple[int, int, int]) -> bool:
     return native == a * 1_000_000 + b * 1_000 + c and native >= MIN_VERSION
 
 
-def native_db(path: Path, *, busy_timeout_ms: int, synchronous: str, cache_kib: int,
+def connect(path: Path, *, busy_timeout_ms: int, synchronous: str, cache_kib: int,
               journal_size_limit: int) -> Any | None:
     """A ``_core.StoreDb`` on the store at ``path`` (which must exist), or None when the native
     path is not available (``cache_kib`` 0: SQLite's default page cache). Raises the ``sqlite3``

@@ -40,6 +40,9 @@ def find_app():
     pkg = importlib.import_module("bpe_store.cli")
     if isinstance(getattr(pkg, "app", None), typer.Typer):
         return pkg.app
+    # the entry point first: it loads the command modules in the order --help lists them (the walk
+    # below would load them alphabetically, and a command registers when its module loads)
+    importlib.import_module("bpe_store.cli.main")
     apps: dict[int, typer.Typer] = {}
     for mod in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
         for value in vars(importlib.import_module(mod.name)).values():

@@ -11,6 +11,7 @@ void register_jsonl(nb::module_ &m);         // jsonl.cpp: the text field of jso
 void register_splitter(nb::module_ &m);      // splitter.cpp: where text may be cut (specials, safe cuts)
 void register_store_db(nb::module_ &m);      // store_db.cpp: the store's bulk writes and reads, native
 void register_tiktoken_ranks(nb::module_ &m);  // tiktoken_ranks.cpp: .tiktoken ranks files read natively
+void register_tiktoken_merges(nb::module_ &m);  // tiktoken_merges.cpp: tiktoken's rule as one merge per token
 
 NB_MODULE(_core, m) {
     m.doc() = "bpe_store native core: hot loops only (scanning, counting, merging, encoding).";
@@ -22,4 +23,5 @@ NB_MODULE(_core, m) {
     register_splitter(m);
     register_store_db(m);
     register_tiktoken_ranks(m);
+    register_tiktoken_merges(m);
 }

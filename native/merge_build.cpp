@@ -97,8 +97,9 @@ MergeEngine::MergeEngine(nb::list rows, nb::list token_bytes, u32 n_specials, u3
 // The same from packed counts (``WordCounter.pack``: a first counting flush's words, every
 // one still single bytes, ids first_id, first_id + 1, ... in their order). Why: as Python
 // rows, enwiki-100M's 445 K words cost ~90 MB, which the process kept after freeing them.
+// replay: a run extending a base replays the base's merges on them (see build).
 MergeEngine::MergeEngine(nb::bytes packed, i64 first_id, nb::list token_bytes, u32 n_specials, u32 first_merge_id,
-            i64 next_rank, i64 min_count, u64 max_token_length, u32 max_words)
+            i64 next_rank, i64 min_count, u64 max_token_length, u32 max_words, nb::bytes replay)
     : first_merge_id_(first_merge_id), next_rank_(next_rank), min_count_(min_count),
       max_len_(max_token_length), max_words_(max_words) {
     check_limits(next_rank, min_count);
@@ -108,9 +109,15 @@ MergeEngine::MergeEngine(nb::bytes packed, i64 first_id, nb::list token_bytes, u
     // pure C++ from here (errors are C++ exceptions, raised once the GIL is back). Why:
     // train._pairs builds the engine while the last counting flush, which needs the GIL for
     // its rows, is written on another thread
-    nb::gil_scoped_release unlocked;
-    load_packed(data, size, first_id, n_specials);
-    build_pairs(n_specials);
+    {
+        nb::gil_scoped_release unlocked;
+        load_packed(data, size, first_id, n_specials);
+        if (replay.size() == 0) {
+            build_pairs(n_specials);
+            return;
+        }
+    }
+    build(n_specials, replay);  // checks the log with the GIL, then releases it to replay and count
 }
 
 // The same from the store's rows read by the native connection (StoreDb.read_word_rows): a

@@ -103,10 +103,12 @@ void register_merge_engine(nb::module_ &m) {
              "max_token_length bytes (0: no limit); replay: merges logged since the words' tokens, "
              "(left, right, token) uint32 triples, applied to the words first; max_words: 0, or "
              "SuperBPE's stage 2: no pair whose token holds ': ' or spans more words is counted.")
-        .def(nb::init<nb::bytes, i64, nb::list, u32, u32, i64, i64, u64, u32>(), nb::arg("packed"), nb::arg("first_id"),
-             nb::arg("token_bytes"), nb::arg("n_specials"), nb::arg("first_merge_id"), nb::arg("next_rank"),
-             nb::arg("min_count") = 1, nb::arg("max_token_length") = 0, nb::arg("max_words") = 0,
-             "The same from packed counts (WordCounter.pack): words still single bytes, ids from first_id.")
+        .def(nb::init<nb::bytes, i64, nb::list, u32, u32, i64, i64, u64, u32, nb::bytes>(), nb::arg("packed"),
+             nb::arg("first_id"), nb::arg("token_bytes"), nb::arg("n_specials"), nb::arg("first_merge_id"),
+             nb::arg("next_rank"), nb::arg("min_count") = 1, nb::arg("max_token_length") = 0,
+             nb::arg("max_words") = 0, nb::arg("replay") = nb::bytes("", 0),
+             "The same from packed counts (WordCounter.pack): words still single bytes, ids from first_id; "
+             "replay: a base's merges, applied to them first.")
         .def(nb::init<WordRows &, nb::list, u32, u32, i64, i64, u64, nb::bytes, u32>(), nb::arg("rows"),
              nb::arg("token_bytes"), nb::arg("n_specials"), nb::arg("first_merge_id"), nb::arg("next_rank"),
              nb::arg("min_count") = 1, nb::arg("max_token_length") = 0, nb::arg("replay") = nb::bytes("", 0),

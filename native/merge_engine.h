@@ -143,9 +143,10 @@ class MergeEngine {
     MergeEngine(nb::list rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,
                 i64 min_count, u64 max_token_length, nb::bytes replay, u32 max_words = 0);
     // The same from packed counts (``WordCounter.pack``: a first counting flush's words, every
-    // one still single bytes, ids first_id, first_id + 1, ... in their order).
+    // one still single bytes, ids first_id, first_id + 1, ... in their order); replay: a base's
+    // merges, applied to them first (a run extending a base).
     MergeEngine(nb::bytes packed, i64 first_id, nb::list token_bytes, u32 n_specials, u32 first_merge_id,
-                i64 next_rank, i64 min_count, u64 max_token_length, u32 max_words = 0);
+                i64 next_rank, i64 min_count, u64 max_token_length, u32 max_words, nb::bytes replay);
     // The same from the store's rows read by the native connection (StoreDb.read_word_rows),
     // which it empties once their words are loaded.
     MergeEngine(WordRows &rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,

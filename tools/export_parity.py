@@ -22,8 +22,8 @@ from conftest import EN, RU, ZH, fixture_text  # noqa: E402
 from test_patterns import tiktoken_pieces  # noqa: E402
 from test_portable_pattern import TARGETED, onig_pieces  # noqa: E402
 
+from bpe_store.formats.portable_pattern import _ALL_CHARS, portable_pattern  # noqa: E402
 from bpe_store.text.pretokenize import PATTERNS  # noqa: E402
-from bpe_store.tokenizer.portable_pattern import _ALL_CHARS, portable_pattern  # noqa: E402
 
 EOT = "<|endoftext|>"
 d = Path(tempfile.mkdtemp())

@@ -73,10 +73,18 @@ def _status_lines(st: dict) -> Iterator[str]:
         yield (f"superword    stage 1: merges 0..{sw['from'] - 1} (pattern {sw['stage1_pattern']}); stage 2: "
                f"{sw['superword_merges']} superword merges of at most {sw['max_words']} words "
                "(SQL: superword_merges; top_pairs: the next ones)")
+    yield from _base_lines(st.get("base"))
     if st["sessions"]:
         yield f"sessions     {len(st['sessions'])} most recent:"
         for s in st["sessions"]:
             yield _session_line(s)
+
+
+def _base_lines(b: dict | None) -> Iterator[str]:
+    """The base a store extends (``train --extend``), if any."""
+    if b is not None:
+        yield (f"base         {b['kind']} {b['source']} (SHA-256 {b['sha256'][:12]}...): its {b['tokens']} tokens "
+               f"and {b['merges']} merges come first, with their ids; new ids from {b['next_id']}")
 
 
 def _holder_line(st: dict) -> str:

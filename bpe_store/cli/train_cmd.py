@@ -109,6 +109,12 @@ class _Train:
     pattern = typer.Option(
         None, "--pattern", metavar="PATTERN", autocompletion=complete_pattern,
         help=f"Pre-tokenization pattern: {pattern_names_help()}, or a regex.")
+    extend = typer.Option(
+        None, "--extend", metavar="BASE",
+        help="Extend a tokenizer: cl100k_base, o200k_base, a .tiktoken file (with --pattern), a tokenizer.json, "
+             "GPT-2's vocab.json + merges.txt (or their directory), or a store (run.db, run.db@MERGES). Its "
+             "tokens keep their ids, its merges come first, its pattern and special tokens hold; "
+             "--vocab-size counts its tokens too.")
     glob = glob_option("**/*.txt")
     input_format = format_option(
         "How to read the inputs (default: by extension: .jsonl/.ndjson/.json -> jsonl, .parquet -> parquet, "
@@ -160,7 +166,8 @@ class _Train:
 @app.command(cls=_OptionalRayAddress)
 def train(
     ctx: typer.Context, inputs: list[str] = _Train.inputs, db: Path = _Train.db, vocab_size: int = _Train.vocab_size,
-    special: list[str] = _Train.special, pattern: Optional[str] = _Train.pattern, glob: str = _Train.glob,
+    special: list[str] = _Train.special, pattern: Optional[str] = _Train.pattern,
+    extend: Optional[str] = _Train.extend, glob: str = _Train.glob,
     input_format: Optional[InputFormat] = _Train.input_format, text_field: str = _Train.text_field,
     workers: Optional[int] = _Train.workers, chunk_size: int = _Train.chunk_size,
     checkpoint_merges: Optional[int] = _Train.checkpoint_merges, checkpoint_seconds: float = _Train.checkpoint_seconds,
@@ -181,6 +188,7 @@ def train(
     Example: bpe-store train corpus.txt --db run.db --vocab-size 32000 --special '<|endoftext|>'
     Example: bpe-store train 'shards/*.jsonl.gz' --db run.db --vocab-size 32000 --text-field content
     Example: bpe-store train corpus.txt --db super.db --vocab-size 64000 --superword-from 56000
+    Example: bpe-store train ru.txt --db ext.db --extend o200k_base --vocab-size 210000
     """
     _set_verbose(ctx, verbose)
     fmt = input_format.value if input_format is not None else None
@@ -191,7 +199,8 @@ def train(
         restart=restart, engine=engine.value, format=fmt, text_field=text_field, min_frequency=min_frequency,
         max_token_length=max_token_length, count_engine=TrainOptions.count_engine if ray is None else "ray",
         ray_address=None if ray in (None, "local") else ray, max_pretoken_bytes=max_pretoken_bytes,
-        superword_from=superword_from, superword_base=superword_base, max_superword_words=max_superword_words)
+        superword_from=superword_from, superword_base=superword_base, max_superword_words=max_superword_words,
+        extend=extend)
     reporter = _reporter(progress, quiet)
     if quiet and ray is not None:
         from ..counting.ray_count import quiet as quiet_ray

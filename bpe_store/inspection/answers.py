@@ -30,6 +30,7 @@ from ..bpe import word_splitter
 from ..errors import InputError, StoreError
 from ..interrupts import sqlite_call
 from ..store import migrate
+from ..store.base_rows import base_row
 from ..store.check import history_problems
 from ..store.files import wal_state
 from ..store.store import Store
@@ -257,6 +258,7 @@ def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
             "created_at": run["created_at"], "updated_at": run["updated_at"],
             "bpe_store_version": run["bpe_store_version"],
             "superword": _superword(run, merges_done),
+            "base": base_row(store),  # the tokenizer the run extends (None: none)
         }
         if info["superword"] is not None:
             info["pattern_name"] = "SuperBPE stage 2 (docs/superword.md)"

@@ -8,7 +8,8 @@ read-only queries themselves). From the top:
   a store's (vocab, merges), checked (``TrainResult``, ``read_result``).
 - ``store``: ``Store``, opening, creating, locking, closing a store and its transactions; its rows
   are read and written by its parts ``run_rows`` (the run, its inputs and chunks, checkpoints),
-  ``counting_rows`` (counting's ``words``) and ``merging_rows`` (merges, vocabulary, pair counts).
+  ``counting_rows`` (counting's ``words``) and ``merging_rows`` (merges, vocabulary, pair counts);
+  ``base_rows`` the base a run extends (``base``, ``base_ids``: the model's ids at the edge).
 - ``bulk`` a bulk transaction's writer; ``native_connection`` the native bulk path; ``migrate`` the Alembic
   migrations (shipped as ``bpe_store/migrations``); ``schema_check`` the check that a store's
   schema is exactly its revision's.

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..errors import StoreError
 from . import migrate
+from .base_rows import base_row
 from .result import DIGEST_SINCE, result_check
 from .schemas import REVISIONS
 from .store import Store
@@ -82,8 +83,9 @@ def _phase(store: Store) -> str:
     def bad(what: str) -> StoreError:
         return StoreError(f"{store.path}: the store is inconsistent ({what}); start over with --restart")
 
-    if phase == "counting" and (merges or pairs):
-        raise bad("counting, but it holds merges or pair counts")
+    based = base_row(store)
+    if phase == "counting" and (merges != (0 if based is None else based["merges"]) or pairs):
+        raise bad("counting, but it holds merges (other than its base's) or pair counts")
     if phase != "counting" and state is not None and not 0 <= state <= merges:
         raise bad(f"its words reflect {state} merges of {merges}")
     kept = run.get("pairs_merges", state)  # what pair_counts follows (the column is newer)

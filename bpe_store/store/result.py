@@ -9,11 +9,14 @@ exports load from it.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from ..errors import StoreError
+from ..errors import InputError, StoreError
 from . import digest
+from .base_rows import model_ids, renumber
 from .schemas import HEAD, REVISIONS
 from .store import Store
 
@@ -128,9 +131,30 @@ def read_result(store: Store, vocab_size: int | None = None) -> TrainResult:
         vocab_rows = vocab_rows[: n_special + 256 + len(merges)]
     by_id = {i: b for i, b, _ in vocab_rows}
     return TrainResult(
-        vocab=by_id,
+        vocab=renumber(by_id, model_ids(store, len(by_id))),  # a based store's tokens keep the base's ids
         merges=[(by_id[left], by_id[right]) for _, left, right, _, _ in merges],
         merge_counts=[c for *_, c in merges],
         phase=run["phase"],
         stop_reason=run["stop_reason"],
     )
+
+
+def store_tokenizer(db_path: str | os.PathLike, at: int | None = None
+                    ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str], str]:
+    """``(vocab {model id: bytes}, merges, special tokens, pattern)`` of a store with merges,
+    its first ``at`` merges when given; InputError / StoreError for a store without them."""
+    p = Path(db_path)
+    if not p.exists():
+        raise StoreError(f"{p}: no such store")
+    with Store.open(p, readonly=True) as store:
+        run = store.run_row()
+        specials: list[str] = json.loads(run["special_tokens"])
+        if run["phase"] == "counting":
+            raise StoreError(f"{p}: the store is still counting (no merges yet); finish training with "
+                             f"`bpe-store train ... --db {p}` first")
+        result = read_result(store)
+        if at is not None:
+            if at > len(result.merges):
+                raise InputError(f"{p} holds {len(result.merges)} merges, not {at}")
+            result = read_result(store, len(specials) + 256 + at)
+        return result.vocab, result.merges, specials, run["pattern"]

@@ -103,11 +103,13 @@ class RunRows:
                          stage1_pattern=r.get("stage1_pattern"), superword_max_words=r.get("superword_max_words"))
 
     def stage1_log(self) -> tuple[int, str]:
-        """``(merges, digest)`` of the merges a superword store starts with (its stage 1's, copied
-        when it was made: what its checkpoints before its first merge record), ``(0, EMPTY)`` in
-        any other store. Read once per connection."""
+        """``(merges, digest)`` of the merges a store starts with, what its checkpoints before its
+        first merge record: a superword store's stage 1 (copied when it was made), a based store's
+        base (``base_rows``); ``(0, EMPTY)`` in any other store. Read once per connection."""
         if self._stage1_log is None:
             t = self.sql("SELECT superword_from FROM run WHERE id = 1").scalar()
+            if not t and self.sql("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'base'").first():
+                t = self.sql("SELECT merges FROM base WHERE id = 1").scalar()
             rows = self.sql('SELECT rank, "left", "right", token, count FROM merges WHERE rank < ? ORDER BY rank',
                             (t,)).fetchall() if t else []
             self._stage1_log = (len(rows), digest.merge_digest(rows))

@@ -8,8 +8,8 @@ exactly its revision's (an extra trigger, view or index would run code the store
 """
 
 #: Revisions, oldest first; the last is the head.
-REVISIONS: tuple[str, ...] = ('v0_1_0_initial', 'v0_2_0_sessions', 'v0_3_0_token_hex', 'v0_3_0_input_kinds', 'v0_3_0_trainer_options', 'v0_3_0_max_pretoken_bytes', 'v0_3_0_progress_view', 'v0_3_0_words_by_count', 'v0_3_0_merge_log', 'v0_3_0_next_pairs', 'v0_3_0_merge_digest', 'v0_3_0_source_digest', 'v0_3_0_superword')
-HEAD = 'v0_3_0_superword'
+REVISIONS: tuple[str, ...] = ('v0_1_0_initial', 'v0_2_0_sessions', 'v0_3_0_token_hex', 'v0_3_0_input_kinds', 'v0_3_0_trainer_options', 'v0_3_0_max_pretoken_bytes', 'v0_3_0_progress_view', 'v0_3_0_words_by_count', 'v0_3_0_merge_log', 'v0_3_0_next_pairs', 'v0_3_0_merge_digest', 'v0_3_0_source_digest', 'v0_3_0_superword', 'v0_3_0_extend_base')
+HEAD = 'v0_3_0_extend_base'
 
 #: ``{revision: ((type, name, tbl_name, sql or None), ...)}`` in creation order (``sqlite_master`` rowid order).
 SCHEMAS: dict[str, tuple[tuple[str, str, str, str | None], ...]] = {
@@ -504,5 +504,53 @@ SCHEMAS: dict[str, tuple[tuple[str, str, str, str | None], ...]] = {
          'CREATE VIEW top_words AS\n       SELECT CAST(bytes AS TEXT) AS word, count, length(bytes) AS n_bytes,\n              CASE WHEN tokens IS NOT NULL THEN length(tokens) / 4\n                   WHEN (SELECT state_merges FROM run) IS NOT NULL THEN length(bytes) END AS n_tokens,\n              hex(bytes) AS word_hex\n       FROM words ORDER BY count DESC, id'),
         ('view', 'superword_merges', 'superword_merges',
          'CREATE VIEW superword_merges AS\n       SELECT m.rank, m."left", m."right", m.token, m.count, m.token_id,\n              m.rank - r.superword_from + 1 AS superword_rank\n       FROM merge_log m JOIN run r ON m.rank >= r.superword_from\n       ORDER BY m.rank'),
+    ),
+    'v0_3_0_extend_base': (
+        ('table', 'alembic_version', 'alembic_version',
+         'CREATE TABLE alembic_version (\n\tversion_num VARCHAR(32) NOT NULL, \n\tCONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)\n)'),
+        ('index', 'sqlite_autoindex_alembic_version_1', 'alembic_version',
+         None),
+        ('table', 'run', 'run',
+         "CREATE TABLE run (\n        id INTEGER PRIMARY KEY CHECK (id = 1),\n        pattern TEXT NOT NULL,\n        special_tokens TEXT NOT NULL,          -- JSON list of strings, in vocabulary order\n        vocab_size INTEGER NOT NULL,           -- the target; may be raised to continue\n        invalid_utf8 TEXT NOT NULL DEFAULT 'strict',\n        phase TEXT NOT NULL CHECK (phase IN ('counting', 'merging', 'done')),\n        stop_reason TEXT,                      -- 'vocab_size' or 'no_pairs' once done\n        chunk_size INTEGER NOT NULL,\n        created_at TEXT NOT NULL,\n        updated_at TEXT NOT NULL,\n        bpe_store_version TEXT NOT NULL\n    , min_frequency INTEGER DEFAULT '1' NOT NULL, max_token_length INTEGER, max_pretoken_bytes INTEGER, state_merges INTEGER, pairs_merges INTEGER, superword_from INTEGER, stage1_pattern TEXT, superword_max_words INTEGER)"),
+        ('table', 'sources', 'sources',
+         "CREATE TABLE sources (\n        id INTEGER PRIMARY KEY,\n        path TEXT NOT NULL,                    -- absolute path when the run started\n        size INTEGER NOT NULL,\n        mtime_ns INTEGER NOT NULL,\n        digest TEXT NOT NULL\n    , format TEXT DEFAULT 'text' NOT NULL, compression TEXT DEFAULT 'none' NOT NULL, text_field TEXT, documents INTEGER, hash TEXT DEFAULT 'sha256' NOT NULL)"),
+        ('table', 'chunks', 'chunks',
+         'CREATE TABLE chunks (\n        id INTEGER PRIMARY KEY,\n        source_id INTEGER NOT NULL REFERENCES sources(id),\n        start INTEGER NOT NULL,\n        "end" INTEGER NOT NULL,\n        counted INTEGER NOT NULL DEFAULT 0,    -- 1 once its words are in `words`\n        pretokens INTEGER                      -- pre-tokens it held (64-bit)\n    , kind TEXT DEFAULT \'range\' NOT NULL, part INTEGER)'),
+        ('table', 'words', 'words',
+         'CREATE TABLE words (\n        id INTEGER PRIMARY KEY,\n        bytes BLOB NOT NULL,\n        count INTEGER NOT NULL,\n        tokens BLOB\n    )'),
+        ('table', 'pair_counts', 'pair_counts',
+         'CREATE TABLE pair_counts (\n        "left" INTEGER NOT NULL,\n        "right" INTEGER NOT NULL,\n        count INTEGER NOT NULL,\n        PRIMARY KEY ("left", "right")\n    ) WITHOUT ROWID'),
+        ('index', 'pair_counts_by_count', 'pair_counts',
+         'CREATE INDEX pair_counts_by_count ON pair_counts(count DESC)'),
+        ('table', 'merges', 'merges',
+         'CREATE TABLE merges (\n        rank INTEGER PRIMARY KEY,\n        "left" INTEGER NOT NULL,\n        "right" INTEGER NOT NULL,\n        token INTEGER NOT NULL,                -- the id words use for the result (see vocab)\n        count INTEGER NOT NULL                 -- the pair\'s count when it was merged\n    )'),
+        ('table', 'vocab', 'vocab',
+         "CREATE TABLE vocab (\n        id INTEGER PRIMARY KEY,\n        bytes BLOB NOT NULL,\n        kind TEXT NOT NULL CHECK (kind IN ('special', 'byte', 'merge'))\n    )"),
+        ('table', 'checkpoints', 'checkpoints',
+         'CREATE TABLE checkpoints (\n        id INTEGER PRIMARY KEY,\n        at TEXT NOT NULL,\n        phase TEXT NOT NULL,\n        chunks_counted INTEGER NOT NULL,\n        merges_done INTEGER NOT NULL,\n        elapsed_s REAL NOT NULL,               -- training time so far, summed over sessions\n        write_s REAL                           -- how long writing this checkpoint took\n    , merge_digest TEXT)'),
+        ('view', 'vocab_text', 'vocab_text',
+         'CREATE VIEW vocab_text AS\n       SELECT id, CAST(bytes AS TEXT) AS token, hex(bytes) AS hex, kind, length(bytes) AS n_bytes\n       FROM vocab ORDER BY id'),
+        ('table', 'sessions', 'sessions',
+         'CREATE TABLE sessions (\n\tid INTEGER NOT NULL, \n\tpid INTEGER, \n\thost TEXT, \n\targv TEXT, \n\tbpe_store_version TEXT, \n\tstarted_at TEXT NOT NULL, \n\tended_at TEXT, \n\toutcome TEXT, \n\tmerges_start INTEGER, \n\tmerges_end INTEGER, \n\tPRIMARY KEY (id)\n)'),
+        ('index', 'sessions_by_start', 'sessions',
+         'CREATE INDEX sessions_by_start ON sessions (started_at)'),
+        ('view', 'merge_log', 'merge_log',
+         'CREATE VIEW merge_log AS\n       SELECT m.rank, CAST(l.bytes AS TEXT) AS "left", CAST(r.bytes AS TEXT) AS "right",\n              CAST(l.bytes || r.bytes AS TEXT) AS token, m.count, m.token AS token_id,\n              hex(l.bytes) AS left_hex, hex(r.bytes) AS right_hex, hex(l.bytes || r.bytes) AS token_hex\n       FROM merges m JOIN vocab l ON l.id = m."left" JOIN vocab r ON r.id = m."right"\n       ORDER BY m.rank'),
+        ('view', 'top_pairs', 'top_pairs',
+         'CREATE VIEW top_pairs AS\n       SELECT CAST(l.bytes AS TEXT) AS "left", CAST(r.bytes AS TEXT) AS "right", p.count,\n              p."left" AS left_id, p."right" AS right_id, hex(l.bytes) AS left_hex, hex(r.bytes) AS right_hex\n       FROM pair_counts p JOIN vocab l ON l.id = p."left" JOIN vocab r ON r.id = p."right"\n       ORDER BY p.count DESC, l.bytes DESC, r.bytes DESC'),
+        ('view', 'progress', 'progress',
+         "CREATE VIEW progress AS\n       SELECT r.phase,\n              (SELECT count(*) FROM chunks WHERE counted = 1) AS chunks_counted,\n              (SELECT count(*) FROM chunks) AS chunks_total,\n              (SELECT count(*) FROM merges) AS merges_done,\n              r.vocab_size - 256 - (SELECT count(*) FROM vocab WHERE kind = 'special') AS merges_target,\n              (SELECT coalesce(max(id), 0) FROM words) AS words,\n              (SELECT max(at) FROM checkpoints) AS last_checkpoint\n       FROM run r"),
+        ('view', 'top_words', 'top_words',
+         'CREATE VIEW top_words AS\n       SELECT CAST(bytes AS TEXT) AS word, count, length(bytes) AS n_bytes,\n              CASE WHEN tokens IS NOT NULL THEN length(tokens) / 4\n                   WHEN (SELECT state_merges FROM run) IS NOT NULL THEN length(bytes) END AS n_tokens,\n              hex(bytes) AS word_hex\n       FROM words ORDER BY count DESC, id'),
+        ('view', 'superword_merges', 'superword_merges',
+         'CREATE VIEW superword_merges AS\n       SELECT m.rank, m."left", m."right", m.token, m.count, m.token_id,\n              m.rank - r.superword_from + 1 AS superword_rank\n       FROM merge_log m JOIN run r ON m.rank >= r.superword_from\n       ORDER BY m.rank'),
+        ('table', 'base', 'base',
+         "CREATE TABLE base (\n        id INTEGER PRIMARY KEY CHECK (id = 1),\n        kind TEXT NOT NULL CHECK (kind IN ('tiktoken', 'hf', 'gpt2', 'store')),\n        source TEXT NOT NULL,                  -- the name, path or store@merges it was read from\n        sha256 TEXT NOT NULL,                  -- of the file(s) read; a store's: of its vocab and merges\n        merges INTEGER NOT NULL,               -- the store's merges of rank < this are the base's\n        tokens INTEGER NOT NULL,               -- the base's tokens (special tokens included)\n        next_id INTEGER NOT NULL,              -- the model id of the run's first new token\n        shift INTEGER NOT NULL                 -- a new token's model id is its id + shift\n    )"),
+        ('table', 'base_ids', 'base_ids',
+         "CREATE TABLE base_ids (\n        id INTEGER PRIMARY KEY,                -- the store's id (vocab.id) of a base token\n        model_id INTEGER NOT NULL UNIQUE       -- the base's own id of it\n    )"),
+        ('index', 'sqlite_autoindex_base_ids_1', 'base_ids',
+         None),
+        ('view', 'model_vocab', 'model_vocab',
+         "CREATE VIEW model_vocab AS\n       SELECT v.id, coalesce(b.model_id, v.id + coalesce((SELECT shift FROM base), 0)) AS model_id,\n              CAST(v.bytes AS TEXT) AS token, hex(v.bytes) AS hex, v.kind,\n              CASE WHEN b.id IS NOT NULL THEN 'base' ELSE 'trained' END AS origin\n       FROM vocab v LEFT JOIN base_ids b ON b.id = v.id ORDER BY model_id"),
     ),
 }

@@ -5,9 +5,9 @@ encode_iterable, encode_files) reads a store's merges, over ``tables`` (its merg
 lazily), ``special_guard`` (tiktoken's allowed / disallowed special tokens) and ``raw_bytes``
 (bytes that are not UTF-8); ``export`` writes HF tokenizer.json, GPT-2
 vocab.json + merges.txt and tiktoken ranks (``export_store``, ``FORMATS``); ``token_files`` encodes
-corpora into token files (.npy); ``outfiles`` makes output files and folders safely;
-``portable_pattern`` rewrites a pattern so that other regex engines split as ``regex`` does. The
-file formats themselves (GPT-2's files, tiktoken's ranks) are ``bpe_store.formats``, below.
+corpora into token files (.npy); ``outfiles`` makes output files and folders safely. The file
+formats themselves (GPT-2's files, tiktoken's ranks, tokenizer.json read, the pattern rewritten for
+other regex engines: ``portable_pattern``) are ``bpe_store.formats``, below.
 
 A new export format: its writer in ``export`` and one ``export.Exporter`` entry in ``EXPORTERS``
 (its name, writer, whether it writes transformers' files, whether its loader compiles the pattern,

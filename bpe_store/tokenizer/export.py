@@ -37,11 +37,11 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..formats.gpt2_files import to_gpt2_str
+from ..formats.portable_pattern import PatternTranslationError, portable_pattern
 from ..formats.tiktoken_files import read_tiktoken_ranks
 from ..text.pretokenize import describe_pattern, is_gpt2
 from ..text.superword_split import STAGE2_PATTERN
 from .outfiles import check_export_target, export_dir
-from .portable_pattern import PatternTranslationError, portable_pattern
 
 #: Why a superword store (SuperBPE's stage 2, docs/superword.md) is not written for tiktoken.
 SUPERWORD_TIKTOKEN = (

@@ -9,6 +9,8 @@ Owns a run from its options to its result. From the top:
 - ``job``: the checked job every step reads, and the writes done on a thread of their own;
   ``options``: ``TrainOptions``, a run's settings with their defaults, and their checks;
   ``wal_watch``: whether a reader pins the store's WAL, asked before a write training may defer;
+  ``extend``: a base to extend (``options.extend``) held to the run's options, its merges in the
+  store's ids, the engine's start from them;
 - ``merge``: the merge engine (Python spec and native choice, the tie-break; the merge rule of one
   word is ``bpe_store.bpe``, shared with the tokenizer and inspection);
   ``reference``: the slow pure-Python trainer the tests hold the fast path to.

@@ -14,9 +14,10 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from ..native import WordCounter
+from ..store.base_rows import BaseRows
 from ..store.connection import _sqlite_error, is_db_error
 from ..store.params import RunParams
 from ..store.run_rows import StageOne
@@ -25,6 +26,9 @@ from ..text.inputs import FileInput
 from ..text.streams import Stream
 from .options import TrainOptions
 from .wal_watch import WalWatch
+
+if TYPE_CHECKING:  # the bases' readers import regex: a run without a base does not load them
+    from ..formats.bases import Base
 
 Progress = Callable[[dict], None]
 
@@ -42,6 +46,9 @@ class _Job:
     options: TrainOptions
     progress: Progress | None
     stop: threading.Event | None
+    #: the tokenizer the run extends (``options.extend``), and its merges in the store's ids
+    base: Base | None = None
+    base_rows: BaseRows | None = None
     #: time.monotonic() once the checks passed: this session's training time counts from here
     started: float = dataclasses.field(default_factory=time.monotonic)
     #: the training time the store had when this session began (``_session``)

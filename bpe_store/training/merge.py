@@ -407,11 +407,12 @@ class NativeMergeEngine:
                  first_merge_id: int, next_rank: int, min_frequency: int = 1,
                  max_token_length: int | None = None, replay: Replay = (), max_words: int = 0):
         core = native.core
-        if replay and hasattr(rows, "pack"):
-            raise ValueError("replay needs the store's rows, not a counter")
+        log = array.array("I", [x for m in replay for x in m])
+        if sys.byteorder == "big":  # pragma: no cover
+            log.byteswap()  # the engine reads little-endian uint32
         if hasattr(rows, "pack"):  # a WordCounter: its words as ids 1, 2, ... (see new_engine)
             self._e = core.MergeEngine(rows.pack(), 1, list(token_bytes), n_specials, first_merge_id, next_rank,
-                                        min_frequency, max_token_length or 0, max_words)
+                                       min_frequency, max_token_length or 0, max_words, log.tobytes())
         else:
             if not isinstance(rows, core.WordRows):  # else read natively (Store.load_word_rows)
                 if not isinstance(rows, list):
@@ -419,11 +420,8 @@ class NativeMergeEngine:
                 # sqlite3 returns tuples; other row types (SQLAlchemy Row) are converted once here
                 if rows and type(rows[0]) is not tuple:
                     rows = [tuple(r) for r in rows]
-            log = array.array("I", [x for m in replay for x in m])
-            if sys.byteorder == "big":  # pragma: no cover
-                log.byteswap()  # the engine reads little-endian uint32
             self._e = core.MergeEngine(rows, list(token_bytes), n_specials, first_merge_id, next_rank,
-                                        min_frequency, max_token_length or 0, log.tobytes(), max_words)
+                                       min_frequency, max_token_length or 0, log.tobytes(), max_words)
         self.token_bytes: dict[int, bytes] = {i: b for i, b in enumerate(token_bytes) if b is not None}
         self.bad_word: int = self._e.bad_word
 

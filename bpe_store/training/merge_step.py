@@ -131,9 +131,14 @@ def _pairs(job: _Job) -> Engine:
         rows = store.take_fresh_word_rows()
     if rows is None:
         rows = store.load_word_rows(packed=uses_native(job.options.engine))
+    # a run extending a base starts from every word as the base encodes it: its merges replayed
+    based = job.base_rows
+    token_bytes = _byte_vocab(n) + ([] if based is None else list(based.merge_bytes))
+    replay = [] if based is None else based.merges
     try:
-        merger = new_engine(rows, _byte_vocab(n), n, n + 256, 0, job.options.engine, min_frequency=params.min_frequency,
-                            max_token_length=params.max_token_length)
+        merger = new_engine(rows, token_bytes, n, n + 256, len(replay), job.options.engine,
+                            min_frequency=params.min_frequency, max_token_length=params.max_token_length,
+                            replay=replay)
     except (TypeError, ValueError, OverflowError) as exc:  # a count or blob of the wrong type or sign
         raise StoreError(f"{store.path}: the store's words are damaged ({exc}); start over with --restart") from None
     del rows  # the engine holds its own copy; free ~1M tuples before the pair rows are made

@@ -100,6 +100,12 @@ class TrainOptions:
             pattern and special tokens must be this run's); it is only read.
         max_superword_words: the most words (parts between spaces) a superword token may span (4,
             the authors').
+        extend: a tokenizer to extend (``bpe_store.formats.bases``): "cl100k_base", "o200k_base", a
+            ``.tiktoken`` ranks file (its pattern given as ``pattern``), a ``tokenizer.json``, GPT-2's
+            ``vocab.json`` + ``merges.txt`` (or their directory), or a store (``run.db``, or
+            ``run.db@MERGES`` for its first MERGES merges). Every token keeps its id, its merges are the
+            run's first, its pattern and special tokens are the run's, and the new tokens get the ids
+            after its largest. ``vocab_size`` counts the base's tokens too. A resume names the same base.
     """
 
     pattern: str = GPT2_PATTERN
@@ -127,6 +133,7 @@ class TrainOptions:
     superword_from: int | None = None
     superword_base: str | os.PathLike | None = None
     max_superword_words: int = MAX_WORDS
+    extend: str | os.PathLike | None = None
 
     @classmethod
     def of(cls, given: Mapping[str, Any]) -> TrainOptions:

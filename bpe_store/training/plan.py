@@ -14,6 +14,7 @@ from pathlib import Path
 from .._version import __version__
 from ..counting.planning import plan_source, plan_units, same_kind_diffs, scan_input
 from ..errors import ArgumentTypeError, InputError, ResumeMismatch, StoreError, path_argument
+from ..store.base_rows import base_diff, base_row, write_base
 from ..store.files import _remove_files
 from ..store.params import RunParams
 from ..store.result import result_check
@@ -24,6 +25,7 @@ from ..text.input_checks import scan_source
 from ..text.inputs import STDIN, FileInput, file_input
 from ..text.sources import Source
 from ..text.streams import Stream
+from .extend import base_rows, based_params
 from .job import Progress, _Job
 from .merge import Engine
 from .merge_step import _load_engine, last_checkpoint_deferred
@@ -49,7 +51,13 @@ def _check(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream, db:
     if len(paths) > 1 and any(isinstance(p, Stream) for p in paths):
         raise InputError("a stream (standard input '-' or an iterable) must be the only input")
     options, params = options.checked(vocab_size, special_tokens)
-    return _Job(paths, Path(db), params, options, progress, stop)
+    if options.extend is None:
+        return _Job(paths, Path(db), params, options, progress, stop)
+    if options.superword_from is not None:
+        raise InputError("--extend and --superword-from do not go together: a superword run's first merges "
+                         "are its stage 1's")
+    base, params = based_params(options.extend, options.pattern, special_tokens, params)
+    return _Job(paths, Path(db), params, options, progress, stop, base=base, base_rows=base_rows(base))
 
 
 def _plan(job: _Job) -> Engine | None:
@@ -63,6 +71,9 @@ def _plan(job: _Job) -> Engine | None:
         return None
     try:
         store.check_plan()
+        if diffs := base_diff(store, *((job.base.sha256, job.base.source) if job.base else (None, None))):
+            raise ResumeMismatch(f"{store.path} was started with another base: {diffs[0]}. Use the same "
+                                 "--extend, or --restart to start over")
         grow = _same_inputs(store, job.paths, job.params, job.touched)
         if job.stage1 is not None:
             check_same_stage1(store, job.stage1)
@@ -96,8 +107,14 @@ def _create(job: _Job) -> Store:
             chunks.append((i, start, end, kind, part))
     # the store appears complete (schema, run, plan, vocabulary) or not at all
     chunk_size = job.options.chunk_size
-    return Store.create(job.db, init=lambda new: new.init_run(params, sources, chunks, chunk_size, __version__,
-                                                              job.stage1), durable=job.options.durable)
+
+    def init(new: Store) -> None:
+        new.init_run(params, sources, chunks, chunk_size, __version__, job.stage1)
+        if job.base_rows is not None:  # the base's merges are the run's first (``training.extend``)
+            with new.transaction():
+                write_base(new, job.base_rows)
+
+    return Store.create(job.db, init=init, durable=job.options.durable)
 
 
 def _open_for_training(db: Path, paths: Sequence[FileInput | Stream], invalid_utf8: str, restart: bool,
@@ -239,8 +256,10 @@ def _preflight(job: _Job, store: Store, grow: bool) -> Engine | None:
     run = store.run_row()
     result_check(store, params.special_tokens)
     if run["phase"] == "counting":
-        if store.count_merges() != (params.superword_from or 0):  # a superword store holds its stage 1's
-            raise StoreError(f"{store.path}: the store is inconsistent (counting, but it holds merges); "
+        based = base_row(store)  # a superword store holds its stage 1's merges, a based one its base's
+        if store.count_merges() != (params.superword_from or (0 if based is None else based["merges"])):
+            raise StoreError(f"{store.path}: the store is inconsistent (counting, but it holds merges other "
+                             "than its base's or stage 1's); "
                              "start over with --restart")
         return None
     if run["phase"] == "merging" or grow or last_checkpoint_deferred(store):

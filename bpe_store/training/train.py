@@ -61,8 +61,7 @@ def train(
     count_flush_seconds: float = TrainOptions.count_flush_seconds,
     invalid_utf8: str = TrainOptions.invalid_utf8,
     restart: bool = TrainOptions.restart,
-    progress: Progress | None = None,
-    stop: threading.Event | None = None,
+    progress: Progress | None = None, stop: threading.Event | None = None,
     engine: str = TrainOptions.engine,
     durable: bool = TrainOptions.durable,
     format: str | None = TrainOptions.format,
@@ -75,6 +74,7 @@ def train(
     superword_from: int | None = TrainOptions.superword_from,
     superword_base: str | os.PathLike | None = TrainOptions.superword_base,
     max_superword_words: int = TrainOptions.max_superword_words,
+    extend: str | os.PathLike | None = TrainOptions.extend,
 ) -> TrainResult:
     """Train (or resume training) a byte-level BPE into the store ``db``; returns its ``TrainResult``
     (``vocab``, ``merges``, ``merge_counts``, ``phase``, ``stop_reason``). See the module doc.

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_portable_pattern import NAMED, TARGETED, generated, onig_pieces
 
+from bpe_store.formats.portable_pattern import _ALL_CHARS
 from bpe_store.text.pretokenize import PATTERNS
 from bpe_store.tokenizer.export import Exportable, ExportError, check_tiktoken_merges, export_store, load_tiktoken
-from bpe_store.tokenizer.portable_pattern import _ALL_CHARS
 from bpe_store.tokenizer.tokenizer import Tokenizer
 from bpe_store.training.train import train, train_bpe
 

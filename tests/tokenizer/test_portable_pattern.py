@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_patterns import tiktoken_pieces
 
+from bpe_store.formats.portable_pattern import _ALL_CHARS, PatternTranslationError, portable_pattern
 from bpe_store.text.pretokenize import PATTERNS
-from bpe_store.tokenizer.portable_pattern import _ALL_CHARS, PatternTranslationError, portable_pattern
 
 tokenizers = pytest.importorskip("tokenizers")
 tiktoken = pytest.importorskip("tiktoken")

@@ -1,0 +1,101 @@
+"""The store's rows of the base a run extends (``train --extend``): the ``base`` row, the base's own
+id of each of its tokens (``base_ids``), and its merges as the store's first merges (count 0).
+
+A based store keeps bpe_store's order of ids inside (special tokens, the 256 bytes, one per merge:
+what the merge engine, the checks and a resume rely on) and maps them to the model's ids at the
+edge: the base's tokens by ``base_ids``, the run's own by ``id + shift`` (``model_ids``), so the new
+ids follow the base's largest. ``read_result`` (the trainer's result, the tokenizer, the exports)
+gives model ids. A store without a base has no such rows; its model ids are its ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import StoreError
+from . import digest
+from .connection import now
+
+
+@dataclass(frozen=True)
+class BaseRows:
+    """What a new store records of its base: ``kind``, ``source`` and ``sha256`` (see the ``base``
+    table), ``merges`` ``[(left id, right id, token id)]`` in the store's ids, ``merge_bytes`` the
+    bytes of each merge's token, ``model_ids`` the base's id of each store id 0 .. n - 1, and
+    ``next_id``, the model id of the run's first new token."""
+
+    kind: str
+    source: str
+    sha256: str
+    merges: list[tuple[int, int, int]]
+    merge_bytes: list[bytes]
+    model_ids: list[int]
+    next_id: int
+
+
+def write_base(store, rows: BaseRows) -> None:
+    """Inside the store's creating transaction (after ``init_run``): the base row, its ids, its merges
+    and their vocabulary rows, and a checkpoint recording them (its merge digest) in phase counting."""
+    first = len(rows.model_ids) - len(rows.merges)
+    shift = rows.next_id - len(rows.model_ids)
+    store.sql("INSERT INTO base (id, kind, source, sha256, merges, tokens, next_id, shift)"
+              " VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
+              (rows.kind, rows.source, rows.sha256, len(rows.merges), len(rows.model_ids), rows.next_id, shift))
+    store.executemany("INSERT INTO base_ids (id, model_id) VALUES (?, ?)", enumerate(rows.model_ids))
+    merge_rows = [(k, a, b, t, 0) for k, (a, b, t) in enumerate(rows.merges)]
+    store.executemany('INSERT INTO merges (rank, "left", "right", token, count) VALUES (?, ?, ?, ?, ?)', merge_rows)
+    store.executemany("INSERT INTO vocab (id, bytes, kind) VALUES (?, ?, 'merge')",
+                      [(first + k, b) for k, b in enumerate(rows.merge_bytes)])
+    store.sql("INSERT INTO checkpoints (at, phase, chunks_counted, merges_done, elapsed_s, write_s, merge_digest)"
+              " VALUES (?, 'counting', 0, ?, 0, NULL, ?)", (now(), len(merge_rows), digest.merge_digest(merge_rows)))
+
+
+def _has_base_tables(store) -> bool:
+    """Whether the store's schema has the base tables (a store of an older revision, opened to be
+    read, has none and no base)."""
+    return bool(store.sql("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'base'").first())
+
+
+def base_row(store) -> dict | None:
+    """The ``base`` row as a dict, or None for a store that extends no base."""
+    if not _has_base_tables(store):
+        return None
+    row = store.sql("SELECT kind, source, sha256, merges, tokens, next_id, shift FROM base WHERE id = 1").first()
+    if row is None:
+        return None
+    return dict(zip(("kind", "source", "sha256", "merges", "tokens", "next_id", "shift"), row))
+
+
+def model_ids(store, n: int) -> list[int] | None:
+    """The model id of each store id 0 .. n - 1, or None when they are the same (no base); StoreError
+    for base rows that bpe_store could not have written."""
+    base = base_row(store)
+    if base is None:
+        return None
+    mapped = store.sql("SELECT id, model_id FROM base_ids ORDER BY id").fetchall()
+    if [i for i, _ in mapped] != list(range(base["tokens"])) or base["tokens"] + base["shift"] != base["next_id"]:
+        raise StoreError(f"{store.path}: the store is inconsistent (its base's ids); start over with --restart")
+    ids = [m for _, m in mapped][:n] + [i + base["shift"] for i in range(len(mapped), n)]
+    if len(set(ids)) != len(ids) or any(type(i) is not int or i < 0 for i in ids):
+        raise StoreError(f"{store.path}: the store is inconsistent (two tokens with one model id); "
+                         "start over with --restart")
+    return ids
+
+
+def base_diff(store, sha256: str | None, source: str | None) -> list[str]:
+    """How a resume's base (its SHA-256 and source, None for none) differs from the store's."""
+    base = base_row(store)
+    had = None if base is None else base["sha256"]
+    if had == sha256:
+        return []
+    old = "no base" if base is None else f"base {base['source']} (SHA-256 {base['sha256'][:12]}...)"
+    new = "no base" if sha256 is None else f"base {source} (SHA-256 {sha256[:12]}...)"
+    return [f"{old} -> {new}"]
+
+
+def renumber(vocab: dict[int, bytes], ids: Sequence[int] | None) -> dict[int, bytes]:
+    """``vocab`` keyed by the model ids ``ids`` (``model_ids``), or as it is without a base."""
+    if ids is None:
+        return vocab
+    return {ids[i]: b for i, b in vocab.items()}

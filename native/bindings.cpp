@@ -4,7 +4,7 @@
 
 namespace nb = nanobind;
 
-void register_scanner(nb::module_ &m);       // scanner.cpp: GPT-2 pre-tokenizer and word counting
+void register_scanner(nb::module_ &m);       // scanner.cpp: the pattern scanners and word counting
 void register_merge_engine(nb::module_ &m);  // merge_engine.cpp: the incremental merge loop
 void register_encoder(nb::module_ &m);       // encoder.cpp: BPE encoding by merge rank
 void register_jsonl(nb::module_ &m);         // jsonl.cpp: the text field of jsonl lines

@@ -4,6 +4,7 @@ with the reason "needs the network", and nothing else is. tests/tokenizer/test_t
 the skipped tests are exactly those of the encodings without a file."""
 
 import pytest
+from hypothesis import settings
 
 from bpe_store.errors import InputError
 

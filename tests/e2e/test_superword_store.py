@@ -128,16 +128,26 @@ train([sys.argv[1]], sys.argv[2], 257 + 1200, ["<|endoftext|>"], superword_from=
 """
 
 
-def _merges(db) -> int:
+def _state(db) -> tuple[str, int, int]:
+    """``(phase, chunks counted, merges)`` as a reader sees the store."""
     if not db.exists():
-        return 0
+        return ("none", 0, 0)
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        return con.execute("SELECT count(*) FROM merges").fetchone()[0]
+        phase = con.execute("SELECT phase FROM run").fetchone()
+        chunks = con.execute("SELECT count(*) FROM chunks WHERE counted = 1").fetchone()[0]
+        return (phase[0] if phase else "none", chunks, con.execute("SELECT count(*) FROM merges").fetchone()[0])
     except sqlite3.Error:
-        return 0
+        return ("none", 0, 0)
     finally:
         con.close()
+
+
+def _reached(db, phase: str, target: int) -> bool:
+    now, chunks, merges = _state(db)
+    if phase == "counting":
+        return now == "counting" and chunks >= target
+    return now in ("merging", "done") and merges >= target
 
 
 @pytest.mark.slow
@@ -148,18 +158,23 @@ def test_sigkill_in_stage_two_resumes_to_identical_merges(tmp_path):
     expected = train([corpus], tmp_path / "whole.db", 257 + 1200, [SPECIAL], superword_from=400, superword_base=base)
     db = tmp_path / "killed.db"
     seen = []
-    for target in (400, 450, 700, 1000):  # 400: counting over (the store holds stage 1's merges)
+    # while stage 2 counts, while its engine is built (merging, no superword merge yet), then
+    # while it merges (merges past the transition point)
+    for phase, target in (("counting", 1), ("merging", 400), ("merging", 450), ("merging", 700), ("merging", 1000)):
         proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(corpus), str(db), str(base)], cwd=ROOT)
         deadline = time.monotonic() + 120
-        while proc.poll() is None and time.monotonic() < deadline and _merges(db) <= target:
-            time.sleep(0.01)
-        time.sleep(random.uniform(0, 0.05))
+        while proc.poll() is None and time.monotonic() < deadline and not _reached(db, phase, target):
+            time.sleep(0.005)
+        time.sleep(random.uniform(0, 0.02))
         proc.kill()
         proc.wait()
-        seen.append(_merges(db))
+        seen.append(_state(db))
     rc = subprocess.run([sys.executable, "-c", RUNNER, str(corpus), str(db), str(base)], cwd=ROOT,
                         timeout=300).returncode
     assert rc == 0
     r = train([corpus], db, 257 + 1200, [SPECIAL], superword_from=400, superword_base=base)
     assert r.merges == expected.merges and r.merge_counts == expected.merge_counts
-    assert seen == sorted(seen) and 400 < seen[1] < seen[-1] < 1200 - 1, seen  # killed inside stage 2
+    phases = [p for p, _, _ in seen]
+    merges = [m for _, _, m in seen]
+    assert phases[0] == "counting" and phases[1] == "merging" and merges == sorted(merges), seen
+    assert 400 < merges[2] < merges[-1] < 1200, seen  # killed inside stage 2

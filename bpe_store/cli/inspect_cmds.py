@@ -19,6 +19,15 @@ from .app import _db_argument, _set_verbose, _verbose_option, app
 from .output import Format, _plain, _stdout_gone, _write_stdout, render, show_token
 
 
+def _eval_line(ev: Optional[dict]) -> Iterator[str]:
+    """``status``'s line about the newest held-out measurement (``bpe-store eval``), if any."""
+    if ev:
+        tpw = ev["tokens_per_word"]
+        yield (f"eval         at vocab size {ev['vocab_size']}: {ev['bytes_per_token']:.3f} bytes/token, "
+               f"{'?' if tpw is None else f'{tpw:.3f}'} tokens/word on {ev['heldout']} ({ev['created_at']}; "
+               "show evals lists all)")
+
+
 def _status_lines(st: dict) -> Iterator[str]:
     from ..inspection.progress import format_bytes, format_duration
 
@@ -53,6 +62,7 @@ def _status_lines(st: dict) -> Iterator[str]:
     if st.get("wal_note"):
         yield f"wal          {format_bytes(st['wal_bytes'])}: {st['wal_note']}"
     yield f"inputs       {len(st['inputs'])} file(s), {format_bytes(sum(i['size'] for i in st['inputs']))}"
+    yield from _eval_line(st.get("eval"))
     for i in st["inputs"]:
         kind = "" if i.get("format", "text") == "text" else f"  {i['format']}"
         if i.get("text_field") and i["format"] in ("jsonl", "parquet"):
@@ -175,14 +185,16 @@ class ShowWhat(str, Enum):
     words = "words"
     pairs = "pairs"
     vocab = "vocab"
+    evals = "evals"
 
 
 @app.command()
 def show(
     ctx: typer.Context,
     db: Path = _db_argument(),
-    what: ShowWhat = typer.Argument(..., help="merges (by rank), words and pairs (most frequent first), vocab (by id).",
-                                    show_default=False, metavar="merges|words|pairs|vocab"),
+    what: ShowWhat = typer.Argument(..., help="merges (by rank), words and pairs (most frequent first), vocab (by id), "
+                                              "evals (held-out measurements: bpe-store eval, train --eval).",
+                                    show_default=False, metavar="merges|words|pairs|vocab|evals"),
     limit: int = typer.Option(20, "--limit", "-n", help="At most this many rows."),
     offset: int = typer.Option(0, "--offset", help="Skip this many rows first."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),

@@ -22,6 +22,7 @@ from pathlib import Path
 from . import train_cmd  # noqa: F401  (train)
 from . import inspect_cmds  # noqa: F401  (status, sql, show, why, report)
 from . import tokenize_cmds  # noqa: F401  (encode, export)
+from . import eval_cmd  # noqa: F401  (eval)
 from . import db_cmds  # noqa: F401  (db upgrade)
 # isort: on
 from .app import app

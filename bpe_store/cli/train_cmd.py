@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from ..errors import BpeStoreError
+from ..errors import BpeStoreError, InputError
 from ..inspection.progress import Reporter
 from ..store.params import MAX_MAX_PRETOKEN_BYTES, MIN_MAX_PRETOKEN_BYTES
 from ..text.pretokenize import pattern_names_help
@@ -31,6 +31,9 @@ from .input_args import (
     text_field_option,
 )
 from .running import ProgressMode, StopOnSignal, _reporter
+
+#: ``--eval-every``'s default: merges between two measurements of a run on its held-out text
+EVAL_EVERY = 1000
 
 if TYPE_CHECKING:
     from ..store.result import TrainResult
@@ -157,6 +160,11 @@ class _Train:
     max_superword_words = typer.Option(
         TrainOptions.max_superword_words, "--max-superword-words", metavar="N",
         help="With --superword-from: the most words (parts between spaces) a superword token spans.")
+    eval_on = typer.Option([], "--eval", metavar="FILE",
+                           help="Held-out text to measure the run on as it trains, recorded in the store "
+                                "(repeatable; any input train reads; see bpe-store eval).")
+    eval_every = typer.Option(None, "--eval-every", metavar="N",
+                              help=f"With --eval: measure every N merges and at the end (default {EVAL_EVERY}).")
     progress = typer.Option(ProgressMode.auto, "--progress",
                             help="auto: bars on a terminal, else JSON lines on stderr.")
     quiet = typer.Option(False, "--quiet", "-q", help="No progress and no summary.")
@@ -176,7 +184,8 @@ def train(
     max_token_length: Optional[int] = _Train.max_token_length, ray: Optional[str] = _Train.ray,
     max_pretoken_bytes: Optional[int] = _Train.max_pretoken_bytes,
     superword_from: Optional[int] = _Train.superword_from, superword_base: Optional[Path] = _Train.superword_base,
-    max_superword_words: int = _Train.max_superword_words, progress: ProgressMode = _Train.progress,
+    max_superword_words: int = _Train.max_superword_words, eval_on: list[str] = _Train.eval_on,
+    eval_every: Optional[int] = _Train.eval_every, progress: ProgressMode = _Train.progress,
     quiet: bool = _Train.quiet, verbose: bool = _Train.verbose,
 ) -> None:
     """Train a BPE into a store, or resume it: run the same command again after a stop.
@@ -201,12 +210,13 @@ def train(
         ray_address=None if ray in (None, "local") else ray, max_pretoken_bytes=max_pretoken_bytes,
         superword_from=superword_from, superword_base=superword_base, max_superword_words=max_superword_words,
         extend=extend)
+    series = _eval_series(eval_on, eval_every, glob, db, invalid_utf8.value)
     reporter = _reporter(progress, quiet)
     if quiet and ray is not None:
         from ..counting.ray_count import quiet as quiet_ray
 
         quiet_ray()
-    result = _run_train(ctx, files, db, vocab_size, special, options, reporter)
+    result = _run_train(ctx, files, db, vocab_size, special, options, reporter, series)
     reason = {"vocab_size": "reached the vocabulary size", "no_pairs": "no pair left to merge"}
     reporter.note(f"{db}: {len(result.merges)} merges, vocab {len(result.vocab)} "
                   f"({reason.get(result.stop_reason or '', result.phase)})",
@@ -214,8 +224,22 @@ def train(
                    "stop_reason": result.stop_reason})
 
 
+def _eval_series(eval_on: list[str], every: Optional[int], glob: str, db: Path, invalid_utf8: str) -> Any:
+    """``--eval`` / ``--eval-every``: the ``EvalSeries`` that measures the run as it trains, or None."""
+    if not eval_on:
+        if every is not None:
+            raise InputError("--eval-every goes with --eval FILE (the held-out text to measure on)")
+        return None
+    from ..inspection.evaluation import EvalSeries
+    from ..inspection.heldout import read_heldout
+
+    heldout = read_heldout(resolve_inputs(eval_on, glob, db, None, TrainOptions.text_field), invalid_utf8,
+                           name=", ".join(eval_on))
+    return EvalSeries(heldout, EVAL_EVERY if every is None else every)
+
+
 def _run_train(ctx: typer.Context, files: list, db: Path, vocab_size: int, special: list[str],
-               options: TrainOptions, reporter: Reporter) -> TrainResult:
+               options: TrainOptions, reporter: Reporter, series: Any = None) -> TrainResult:
     """``training.train`` with ``options``, Ctrl-C / SIGTERM asking it to stop: a stopped run says
     what the store holds and the command that resumes, and exits 130 (143). The reporter is closed
     either way; returns the ``TrainResult``."""
@@ -226,7 +250,7 @@ def _run_train(ctx: typer.Context, files: list, db: Path, vocab_size: int, speci
     try:
         with stopper:
             return run_train(files, db, vocab_size, special, progress=stopper.watch(reporter), stop=stopper.event,
-                             **dataclasses.asdict(options))
+                             on_checkpoint=series, **dataclasses.asdict(options))
     except (Interrupted, KeyboardInterrupt) as exc:
         stopper.note_stopping()
         reporter.close()

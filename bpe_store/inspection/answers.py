@@ -29,7 +29,7 @@ from typing import Any
 from ..bpe import word_splitter
 from ..errors import InputError, StoreError
 from ..interrupts import sqlite_call
-from ..store import migrate
+from ..store import evaluation_rows, migrate
 from ..store.base_rows import base_row
 from ..store.check import history_problems
 from ..store.files import wal_state
@@ -49,6 +49,11 @@ SHOW_QUERIES = {
              ' JOIN vocab l ON l.id = p."left" JOIN vocab r ON r.id = p."right"'
              " ORDER BY p.count DESC, l.bytes DESC, r.bytes DESC LIMIT ? OFFSET ?",
     "vocab": "SELECT id, bytes AS token, kind, length(bytes) AS n_bytes FROM vocab ORDER BY id LIMIT ? OFFSET ?",
+    # held-out measurements (bpe-store eval, train --eval): this store's own first, by size
+    "evals": "SELECT tokenizer, vocab_size, grp, bytes_per_token, chars_per_token, tokens_per_word,"
+             " renyi_efficiency, vocab_used, tokens_unused, parity, heldout, created_at FROM eval_curve"
+             " ORDER BY tokenizer != 'self', tokenizer, heldout_digest, grp != 'all', grp, vocab_size"
+             " LIMIT ? OFFSET ?",
 }
 #: Checkpoints an ETA's speed is measured over (the newest ones).
 ETA_CHECKPOINTS = 10
@@ -259,6 +264,7 @@ def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
             "bpe_store_version": run["bpe_store_version"],
             "superword": _superword(run, merges_done),
             "base": base_row(store),  # the tokenizer the run extends (None: none)
+            "eval": evaluation_rows.latest(store) if evaluation_rows.has_table(store) else None,
         }
         if info["superword"] is not None:
             info["pattern_name"] = "SuperBPE stage 2 (docs/superword.md)"
@@ -344,6 +350,8 @@ def show(path: str | os.PathLike, what: str, limit: int = 20, offset: int = 0, *
     if limit < 0 or offset < 0:
         raise InputError("--limit and --offset must not be negative")
     with reading(path, timeout=timeout) as store:
+        if what == "evals" and not evaluation_rows.has_table(store):
+            raise StoreError(f"{path}: its schema predates evaluations; upgrade it with: bpe-store db upgrade {path}")
         res = store.sql(SHOW_QUERIES[what], (limit, offset))
         columns, rows = list(res.keys()), [tuple(r) for r in res]
         if what == "words":

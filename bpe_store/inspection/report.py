@@ -42,10 +42,7 @@ page, text kept as text: nothing is fetched when the page is viewed.
 from __future__ import annotations
 
 import datetime as _dt
-import html
-import io
 import os
-import re
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
@@ -56,9 +53,9 @@ from .._version import __version__
 from ..errors import InputError
 from . import display
 from .compare import SCRIPT_CLASSES, by_script, byte_classes, compare_tokenizer, lengths_of
+from .eval_report import eval_plot, eval_section, gather_evals
+from .page import CSS, e, matplotlib_figure, svg, table
 
-#: The command that installs what ``report`` needs.
-REPORT_INSTALL = "pip install 'bpe-store[report]'"
 #: Default held-out sample: this many bytes of the training inputs ...
 DEFAULT_SAMPLE_BYTES = 2 << 20
 #: ... taken from this many evenly spaced places (whole lines).
@@ -77,26 +74,6 @@ _SCRIPT_NAMES = {"CJK": "Han", "HANGUL": "Hangul", "HIRAGANA": "Kana", "KATAKANA
 TOKEN_ROWS = 20
 LAST_LEARNED = 50
 UNUSED_ROWS = 100
-#: Fonts for the page and its plots: the system's, with CJK faces where the system has them
-#: (else the browser falls back on its own), so Chinese or Japanese tokens are not boxes.
-FONT_STACK = ('system-ui, -apple-system, "Segoe UI", Roboto, "Noto Sans", "DejaVu Sans", "Noto Sans CJK SC", '
-              '"Noto Sans CJK JP", "Source Han Sans SC", "PingFang SC", "Hiragino Sans", "Microsoft YaHei", '
-              '"WenQuanYi Micro Hei", sans-serif')
-MONO_STACK = ('ui-monospace, "SFMono-Regular", Menlo, Consolas, "DejaVu Sans Mono", "Noto Sans Mono CJK SC", '
-              '"Noto Sans CJK SC", "Source Han Sans SC", monospace')
-
-
-def _matplotlib() -> Any:
-    """matplotlib's Figure class, or an InputError (exit 2) naming the install command."""
-    try:
-        import matplotlib
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise InputError(f"bpe-store report draws its plots with matplotlib, which is not installed: "
-                         f"{REPORT_INSTALL}") from None
-    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller, searchable, no glyph paths
-    matplotlib.rcParams["svg.hashsalt"] = "bpe-store"  # the same store gives the same SVG ids
-    return Figure
 
 
 # -- compression at every prefix ------------------------------------------------------------
@@ -247,6 +224,7 @@ def gather(db: str | os.PathLike, held_out: str | os.PathLike | None = None,
         "tokens_tables": _tokens_tables(vocab, first, counts, merge_counts),
         "split_words": [{"word": w, "count": c, "split": [vocab[t][0] for t in ids_]} for w, c, ids_ in split_rows],
         "stages": _stages(stages),
+        "evals": gather_evals(db),
     }
 
 
@@ -350,18 +328,6 @@ def _stages(stages: list[tuple[str, int, float, float]]) -> dict[str, Any]:
 # -- plots ----------------------------------------------------------------------------------
 
 
-def _svg(fig: Any) -> str:
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
-    svg = buf.getvalue()
-    # the plots' text in the page's font stack (CJK faces where the system has them), not the one
-    # face matplotlib measured with
-    fonts = FONT_STACK.replace('"', "'")  # inside the SVG's style="..." attributes
-    svg = re.sub(r"font-family: ?'?[^;'\"]*'?", lambda _m: f"font-family: {fonts}", svg)
-    svg = re.sub(r"(font: [^;\"]*?\d+(?:\.\d+)?px) '[^']*'", lambda m: f"{m.group(1)} {fonts}", svg)
-    return svg[svg.index("<svg"):]  # drop the XML declaration and DOCTYPE: inline SVG in HTML
-
-
 def _mark_superwords(ax: Any, data: dict[str, Any], offset: int) -> None:
     """On a superword store's plot, a line where stage 2 begins (merge ``from``, at ``offset +
     from`` on the x axis): what follows it is the stage-2 curve (docs/superword.md)."""
@@ -373,7 +339,7 @@ def _mark_superwords(ax: Any, data: dict[str, Any], offset: int) -> None:
 
 
 def _plots(data: dict[str, Any]) -> dict[str, str]:
-    Figure = _matplotlib()
+    Figure = matplotlib_figure()
     out = {}
 
     fig = Figure(figsize=(8, 4.2))
@@ -385,7 +351,7 @@ def _plots(data: dict[str, Any]) -> dict[str, str]:
     ax.grid(True, which="both", alpha=0.3)
     ax.set_title(f"{data['held_out']['bytes']:,} bytes of held-out text")
     _mark_superwords(ax, data, data["first_merge_id"])
-    out["compression"] = _svg(fig)
+    out["compression"] = svg(fig)
 
     fig = Figure(figsize=(8, 4.2))
     ax = fig.subplots()
@@ -397,7 +363,7 @@ def _plots(data: dict[str, Any]) -> dict[str, str]:
     ax.set_ylabel("pair count when merged")
     ax.grid(True, which="both", alpha=0.3)
     _mark_superwords(ax, data, 0)
-    out["merges"] = _svg(fig)
+    out["merges"] = svg(fig)
 
     fig = Figure(figsize=(8, 4.2))
     ax = fig.subplots()
@@ -420,36 +386,12 @@ def _plots(data: dict[str, Any]) -> dict[str, str]:
     ax.set_xlabel("token length in bytes")
     ax.set_ylabel("learned tokens")
     ax.legend(fontsize="small", ncols=2)
-    out["lengths"] = _svg(fig)
+    out["lengths"] = svg(fig)
+    out["evals"] = eval_plot(data["evals"]["curve"])
     return out
 
 
 # -- the page -------------------------------------------------------------------------------
-
-_CSS = """
-body { font: 15px/1.45 FONTS; margin: 2em auto; max-width: 60em; padding: 0 1em; color: #222; }
-h1 { font-size: 1.6em; margin-bottom: .2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
-table { border-collapse: collapse; margin: .6em 0; } td, th { padding: .15em .7em; text-align: left; }
-th { border-bottom: 1px solid #bbb; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
-code, .tok { font-family: MONO; }
-.tok { background: #eef; border-radius: 3px; padding: 0 .2em; margin-right: .15em; }
-figure { margin: .5em 0; } figure svg { max-width: 100%; height: auto; } .note { color: #555; }
-"""
-
-
-_CSS = _CSS.replace("FONTS", FONT_STACK).replace("MONO", MONO_STACK)
-
-
-def _e(x: Any) -> str:
-    return html.escape(str(x))
-
-
-def _table(head: list[str], rows: list[list[Any]], numeric: set[int] = frozenset()) -> str:  # type: ignore[assignment]
-    h = "".join(f"<th>{_e(c)}</th>" for c in head)
-    body = "".join("<tr>" + "".join(f'<td class="n">{_e(v)}</td>' if i in numeric else f"<td>{v}</td>"
-                                    for i, v in enumerate(r)) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>"
-
 
 def _when(at: str | None) -> str:
     """``2026-11-23T11:47:53.521+00:00`` -> ``2026-11-23 11:47:53``."""
@@ -473,9 +415,9 @@ def render_html(data: dict[str, Any]) -> str:
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>bpe-store report: {_e(name)}</title><style>{_CSS}</style></head>
+<title>bpe-store report: {e(name)}</title><style>{CSS}</style></head>
 <body>
-<h1>bpe-store report: {_e(name)}</h1>
+<h1>bpe-store report: {e(name)}</h1>
 <p class="summary">{st['merges_done']:,} merges, vocabulary {sizes[-1]:,}: {full:.3f} bytes per token on
 {ho['bytes']:,} bytes of held-out text ({ho['tokens']:,} tokens).</p>
 
@@ -498,10 +440,12 @@ Unicode name (an approximation), tokens without letters as digits, whitespace, p
 partial UTF-8.</p>
 </section>
 
+{eval_section(data["evals"], plots["evals"])}
+
 {_split_words_section(data)}
 
 {_facts_section(data)}
-<footer class="note"><p>Made by bpe-store {_e(__version__)} on {now}. This page is self-contained: it loads
+<footer class="note"><p>Made by bpe-store {e(__version__)} on {now}. This page is self-contained: it loads
 nothing from the network.</p></footer>
 </body></html>
 """
@@ -513,7 +457,7 @@ def _compression_section(data: dict[str, Any], plot: str) -> str:
     marks = [v for v in TABLE_SIZES if sizes[0] < v < sizes[-1]] + [sizes[-1]]
     comp_rows = [[f"{v:,}", f"{bpt[v - sizes[0]]:.3f}", f"{data['tokens'][v - sizes[0]]:,}"] for v in marks]
     if ho["kind"] == "file":
-        ho_text = f"the file <code>{_e(ho['path'])}</code>"
+        ho_text = f"the file <code>{e(ho['path'])}</code>"
     else:
         ho_text = (f"a sample of the training inputs ({ho['places']} places, whole lines): in-sample, so a "
                    "little optimistic; <code>--held-out FILE</code> gives a real held-out text")
@@ -522,22 +466,22 @@ def _compression_section(data: dict[str, Any], plot: str) -> str:
 <p class="note">Held-out text: {ho_text}. Every vocabulary size from {sizes[0]:,} (the 256 bytes and
 {data['n_special']} special tokens) to {sizes[-1]:,} is a prefix of this store's merge log; one encoding at
 the full size gives them all (each token's count pushed down its merge tree).</p>
-{_table(["vocabulary size", "bytes per token", "tokens"], comp_rows, {0, 1, 2})}
+{table(["vocabulary size", "bytes per token", "tokens"], comp_rows, {0, 1, 2})}
 </section>"""
 
 
 def _by_script_section(data: dict[str, Any]) -> str:
     """Bytes per token of the store and each ``--compare`` tokenizer, in all and by script."""
     compared, ho = data["compare"], data["held_out"]
-    cmp_rows = [[_e(c["name"]) + ("" if c["kind"] == "store" else f" <span class=\"note\">({_e(c['kind'])}, "
-                                  f"{_e(c.get('pattern') or '')})</span>"),
+    cmp_rows = [[e(c["name"]) + ("" if c["kind"] == "store" else f" <span class=\"note\">({e(c['kind'])}, "
+                                  f"{e(c.get('pattern') or '')})</span>"),
                  f"{c['vocab_size']:,}", f"{c['tokens']:,}", f"{c['bytes_per_token']:.3f}"] for c in compared]
     script_rows = []
     share = compared[0]["by_script"]
     for cls in SCRIPT_CLASSES:
         if not any(c["by_script"][cls]["tokens"] for c in compared):
             continue
-        cells = [_e(cls), f"{100 * share[cls]['bytes'] / max(ho['bytes'], 1):.1f}%"]
+        cells = [e(cls), f"{100 * share[cls]['bytes'] / max(ho['bytes'], 1):.1f}%"]
         for c in compared:
             v = c["by_script"][cls]["bytes_per_token"]
             cells.append("-" if v is None else f"{v:.3f}")
@@ -548,8 +492,8 @@ def _by_script_section(data: dict[str, Any]) -> str:
     return f"""<section id="by-script"><h2>Compression by script, beside other tokenizers</h2>
 <p class="note">The same held-out bytes encoded by each tokenizer{cmp_hint}.
 Each token counts for the script of the first character it starts that is not whitespace.</p>
-{_table(["tokenizer", "vocabulary", "tokens", "bytes per token"], cmp_rows, {1, 2, 3})}
-{_table(script_head, script_rows, set(range(1, len(script_head))))}
+{table(["tokenizer", "vocabulary", "tokens", "bytes per token"], cmp_rows, {1, 2, 3})}
+{table(script_head, script_rows, set(range(1, len(script_head))))}
 </section>"""
 
 
@@ -561,29 +505,29 @@ def _tokens_section(data: dict[str, Any]) -> str:
     unused_more = "" if tt["unused_total"] <= len(tt["unused"]) else f"; the first {len(tt['unused'])} by rank"
     return f"""<section id="tokens"><h2>Tokens to look at</h2>
 <h3>The longest learned tokens</h3>
-{_tokens_table(tt["longest"])}
+{_tokenstable(tt["longest"])}
 <h3>The last {LAST_LEARNED} learned</h3>
-{_tokens_table(tt["last_learned"])}
+{_tokenstable(tt["last_learned"])}
 <h3>Partial UTF-8 tokens ({tt["partial_utf8_total"]:,})</h3>
 <p class="note">Learned tokens that are not whole characters (bytes shown as \\xNN){partial_more}.</p>
-{_tokens_table(tt["partial_utf8"])}
+{_tokenstable(tt["partial_utf8"])}
 <h3>Never used on the held-out text ({tt["unused_total"]:,} of {sizes[-1] - sizes[0]:,})</h3>
 <p class="note">Learned tokens the held-out text's encoding never holds (a token whose bytes another id already
 had is never used){unused_more}.</p>
-{_tokens_table(tt["unused"])}
+{_tokenstable(tt["unused"])}
 </section>"""
 
 
 def _split_words_section(data: dict[str, Any]) -> str:
     """The frequent words that still take many tokens, as the store splits them."""
-    split_rows = [["".join(f'<span class="tok">{_e(display.escape(t).replace(" ", "␣"))}</span>'
+    split_rows = [["".join(f'<span class="tok">{e(display.escape(t).replace(" ", "␣"))}</span>'
                            for t in w["split"]),
-                   f"{w['count']:,}", len(w["split"]), _e(display.quote(w["word"]))]
+                   f"{w['count']:,}", len(w["split"]), e(display.quote(w["word"]))]
                   for w in data["split_words"]]
     return f"""<section id="split-words"><h2>Frequent words still split into many tokens</h2>
 <p class="note">The most frequent training words that take {MANY_TOKENS} or more tokens at the full vocabulary,
 as the store splits them (␣ is a space; other escapes as in <code>bpe-store show</code>).</p>
-{_table(["split", "count", "tokens", "word"], split_rows, {1, 2})}
+{table(["split", "count", "tokens", "word"], split_rows, {1, 2})}
 </section>"""
 
 
@@ -594,29 +538,29 @@ def _facts_section(data: dict[str, Any]) -> str:
     st, stages = data["status"], data["stages"]
     stage_rows = [[ph, _dur(v["elapsed_s"]), v["checkpoints"], f"{v['write_s']:.2f} s"]
                   for ph, v in sorted(data["stages"]["by_phase"].items())]
-    inputs = [[f"<code>{_e(i['path'])}</code>", format_bytes(i["size"]),
-               f"<code>{_e(i['hash'])} {_e(i['digest'][:16])}</code>", _e(i["state"])] for i in st["inputs"]]
+    inputs = [[f"<code>{e(i['path'])}</code>", format_bytes(i["size"]),
+               f"<code>{e(i['hash'])} {e(i['digest'][:16])}</code>", e(i["state"])] for i in st["inputs"]]
     params = [["vocabulary size", f"{st['vocab_size']:,} (merges {st['merges_done']:,} / {st['merges_target']:,})"],
-              ["special tokens", _e(", ".join(st["special_tokens"]) or "none")],
+              ["special tokens", e(", ".join(st["special_tokens"]) or "none")],
               ["pattern", _pattern_cell(st)],
-              ["invalid UTF-8", _e(st["invalid_utf8"])],
-              ["phase", _e(st["phase"] + (f" ({st['stop_reason']})" if st["stop_reason"] else ""))],
+              ["invalid UTF-8", e(st["invalid_utf8"])],
+              ["phase", e(st["phase"] + (f" ({st['stop_reason']})" if st["stop_reason"] else ""))],
               ["distinct words", f"{st['words']:,}"],
-              ["store", f"{_e(st['path'])} ({format_bytes(st['db_bytes'])}, schema {_e(st['schema'])})"],
+              ["store", f"{e(st['path'])} ({format_bytes(st['db_bytes'])}, schema {e(st['schema'])})"],
               ["training time", f"{_dur(stages['total_s'])}: counting {_dur(stages['counting_s'])}, "
                                 f"pairs and merging {_dur(stages['merging_s'])}"]]
-    sessions = [[s["id"], _e(_when(s["started_at"])), _e(_when(s["ended_at"])), _e(s["state"]),
+    sessions = [[s["id"], e(_when(s["started_at"])), e(_when(s["ended_at"])), e(s["state"]),
                  f"{s['merges_start']} → {s['merges_end'] if s['merges_end'] is not None else '?'}",
-                 _e(f"pid {s['pid']} on {s['host']}" if s["pid"] else "before sessions were recorded")]
+                 e(f"pid {s['pid']} on {s['host']}" if s["pid"] else "before sessions were recorded")]
                 for s in st["sessions"]]
     return f"""<section id="facts"><h2>The run</h2>
-<h3>Parameters</h3>{_table(["", ""], params)}
-<h3>Inputs</h3>{_table(["path", "size", "fingerprint", "now"], inputs)}
+<h3>Parameters</h3>{table(["", ""], params)}
+<h3>Inputs</h3>{table(["path", "size", "fingerprint", "now"], inputs)}
 <h3>Time per stage and checkpoints</h3>
-{_table(["stage", "training time", "checkpoints", "writing them"], stage_rows, {2, 3})}
+{table(["stage", "training time", "checkpoints", "writing them"], stage_rows, {2, 3})}
 <p class="note">Training time is summed over sessions (a resume adds to it); "pairs and merging" includes
 counting the pairs once.</p>
-<h3>Sessions</h3>{_table(["#", "started", "ended", "outcome", "merges", "process"], sessions)}
+<h3>Sessions</h3>{table(["#", "started", "ended", "outcome", "merges", "process"], sessions)}
 </section>"""
 
 
@@ -626,17 +570,17 @@ def _pattern_cell(st: dict[str, Any]) -> str:
 
     name = st["pattern_name"]
     if name.split(" ")[0] in PATTERNS:
-        return f"{_e(name)} <span class=\"note\">(<code>{_e(st['pattern'])}</code>)</span>"
-    return f"a regex of its own: <code>{_e(st['pattern'])}</code>"
+        return f"{e(name)} <span class=\"note\">(<code>{e(st['pattern'])}</code>)</span>"
+    return f"a regex of its own: <code>{e(st['pattern'])}</code>"
 
 
-def _tokens_table(rows: list[dict[str, Any]]) -> str:
+def _tokenstable(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return '<p class="note">none</p>'
-    body = [[f'<span class="tok">{_e(display.escape(r["bytes"].decode("utf-8", "surrogateescape")).replace(" ", "␣"))}'
+    body = [[f'<span class="tok">{e(display.escape(r["bytes"].decode("utf-8", "surrogateescape")).replace(" ", "␣"))}'
              "</span>", f"{r['n_bytes']}", f"{r['id']:,}", f"{r['rank']:,}", f"{r['merge_count']:,}",
              f"{r['held_out']:,}"] for r in rows]
-    return _table(["token", "bytes", "id", "merge rank", "count when merged", "in the held-out text"], body,
+    return table(["token", "bytes", "id", "merge rank", "count when merged", "in the held-out text"], body,
                   {1, 2, 3, 4, 5})
 
 
@@ -651,7 +595,7 @@ def write_report(db: str | os.PathLike, out: str | os.PathLike, held_out: str | 
         raise InputError(f"{out}: is a directory; -o names the HTML file to write")
     if out.exists() and out.resolve() == Path(db).resolve():
         raise InputError(f"{out}: is the store; -o names the HTML file to write")
-    _matplotlib()  # before any work: a missing extra is said at once
+    matplotlib_figure()  # before any work: a missing extra is said at once
     data = gather(db, held_out, sample_bytes, threads, compare)
     page = render_html(data)
     with new_files([out]) as (f,):  # complete or absent; a previous report is replaced at the end

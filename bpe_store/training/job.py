@@ -20,6 +20,7 @@ from ..native import WordCounter
 from ..store.base_rows import BaseRows
 from ..store.connection import _sqlite_error, is_db_error
 from ..store.params import RunParams
+from ..store.result import TrainResult
 from ..store.run_rows import StageOne
 from ..store.store import Store
 from ..text.inputs import FileInput
@@ -78,6 +79,9 @@ class _Job:
     #: MERGE_LOG_SECONDS after it
     logged_at: float = 0.0
     _watch: WalWatch | None = dataclasses.field(init=False, default=None)
+    #: ``train``'s ``on_checkpoint``: called on the training thread after each write of merges
+    #: commits, with ``(store, merges in the store, whether training is over)``
+    on_checkpoint: Callable[[Store, int, bool], None] | None = None
 
     @property
     def watch(self) -> WalWatch:
@@ -95,6 +99,17 @@ class _Job:
                     raise err
                 self.progress(event)
                 self._last_event = (time.monotonic(), event)
+
+    def checkpointed(self, merges_done: int) -> None:
+        """Merges up to ``merges_done`` are committed: tell ``on_checkpoint``, if anyone listens."""
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(self.store, merges_done, False)
+
+    def done(self, result: TrainResult) -> TrainResult:
+        """Training is over with ``result``: tell ``on_checkpoint``, if anyone listens; returns it."""
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(self.store, len(result.merges), True)
+        return result
 
     def elapsed(self) -> float:
         """The run's training time so far: earlier sessions' and this one's."""

@@ -251,6 +251,8 @@ def _log_merges(job: _Job, merger: Engine, merges: list, done_reason: str | None
     job.logged_at = time.monotonic()
     job.emit(stage="merge_log", phase="merging", done=merger.next_rank, total=job.params.num_merges,
              write_s=write_s, **job.store.wal)
+    if done_reason is None:
+        job.checkpointed(merger.next_rank)
 
 
 def _checkpoint_deferred(job: _Job, merger: Engine, merges: list, reason: str | None, stopping: bool) -> bool:
@@ -310,4 +312,6 @@ def _checkpoint(job: _Job, merger: Engine, merges: list, stopping: bool = False)
     job.emit(stage="checkpoint", phase="merging", done=merger.next_rank, total=target,
              words=len(word_rows), pairs=len(deletes) + len(inserts) + len(updates), write_s=write_s,
              **job.store.wal)  # wal_bytes, wal_blocked: a reader keeping the WAL from being emptied
+    if not final:
+        job.checkpointed(merger.next_rank)  # the end's call is train's, once the result is read
     return reason

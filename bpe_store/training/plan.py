@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from .._version import __version__
@@ -35,8 +35,10 @@ from .superword_plan import check_same_stage1
 
 def _check(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream, db: str | os.PathLike,
            vocab_size: int, special_tokens: Sequence[str], options: TrainOptions, progress: Progress | None,
-           stop: threading.Event | None) -> _Job:
+           stop: threading.Event | None, on_checkpoint: Callable[[Store, int, bool], None] | None = None) -> _Job:
     """1. check: ``train``'s arguments (see there), all of them before anything is written."""
+    if on_checkpoint is not None and not callable(on_checkpoint):
+        raise ArgumentTypeError(f"on_checkpoint must be callable, not {type(on_checkpoint).__name__}")
     if isinstance(inputs, (str, os.PathLike, Stream)):
         inputs = [inputs]
     db = path_argument(db, "db")
@@ -52,12 +54,13 @@ def _check(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream, db:
         raise InputError("a stream (standard input '-' or an iterable) must be the only input")
     options, params = options.checked(vocab_size, special_tokens)
     if options.extend is None:
-        return _Job(paths, Path(db), params, options, progress, stop)
+        return _Job(paths, Path(db), params, options, progress, stop, on_checkpoint=on_checkpoint)
     if options.superword_from is not None:
         raise InputError("--extend and --superword-from do not go together: a superword run's first merges "
                          "are its stage 1's")
     base, params = based_params(options.extend, options.pattern, special_tokens, params)
-    return _Job(paths, Path(db), params, options, progress, stop, base=base, base_rows=base_rows(base))
+    return _Job(paths, Path(db), params, options, progress, stop, on_checkpoint=on_checkpoint, base=base,
+                base_rows=base_rows(base))
 
 
 def _plan(job: _Job) -> Engine | None:

@@ -31,8 +31,9 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ArgumentTypeError, path_argument
 from ..store import sessions
@@ -47,6 +48,9 @@ from .merge_step import _merge, _pairs
 from .options import TrainOptions, max_pretoken_bytes, options_doc
 from .plan import _check, _plan
 from .superword_plan import check_superword_inputs, read_stage1, stage1_done, stage1_path, superword_params
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..store.store import Store
 
 
 @_without_gc_store_errors
@@ -63,8 +67,7 @@ def train(
     restart: bool = TrainOptions.restart,
     progress: Progress | None = None, stop: threading.Event | None = None,
     engine: str = TrainOptions.engine,
-    durable: bool = TrainOptions.durable,
-    format: str | None = TrainOptions.format,
+    durable: bool = TrainOptions.durable, format: str | None = TrainOptions.format,
     text_field: str = TrainOptions.text_field,
     min_frequency: int = TrainOptions.min_frequency,
     max_token_length: int | None = TrainOptions.max_token_length,
@@ -75,6 +78,7 @@ def train(
     superword_base: str | os.PathLike | None = TrainOptions.superword_base,
     max_superword_words: int = TrainOptions.max_superword_words,
     extend: str | os.PathLike | None = TrainOptions.extend,
+    on_checkpoint: Callable[[Store, int, bool], None] | None = None,
 ) -> TrainResult:
     """Train (or resume training) a byte-level BPE into the store ``db``; returns its ``TrainResult``
     (``vocab``, ``merges``, ``merge_counts``, ``phase``, ``stop_reason``). See the module doc.
@@ -90,17 +94,17 @@ def train(
         special_tokens: special tokens; they split the text, are never merged and get the first ids.
         progress: called with events such as ``{"stage": "merging", "done": 1200, "total": 31744}``
             (stages: plan, counting, pairs, merging, checkpoint; see ``bpe_store.inspection.progress``).
-        stop: when set, training finishes its current batch, writes a checkpoint and raises ``Interrupted``.
+        stop: when set, training finishes its batch, writes a checkpoint and raises ``Interrupted``.
+        on_checkpoint: called with ``(store, merges in it, whether over)`` after each merge write and at the end.
         (the options: ``TrainOptions``' fields, listed here from its docstring)
 
     Raises:
         InputError: bad parameters or inputs (exit code 2 on the command line).
         ResumeMismatch: the store was started with other parameters or inputs (3).
         StoreError: not a store, corrupt, damaged or tampered, held by another run, disk full, ... (4).
-        Interrupted: ``stop`` was set; the store holds everything up to its last checkpoint.
     """
     options = TrainOptions.of(locals())  # the keyword parameters are its fields, by name (tests/api/test_api.py)
-    job = _check(inputs, db, vocab_size, special_tokens, options, progress, stop)  # 1. check
+    job = _check(inputs, db, vocab_size, special_tokens, options, progress, stop, on_checkpoint)  # 1. check
     _superword_stage1(job, inputs, special_tokens)        # SuperBPE: stage 1 first (docs/superword.md)
     release_free_memory()  # from here on, large blocks one phase frees are not kept resident by the next
     merger = _plan(job)                                    # 2. plan (or check a resume)
@@ -109,7 +113,7 @@ def train(
             _count(job)                                    # 3. count
             merger = _pairs(job)                           # 4. pairs
         _merge(job, merger or job.options.engine)          # 5. merge
-        return read_result(job.store)                      # 6. done
+        return job.done(read_result(job.store))            # 6. done
 
 
 def _superword_stage1(job: _Job, inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream,

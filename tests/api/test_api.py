@@ -117,7 +117,7 @@ def test_train_options_have_one_source():
 
     fields = {f.name: f.default for f in dataclasses.fields(TrainOptions)}
     keywords = {name: p.default for name, p in inspect.signature(train).parameters.items()
-                if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("progress", "stop")}
+                if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("progress", "stop", "on_checkpoint")}
     assert keywords == fields
     command = typer.main.get_command(app).commands["train"]
     cli = {p.name: getattr(p.default, "value", p.default) for p in command.params}

@@ -55,7 +55,7 @@ def count(args: argparse.Namespace) -> None:
     for _ in range(args.repeat):
         t, cpu = time.perf_counter(), _cpu()
         with ThreadPoolExecutor(2) as pool:
-            n = sum(cc.total for cc in pool.map(lambda b: native._native_count_chunk(b, specials, 0), chunks))
+            n = sum(cc.total for cc in pool.map(lambda b: native.native_count_chunk(b, specials, 0), chunks))
         run = (time.perf_counter() - t, _cpu() - cpu)
         best = run if best is None or run[1] < best[1] else best
     print(f"count {args.file}{' as documents' if args.docs else ''}: {n} pre-tokens, best of {args.repeat}: "

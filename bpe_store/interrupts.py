@@ -1,7 +1,7 @@
 """Ctrl-C (SIGINT) in a process that queries stores: never lost, never turned into another error.
 
 ``ctrl_c_stops_statements`` installs the handler (the command line does, first thing);
-``sqlite_call`` marks a call into SQLite; a store's progress handler (``connection._Guard``) stops a
+``sqlite_call`` marks a call into SQLite; a store's progress handler (``connection.Guard``) stops a
 statement while ``CtrlC.pending``. Only the standard library is imported here, so the entry point
 can install the handler before the command line's own imports.
 """
@@ -20,7 +20,7 @@ class CtrlC:
 
     Python's own handler raises KeyboardInterrupt wherever the signal is noticed, and two kinds of
     places swallow it. SQLite calls back into Python while it prepares a statement (``sql``'s
-    authorizer) and every 100 K steps (``_Guard``), and the sqlite3 module clears any exception
+    authorizer) and every 100 K steps (``Guard``), and the sqlite3 module clears any exception
     raised in a callback: in the progress handler that still stops the statement (as
     SQLITE_INTERRUPT), but in the authorizer a KeyboardInterrupt became SQLITE_DENY, so ``sql``
     failed as a refused write (exit 2). And Python ignores exceptions in weakref callbacks and

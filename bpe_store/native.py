@@ -39,16 +39,16 @@ if core is not None:
         raise ImportError(f"bpe_store._core is older than its sources (it lacks {', '.join(_missing)}): "
                           "rebuild it with pip install -e .")
     from ._core import ChunkCounts, WordCounter
-    from ._core import add_counts as _native_add_counts
-    from ._core import count_chunk as _native_count_chunk
-    from ._core import count_file_range as _native_count_file_range
-    from ._core import count_strings as _native_count_strings
-    from ._core import count_words as _native_count_words
-    from ._core import jsonl_texts as _native_jsonl_texts
-    from ._core import pack_counts as _native_pack_counts
-    from ._core import release_chunk_memory as _native_release_chunk_memory
-    from ._core import utf8_valid as _native_utf8_valid
+    from ._core import add_counts as native_add_counts
+    from ._core import count_chunk as native_count_chunk
+    from ._core import count_file_range as native_count_file_range
+    from ._core import count_strings as native_count_strings
+    from ._core import count_words as native_count_words
+    from ._core import jsonl_texts as native_jsonl_texts
+    from ._core import pack_counts as native_pack_counts
+    from ._core import release_chunk_memory as native_release_chunk_memory
+    from ._core import utf8_valid as native_utf8_valid
 else:  # pragma: no cover - a source tree without the built extension: every pattern goes through `regex`
     ChunkCounts = WordCounter = None  # type: ignore[assignment,misc]
-    _native_add_counts = _native_count_chunk = _native_count_words = _native_utf8_valid = _native_count_strings = None
-    _native_pack_counts = _native_count_file_range = _native_release_chunk_memory = _native_jsonl_texts = None
+    native_add_counts = native_count_chunk = native_count_words = native_utf8_valid = native_count_strings = None
+    native_pack_counts = native_count_file_range = native_release_chunk_memory = native_jsonl_texts = None

@@ -1,5 +1,5 @@
 """The ``bpe-store`` Typer app itself: the root group (argv kept for the resume command, errors
-turned into one line and an exit code), help that reads like other Unix tools' (``_Command``), the
+turned into one line and an exit code), help that reads like other Unix tools' (``UnixCommand``), the
 ``db`` sub-app, the root options (``--verbose``, ``--version``) and the options every command shares.
 
 Command modules attach their commands to ``app`` (or ``db_app``) with ``@app.command()``.
@@ -17,7 +17,7 @@ from typer.core import TyperCommand, TyperGroup
 from ..errors import EXIT_CODES, EXIT_FAILED, EXIT_SIGINT, BpeStoreError
 
 _VERBOSE_KEY = "bpe_store.verbose"
-_ARGV_KEY = "bpe_store.argv"
+ARGV_KEY = "bpe_store.argv"
 
 
 def _typer_handles() -> tuple[type[BaseException], ...]:
@@ -61,7 +61,7 @@ def _argument_name(param: Any) -> str:
     return name + ("..." if param.nargs != 1 else "")
 
 
-class _Command(TyperCommand):
+class UnixCommand(TyperCommand):
     """A command whose help reads like other Unix tools': ``Usage: bpe-store sql [OPTIONS] DB QUERY``,
     ``--db PATH``, ``--format [table|csv|json]`` (Typer's own shows ``{DB}``, ``<list[str]>``)."""
 
@@ -90,7 +90,7 @@ class _Command(TyperCommand):
 
 
 def _tidy_help(group: Any) -> None:
-    """Give every command of ``group`` (and its subgroups) the help style of ``_Command``.
+    """Give every command of ``group`` (and its subgroups) the help style of ``UnixCommand``.
 
     Done once on the built command tree, so commands registered elsewhere (the command modules) get
     it too, and no option needs a hand-written metavar (a hand-written one is kept)."""
@@ -99,7 +99,7 @@ def _tidy_help(group: Any) -> None:
             _tidy_help(cmd)
             continue
         if type(cmd) is TyperCommand:
-            cmd.__class__ = _Command  # same state, only help formatting differs
+            cmd.__class__ = UnixCommand  # same state, only help formatting differs
         for param in cmd.params:
             flag = getattr(param, "is_flag", False) or getattr(param, "count", False)
             if param.param_type_name == "option" and not flag and param.metavar is None:
@@ -117,7 +117,7 @@ class _Group(TyperGroup):
                      **extra: Any) -> typer.Context:
         raw = list(args)
         ctx = super().make_context(info_name, args, parent=parent, **extra)
-        ctx.meta.setdefault(_ARGV_KEY, raw)
+        ctx.meta.setdefault(ARGV_KEY, raw)
         return ctx
 
     def invoke(self, ctx: typer.Context) -> Any:
@@ -153,7 +153,7 @@ def _interrupted(ctx: typer.Context) -> str:
     a reading command changed nothing)."""
     sub = ctx.invoked_subcommand
     if sub == "db":  # db upgrade is one transaction; db check only reads
-        argv = ctx.meta.get(_ARGV_KEY, [])
+        argv = ctx.meta.get(ARGV_KEY, [])
         sub = next((a for a in argv[argv.index("db") + 1:] if not a.startswith("-")), sub) if "db" in argv else sub
         if sub == "upgrade":
             return "interrupted; the upgrade is one transaction: the store's schema is as it was or upgraded"
@@ -180,7 +180,7 @@ app.add_typer(db_app, name="db")
 VERBOSE_HELP = "Show the traceback of an error."
 
 
-def _set_verbose(ctx: typer.Context, verbose: bool) -> None:
+def set_verbose(ctx: typer.Context, verbose: bool) -> None:
     if verbose:
         ctx.meta[_VERBOSE_KEY] = True
 
@@ -199,13 +199,13 @@ def _root(ctx: typer.Context,
           version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
                                        help="Show the version and exit.")) -> None:
     """Byte-level BPE training whose whole state lives in one SQLite file."""
-    _set_verbose(ctx, verbose)
+    set_verbose(ctx, verbose)
 
 
-def _db_argument() -> Any:
+def db_argument() -> Any:
     return typer.Argument(..., help="The store (a SQLite file made by bpe-store train).", show_default=False,
                           metavar="DB")
 
 
-def _verbose_option() -> Any:
+def verbose_option() -> Any:
     return typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP)

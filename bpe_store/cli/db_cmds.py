@@ -9,14 +9,14 @@ from pathlib import Path
 
 import typer
 
-from .app import _db_argument, _set_verbose, _verbose_option, db_app
+from .app import db_app, db_argument, set_verbose, verbose_option
 
 
 @db_app.command("upgrade")
 def db_upgrade(
     ctx: typer.Context,
-    db: Path = _db_argument(),
-    verbose: bool = _verbose_option(),
+    db: Path = db_argument(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Upgrade a store's schema to this bpe-store's, in place (one transaction).
 
@@ -28,7 +28,7 @@ def db_upgrade(
     from ..store import migrate
     from ..store.store import Store
 
-    _set_verbose(ctx, verbose)
+    set_verbose(ctx, verbose)
     with Store.open(db, allow_old=True) as store:
         before = migrate.current_revision(store.conn)
         store.conn.commit()
@@ -44,11 +44,11 @@ def db_upgrade(
 @db_app.command("check")
 def db_check(
     ctx: typer.Context,
-    db: Path = _db_argument(),
+    db: Path = db_argument(),
     deep: bool = typer.Option(False, "--deep", help="Also read every page (SQLite's quick_check) and every "
                                                      "word (rebuilt as a resume does): seconds on a big store."),
     as_json: bool = typer.Option(False, "--json", help="Print the findings as JSON."),
-    verbose: bool = _verbose_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Run every check bpe_store makes of a store and say what is wrong (exit 0, or 4).
 
@@ -62,7 +62,7 @@ def db_check(
     from ..store.check import check_store
     from ..training.merge_step import check_words
 
-    _set_verbose(ctx, verbose)
+    set_verbose(ctx, verbose)
     findings = check_store(db, deep=deep, words_check=check_words)
     failed = [f for f in findings if not f.ok]
     if as_json:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ..errors import InputError
-from .app import _set_verbose, _verbose_option, app
+from .app import app, set_verbose, verbose_option
 from .input_args import (
     InputFormat,
     InvalidUtf8,
@@ -24,7 +24,7 @@ from .input_args import (
     text_field_option,
 )
 from .output import Format as OutFormat
-from .output import _write_stdout
+from .output import write_stdout
 
 if TYPE_CHECKING:
     from ..inspection.evaluation import Evaluation
@@ -134,7 +134,7 @@ def eval_(
     record: bool = _Eval.record, residues: bool = _Eval.residues, threads: int = _Eval.threads,
     input_format: Optional[InputFormat] = _Eval.input_format, text_field: str = _Eval.text_field,
     glob: str = _Eval.glob, invalid_utf8: InvalidUtf8 = _Eval.invalid_utf8,
-    verbose: bool = _verbose_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Measure tokenizers on held-out text: a store at many sizes, beside others.
 
@@ -152,7 +152,7 @@ def eval_(
     from ..inspection.evaluation import evaluate
     from ..inspection.heldout import read_heldout
 
-    _set_verbose(ctx, verbose)
+    set_verbose(ctx, verbose)
     if as_json and as_csv:
         raise InputError("give --json or --csv, not both")
     fmt_in = input_format.value if input_format is not None else None
@@ -167,7 +167,7 @@ def eval_(
     rows = [[_shown(m) if c == "tokenizer" else m.vocab_size if c == "vocab_size" else m.grp if c == "grp"
              else m.metrics.get(c) for c in columns] for m in result.rows]
     fmt = OutFormat.jsonl if as_json else OutFormat.csv if as_csv else OutFormat.table
-    _write_stdout(columns, rows, fmt)
+    write_stdout(columns, rows, fmt)
     stores = [c.db for c in cands if c.db is not None]
     if record:
         _record(result, stores)

@@ -15,8 +15,8 @@ from typing import Any, Optional
 import typer
 
 from ..errors import InputError
-from .app import _db_argument, _set_verbose, _verbose_option, app
-from .output import Format, _plain, _stdout_gone, _write_stdout, render, show_token
+from .app import app, db_argument, set_verbose, verbose_option
+from .output import Format, plain, render, show_token, stdout_gone, write_stdout
 
 
 def _eval_line(ev: Optional[dict]) -> Iterator[str]:
@@ -116,9 +116,9 @@ def _session_line(s: dict) -> str:
 @app.command()
 def status(
     ctx: typer.Context,
-    db: Path = _db_argument(),
+    db: Path = db_argument(),
     as_json: bool = typer.Option(False, "--json", help="One JSON object, for scripts."),
-    verbose: bool = _verbose_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Where a run is: phase, inputs, merges done / target, elapsed, ETA, last checkpoint.
 
@@ -130,7 +130,7 @@ def status(
     """
     from ..inspection.answers import status as read_status
 
-    _set_verbose(ctx, verbose)
+    set_verbose(ctx, verbose)
     st = read_status(db)
     if as_json:
         typer.echo(json.dumps(st, indent=1))
@@ -141,12 +141,12 @@ def status(
 @app.command()
 def sql(
     ctx: typer.Context,
-    db: Path = _db_argument(),
+    db: Path = db_argument(),
     query: str = typer.Argument(..., help="One SQL statement (read-only).", show_default=False, metavar="QUERY"),
     fmt: Format = typer.Option(Format.table, "--format", "-f",
                                help="Output format; jsonl is one JSON object per line."),
     limit: Optional[int] = typer.Option(None, "--limit", help="At most this many rows."),
-    verbose: bool = _verbose_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Run a read-only SQL query on a store and print the rows (a write is refused).
 
@@ -162,17 +162,17 @@ def sql(
     from ..inspection.answers import query as run_query
     from ..inspection.answers import write_query
 
-    _set_verbose(ctx, verbose)
+    set_verbose(ctx, verbose)
     if limit is not None and limit < 0:
         raise InputError("--limit must not be negative")
     try:  # csv / json / jsonl of a SELECT: formatted natively, at the speed of sqlite3 -csv
         written = write_query(db, query, sys.stdout.buffer, fmt.value, limit, note=_note)
     except BrokenPipeError:
-        _stdout_gone()
+        stdout_gone()
     if written is not None:
         return
     with run_query(db, query, note=_note) as (columns, rows):
-        _write_stdout(columns, itertools.islice(rows, limit), fmt)
+        write_stdout(columns, itertools.islice(rows, limit), fmt)
 
 
 def _note(line: str) -> None:
@@ -191,14 +191,14 @@ class ShowWhat(str, Enum):
 @app.command()
 def show(
     ctx: typer.Context,
-    db: Path = _db_argument(),
+    db: Path = db_argument(),
     what: ShowWhat = typer.Argument(..., help="merges (by rank), words and pairs (most frequent first), vocab (by id), "
                                               "evals (held-out measurements: bpe-store eval, train --eval).",
                                     show_default=False, metavar="merges|words|pairs|vocab|evals"),
     limit: int = typer.Option(20, "--limit", "-n", help="At most this many rows."),
     offset: int = typer.Option(0, "--offset", help="Skip this many rows first."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
-    verbose: bool = _verbose_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """List a store's merges, words, pairs or vocabulary, tokens shown as quoted text.
 
@@ -208,7 +208,7 @@ def show(
     from ..inspection.answers import pairs_note
     from ..inspection.answers import show as read_show
 
-    _set_verbose(ctx, verbose)
+    set_verbose(ctx, verbose)
     columns, rows = read_show(db, what.value, limit, offset)
     if what == ShowWhat.pairs:
         said = pairs_note(db)
@@ -233,13 +233,13 @@ def _tree_lines(node: dict, prefix: str = "", last: bool = True, top: bool = Tru
 @app.command()
 def why(
     ctx: typer.Context,
-    db: Path = _db_argument(),
+    db: Path = db_argument(),
     token: str = typer.Argument(..., help="The token as text (e.g. ' the'), or its id with --id.", show_default=False,
                                metavar="TOKEN"),
     by_id: bool = typer.Option(False, "--id", help="TOKEN is a vocabulary id."),
     limit: int = typer.Option(10, "--limit", "-n", help="How many words to list."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object, for scripts."),
-    verbose: bool = _verbose_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """How a token was built (its merges, with counts at merge time) and the words that hold it.
 
@@ -248,7 +248,7 @@ def why(
     """
     from ..inspection.answers import why as explain
 
-    _set_verbose(ctx, verbose)
+    set_verbose(ctx, verbose)
     if by_id:
         try:
             key: str | int = int(token)
@@ -275,7 +275,7 @@ def why(
 
 def _jsonable(v: Any) -> Any:
     if isinstance(v, bytes):
-        return _plain(v)
+        return plain(v)
     if isinstance(v, dict):
         return {k: _jsonable(x) for k, x in v.items()}
     if isinstance(v, list):
@@ -286,7 +286,7 @@ def _jsonable(v: Any) -> Any:
 @app.command()
 def report(
     ctx: typer.Context,
-    db: Path = _db_argument(),
+    db: Path = db_argument(),
     out: Path = typer.Option(Path("report.html"), "--out", "-o", metavar="PATH",
                              help="The HTML page to write (a previous one is replaced)."),
     held_out: Optional[Path] = typer.Option(None, "--held-out", metavar="FILE",
@@ -299,7 +299,7 @@ def report(
         [], "--compare", metavar="FILE",
         help="Another tokenizer to measure on the same text (repeatable): a .tiktoken ranks file (OpenAI's "
              "cl100k_base / o200k_base by name; another as FILE=PATTERN) or a byte-level tokenizer.json."),
-    verbose: bool = _verbose_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Write one self-contained HTML page of plots and facts about a run.
 
@@ -316,7 +316,7 @@ def report(
     """
     from ..inspection.report import write_report
 
-    _set_verbose(ctx, verbose)
+    set_verbose(ctx, verbose)
     data = write_report(db, out, held_out, sample_bytes, threads, compare)
     typer.echo(f"{out}: report of {data['status']['merges_done']} merges; "
                f"{data['bytes_per_token'][-1]:.3f} bytes per token on {data['held_out']['bytes']} bytes of "

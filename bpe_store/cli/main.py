@@ -3,7 +3,7 @@
 Commands: ``train`` (resumable; progress bars or JSON lines; Ctrl-C saves a checkpoint),
 ``status``, ``sql`` (rows streamed), ``show``, ``why`` (read-only inspection, safe while a run
 trains), ``report`` (an HTML page, ``bpe_store.inspection.report``), ``encode``/``export`` and
-``db upgrade`` (schema migrations). Help reads like other Unix tools' (``app._Command``).
+``db upgrade`` (schema migrations). Help reads like other Unix tools' (``app.UnixCommand``).
 
 This module is the entry point: it loads the command modules, each of which attaches its
 commands to the one app (``app.app``), in the order ``--help`` lists them.

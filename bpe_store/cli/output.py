@@ -48,7 +48,7 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def _plain(v: Any) -> Any:
+def plain(v: Any) -> Any:
     """A value for CSV/JSON: token bytes become text (a byte that is not UTF-8: ``\\xNN``)."""
     return display.plain(v) if isinstance(v, (bytes, str)) else v
 
@@ -73,7 +73,7 @@ def write_rows(out: IO[str], columns: Sequence[str], rows: Iterable[Sequence[Any
     counted = (r for r, _ in zip(rows, count))
     if fmt in (Format.json, Format.jsonl):
         encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(..., ensure_ascii=False) makes one per call
-        objs = (encode({c: _plain(v) for c, v in zip(columns, r)}) for r in counted)
+        objs = (encode({c: plain(v) for c, v in zip(columns, r)}) for r in counted)
         if fmt == Format.jsonl:
             _batched((o + "\n" for o in objs), out)
         else:
@@ -93,7 +93,7 @@ def write_rows(out: IO[str], columns: Sequence[str], rows: Iterable[Sequence[Any
             return buf.getvalue()
 
         out.write(csv_line(columns))
-        _batched((csv_line([_plain(v) for v in r]) for r in counted), out)
+        _batched((csv_line([plain(v) for v in r]) for r in counted), out)
     else:
         _write_table(out, columns, counted)
     return next(count) - 1
@@ -129,16 +129,16 @@ def render(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: Format) -
     return buf.getvalue().rstrip("\n")
 
 
-def _write_stdout(columns: Sequence[str], rows: Iterable[Sequence[Any]], fmt: Format) -> None:
+def write_stdout(columns: Sequence[str], rows: Iterable[Sequence[Any]], fmt: Format) -> None:
     """``write_rows`` to stdout; a reader that goes away (``| head``) ends it quietly."""
     try:
         write_rows(sys.stdout, columns, rows, fmt)
         sys.stdout.flush()
     except BrokenPipeError:
-        _stdout_gone()
+        stdout_gone()
 
 
-def _stdout_gone() -> None:
+def stdout_gone() -> None:
     """A reader that went away (``| head``): end quietly, exit 0."""
     # Python would complain again when it flushes stdout at exit: point it at /dev/null
     devnull = os.open(os.devnull, os.O_WRONLY)

@@ -91,7 +91,7 @@ class StopOnSignal:
         self._old.clear()
 
 
-def _reporter(progress: ProgressMode, quiet: bool) -> Reporter:
+def reporter_for(progress: ProgressMode, quiet: bool) -> Reporter:
     from ..inspection.progress import Silent, make_reporter
 
     return Silent() if quiet else make_reporter(progress.value)

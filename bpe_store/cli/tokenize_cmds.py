@@ -22,7 +22,7 @@ from .input_args import (
     resolve_inputs,
     text_field_option,
 )
-from .running import ProgressMode, StopOnSignal, _reporter
+from .running import ProgressMode, StopOnSignal, reporter_for
 
 if TYPE_CHECKING:
     import threading
@@ -153,7 +153,7 @@ def encode(
     db, given, tok = _encode_source(files, tokenizer, pattern, special, separator)
     fmt = input_format.value if input_format is not None else None
     inputs = resolve_inputs([str(p) for p in given], glob, Path(db if db is not None else tokenizer), fmt, text_field)
-    reporter = _reporter(progress, quiet)
+    reporter = reporter_for(progress, quiet)
     outs = [out] if val_fraction is None else [out, val_path(out)]
     with _stopped_cleanly(reporter, outs) as stop:
         result = encode_to_file(db, inputs, out, tokenizer=tok, vocab_size=vocab_size, threads=threads,

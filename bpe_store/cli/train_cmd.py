@@ -19,7 +19,7 @@ from ..store.params import MAX_MAX_PRETOKEN_BYTES, MIN_MAX_PRETOKEN_BYTES
 from ..text.pretokenize import pattern_names_help
 from ..training.merge import ENGINES
 from ..training.options import DEFAULT_MAX_PRETOKEN_BYTES, TrainOptions
-from .app import _ARGV_KEY, _Command, _set_verbose, _verbose_option, app
+from .app import ARGV_KEY, UnixCommand, app, set_verbose, verbose_option
 from .input_args import (
     InputFormat,
     InvalidUtf8,
@@ -30,7 +30,7 @@ from .input_args import (
     resolve_inputs,
     text_field_option,
 )
-from .running import ProgressMode, StopOnSignal, _reporter
+from .running import ProgressMode, StopOnSignal, reporter_for
 
 #: ``--eval-every``'s default: merges between two measurements of a run on its held-out text
 EVAL_EVERY = 1000
@@ -46,7 +46,7 @@ EngineName = Enum("EngineName", {e: e for e in ENGINES}, type=str)
 def resume_command(ctx: typer.Context) -> str:
     """The command that resumes this run: this one, less ``--restart`` (which would start over)."""
     root = ctx.find_root()
-    argv = [a for a in root.meta.get(_ARGV_KEY, sys.argv[1:]) if a != "--restart"]
+    argv = [a for a in root.meta.get(ARGV_KEY, sys.argv[1:]) if a != "--restart"]
     return shlex.join(shlex.split(root.info_name or "bpe-store") + argv)
 
 
@@ -69,7 +69,7 @@ def _saved_summary(db: Path) -> str:
     return f"{db} holds {what} (last checkpoint {at})"
 
 
-class _OptionalRayAddress(_Command):
+class _OptionalRayAddress(UnixCommand):
     """The train command, where ``--ray`` may stand alone: ``--ray`` (start a local cluster) or
     ``--ray ADDRESS``. Typer has no options with an optional value, so a bare ``--ray`` (followed
     by an option, the end, or a word that is not a Ray address such as an input file) is read as
@@ -168,7 +168,7 @@ class _Train:
     progress = typer.Option(ProgressMode.auto, "--progress",
                             help="auto: bars on a terminal, else JSON lines on stderr.")
     quiet = typer.Option(False, "--quiet", "-q", help="No progress and no summary.")
-    verbose = _verbose_option()
+    verbose = verbose_option()
 
 
 @app.command(cls=_OptionalRayAddress)
@@ -199,7 +199,7 @@ def train(
     Example: bpe-store train corpus.txt --db super.db --vocab-size 64000 --superword-from 56000
     Example: bpe-store train ru.txt --db ext.db --extend o200k_base --vocab-size 210000
     """
-    _set_verbose(ctx, verbose)
+    set_verbose(ctx, verbose)
     fmt = input_format.value if input_format is not None else None
     files = resolve_inputs(inputs, glob, db, fmt, text_field)
     options = TrainOptions(
@@ -211,7 +211,7 @@ def train(
         superword_from=superword_from, superword_base=superword_base, max_superword_words=max_superword_words,
         extend=extend)
     series = _eval_series(eval_on, eval_every, glob, db, invalid_utf8.value)
-    reporter = _reporter(progress, quiet)
+    reporter = reporter_for(progress, quiet)
     if quiet and ray is not None:
         from ..counting.ray_count import quiet as quiet_ray
 

@@ -44,15 +44,15 @@ from ..errors import InputError
 from ..native import (
     ChunkCounts,
     WordCounter,
-    _native_add_counts,
-    _native_count_chunk,
-    _native_count_file_range,
-    _native_count_strings,
-    _native_count_words,
-    _native_pack_counts,
-    _native_release_chunk_memory,
+    native_add_counts,
+    native_count_chunk,
+    native_count_file_range,
+    native_count_strings,
+    native_count_words,
+    native_pack_counts,
+    native_release_chunk_memory,
 )
-from ..text.input_checks import _raise_invalid_utf8, _valid_utf8, open_regular
+from ..text.input_checks import open_regular, raise_invalid_utf8, valid_utf8
 from ..text.pretokenize import (
     DOC_SEP,
     GPT2_PATTERN,
@@ -79,7 +79,7 @@ def _count_range(path: str, start: int, end: int, special_tokens: Sequence[str],
     digest = xxhash.xxh3_128_digest(data)
     try:
         if native_counts(pattern):
-            counts, n = _native_count_words(_valid_utf8(data, invalid_utf8),
+            counts, n = native_count_words(valid_utf8(data, invalid_utf8),
                                             [s.encode("utf-8") for s in special_tokens],
                                             max_pretoken_bytes or 0, native_scanner(pattern))
             return counts, n, digest
@@ -96,9 +96,9 @@ def invalid_utf8_error(path: str) -> NoReturn:
 
     Why the whole file's first invalid byte, not the unit's: units are counted in any order, by
     any thread; the first one in the file makes the message the same on every run, the one
-    planning gave when it checked the whole file first (``input_checks._raise_invalid_utf8``)."""
-    _raise_invalid_utf8(Path(path))
-    raise AssertionError("unreachable")  # pragma: no cover - _raise_invalid_utf8 always raises
+    planning gave when it checked the whole file first (``input_checks.raise_invalid_utf8``)."""
+    raise_invalid_utf8(Path(path))
+    raise AssertionError("unreachable")  # pragma: no cover - raise_invalid_utf8 always raises
 
 
 def _read_chunk(path: str, start: int, end: int) -> bytes:
@@ -124,15 +124,15 @@ def count_chunk_native(path: str, start: int, end: int, special_tokens: Sequence
     specials = [s.encode("utf-8") for s in special_tokens]
     scanner = native_scanner(pattern)
     with open_regular(path) as f:
-        counts = _native_count_file_range(f.fileno(), start, end - start, specials, max_pretoken_bytes or 0, scanner)
+        counts = native_count_file_range(f.fileno(), start, end - start, specials, max_pretoken_bytes or 0, scanner)
     if counts is not None:
         return counts
     raw = _read_chunk(path, start, end)
     try:
-        data = _valid_utf8(raw, invalid_utf8)
+        data = valid_utf8(raw, invalid_utf8)
     except UnicodeDecodeError:
         invalid_utf8_error(path)
-    counts = _native_count_chunk(data, specials, max_pretoken_bytes or 0, scanner)
+    counts = native_count_chunk(data, specials, max_pretoken_bytes or 0, scanner)
     counts.digest = xxhash.xxh3_128_digest(raw)
     return counts
 
@@ -140,8 +140,8 @@ def count_chunk_native(path: str, start: int, end: int, special_tokens: Sequence
 def release_chunk_memory() -> None:
     """Free the memory native counting keeps for its next chunk (``count_chunk_native``): called
     when counting ends, so that merging does not carry it."""
-    if _native_release_chunk_memory is not None:
-        _native_release_chunk_memory()
+    if native_release_chunk_memory is not None:
+        native_release_chunk_memory()
 
 
 def count_chunk_native_task(args: tuple) -> tuple[int, ChunkCounts, int, bytes]:
@@ -177,7 +177,7 @@ def count_unit_counts(task: tuple) -> tuple[int, ChunkCounts | WordCounter | byt
     if not isinstance(task[1], str):  # a unit of any input kind, read block by block (bpe_store.text.inputs)
         if not native_counts(task[3]):
             cid, words, n = count_unit_task(task)
-            return cid, _native_pack_counts(words), n, None
+            return cid, native_pack_counts(words), n, None
         cid, unit, special_tokens, pattern, invalid_utf8, block_size, *rest = task
         total, n = _count_unit_native(unit, special_tokens, pattern, invalid_utf8, block_size,
                                       rest[0] if rest else None)
@@ -185,7 +185,7 @@ def count_unit_counts(task: tuple) -> tuple[int, ChunkCounts | WordCounter | byt
     if native_counts(task[5]):
         return count_chunk_native_task(task)
     cid, words, n, digest = count_chunk_task(task)
-    return cid, _native_pack_counts(words), n, digest
+    return cid, native_pack_counts(words), n, digest
 
 
 def new_word_counts(native: bool) -> Counter[bytes] | WordCounter:
@@ -206,7 +206,7 @@ def regex_count_words(text: str, special_tokens: Sequence[str], pattern: str,
     Why: ``Counter(findall(...))`` hashed every match as a Python str with the GIL held, ~40 % of
     this path's CPU, so counting threads could not overlap it; ``count_strings`` holds the GIL
     only to take each match's UTF-8 view. The same counts (tests/text/test_pattern_scanners.py)."""
-    if _native_count_strings is None:
+    if native_count_strings is None:
         return count_words(text, special_tokens, pattern, max_pretoken_bytes)
     import regex
 
@@ -215,15 +215,15 @@ def regex_count_words(text: str, special_tokens: Sequence[str], pattern: str,
     for piece in split_at_specials(text, special_tokens):
         found += compiled.findall(piece, concurrent=True)  # concurrent: matching releases the GIL
         if len(found) >= _REGEX_COUNT_BATCH:
-            total.add(_native_count_strings(found))
+            total.add(native_count_strings(found))
             found = []
-    total.add(_native_count_strings(found))
+    total.add(native_count_strings(found))
     return split_long_words(Counter(dict(total.items())), max_pretoken_bytes)
 
 
 def native_counts(pattern: str) -> bool:
     """Whether ``count_chunk`` counts ``pattern`` natively (GIL released, so threads scale)."""
-    return native_scanner(pattern) != "" and _native_count_words is not None
+    return native_scanner(pattern) != "" and native_count_words is not None
 
 
 def count_chunk_task(args: tuple) -> tuple[int, dict[bytes, int], int, bytes]:
@@ -235,14 +235,14 @@ def count_chunk_task(args: tuple) -> tuple[int, dict[bytes, int], int, bytes]:
     return cid, counts, n, digest
 
 
-def _count_into(task: Callable[[tuple], tuple], into: FlushBuffer, t: tuple) -> tuple[int, None, int]:
+def count_into(task: Callable[[tuple], tuple], into: FlushBuffer, t: tuple) -> tuple[int, None, int]:
     """``task(t)``, its counts (and its fingerprint, if it gives one) added into ``into`` on this thread."""
     cid, counts, n, *digest = task(t)
     into.add(cid, counts, n, *digest)
     return cid, None, n
 
 
-def _block_specials(special_tokens: Sequence[str], documents: bool) -> list[bytes]:
+def block_specials(special_tokens: Sequence[str], documents: bool) -> list[bytes]:
     """The native splitter's specials for a block: with ``DOC_SEP`` when it joins documents."""
 
     return [s.encode("utf-8") for s in special_tokens] + ([DOC_SEP] if documents else [])
@@ -262,11 +262,11 @@ def _count_unit_native(unit: object, special_tokens: Sequence[str], pattern: str
                        block_size: int, max_bytes: int | None) -> tuple[WordCounter, int]:
     """A whole unit counted natively (``native_counts``): its blocks summed in a ``WordCounter``."""
 
-    specials = _block_specials(special_tokens, unit.has_documents)  # as count_units_threaded
+    specials = block_specials(special_tokens, unit.has_documents)  # as count_units_threaded
     scanner = native_scanner(pattern)
     words, n = WordCounter(), 0
     for block in unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size, max_bytes):
-        counts = _native_count_chunk(block, specials, max_bytes or 0, scanner)
+        counts = native_count_chunk(block, specials, max_bytes or 0, scanner)
         n += counts.total
         words.add(counts)
     return words, n
@@ -340,8 +340,8 @@ def add_counts(total: Counter[bytes] | WordCounter, counts: dict[bytes, int] | C
             total.add_packed(counts)
         else:
             total.add(counts)  # GIL released: counting threads keep running
-    elif _native_add_counts is not None:
-        _native_add_counts(total, counts)
+    elif native_add_counts is not None:
+        native_add_counts(total, counts)
     else:
         total.update(counts)
 

@@ -15,7 +15,7 @@ from itertools import islice
 from ..native import (
     ChunkCounts,
     WordCounter,
-    _native_count_chunk,
+    native_count_chunk,
 )
 from ..text.pretokenize import (
     native_scanner,
@@ -23,10 +23,10 @@ from ..text.pretokenize import (
 from ..text.units import unit_blocks
 from .count import (
     FlushBuffer,
-    _block_specials,
-    _count_into,
+    block_specials,
     count_block,
     count_chunk_task,
+    count_into,
     native_counts,
 )
 
@@ -49,7 +49,7 @@ def count_chunks_threaded(tasks: Sequence[tuple], workers: int,
     pre-tokens)``.
     """
     if into is not None:
-        task = functools.partial(_count_into, task, into)
+        task = functools.partial(count_into, task, into)
     queue = iter(tasks)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-count") as pool:
         running: set[Future] = {pool.submit(task, t) for t in islice(queue, 2 * workers)}
@@ -128,11 +128,11 @@ class _UnitReader:
         self.events: queue.SimpleQueue = queue.SimpleQueue()
 
     def count(self, block: bytes, specials: list[bytes]) -> ChunkCounts:
-        return _native_count_chunk(block, specials, self.max_pretoken_bytes or 0, self.scanner)
+        return native_count_chunk(block, specials, self.max_pretoken_bytes or 0, self.scanner)
 
     def read(self, task: tuple[int, object]) -> None:
         cid, unit = task
-        specials = _block_specials(self.special_tokens, unit.has_documents)
+        specials = block_specials(self.special_tokens, unit.has_documents)
         n = 0
         try:
             for block in unit_blocks(unit, self.special_tokens, self.pattern, self.invalid_utf8, self.block_size,
@@ -205,7 +205,7 @@ def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, s
             counts = count_block(block, special_tokens, pattern, documents, max_pretoken_bytes)
             yield mark, counts, sum(counts.values())
         return
-    specials = _block_specials(special_tokens, documents)
+    specials = block_specials(special_tokens, documents)
     scanner = native_scanner(pattern)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-count") as pool:
         pending: deque[tuple[Future, object]] = deque()
@@ -218,7 +218,7 @@ def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, s
                         yield m, counts, counts.total
                     yield None, None, 0
                     continue
-                pending.append((pool.submit(_native_count_chunk, block, specials, max_pretoken_bytes or 0, scanner),
+                pending.append((pool.submit(native_count_chunk, block, specials, max_pretoken_bytes or 0, scanner),
                                 mark))
                 del block
                 while pending and (len(pending) > 2 * workers or pending[0][0].done()):

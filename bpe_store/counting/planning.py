@@ -14,7 +14,7 @@ from ..text.chunks import plan_chunks
 from ..text.fingerprint import UNITS_HASH, UNITS_NONE
 from ..text.input_checks import open_regular, scan_source
 from ..text.inputs import FileInput
-from ..text.parquet import _parquet_column_type, _parquet_file
+from ..text.parquet import parquet_column_type, parquet_file
 from ..text.sources import Source
 from ..text.streams import Stream
 
@@ -49,7 +49,7 @@ def scan_input(item: FileInput, invalid_utf8: str = "strict") -> Source:
     plain = item.compression == "none" and item.format != "parquet"
     src = scan_source(item.path, invalid_utf8 if plain else "replace")
     if item.format == "parquet":
-        _parquet_column_type(str(item.path), item.text_field)
+        parquet_column_type(str(item.path), item.text_field)
     return replace(src, format=item.format, compression=item.compression, text_field=item.text_field)
 
 
@@ -78,7 +78,7 @@ def plan_units(source: Source, special_tokens: Sequence[str], pattern: str,
                 plan_chunks(source.path, source.size, special_tokens, pattern, chunk_size, max_pretoken_bytes)]
     if source.format == "jsonl":
         return [(a, b, "range", None) for a, b in _plan_lines(source.path, source.size, chunk_size)]
-    pf = _parquet_file(source.path)
+    pf = parquet_file(source.path)
     units = []
     at = 0
     for g in range(pf.metadata.num_row_groups):

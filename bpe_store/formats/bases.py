@@ -151,9 +151,9 @@ def _sha256(*paths: Path) -> str:
 def _ranks_base(path: Path, source: str, pattern: str, specials: Mapping[str, int], sha: str | None = None) -> Base:
     """A ``.tiktoken`` base: its merges derived by tiktoken's rule (``tiktoken_merge_list``);
     ``sha``: the file's SHA-256 when it is known (an OpenAI file, checked as it was found)."""
-    from .openai_ranks import _read_bytes, read_ranks
+    from .openai_ranks import read_bytes, read_ranks
 
-    sha = sha or hashlib.sha256(_read_bytes(path)).hexdigest()
+    sha = sha or hashlib.sha256(read_bytes(path)).hexdigest()
     ranks = read_ranks(path)  # native (``_core.TiktokenRanks``), or the strict reader naming a bad line
     vocab = ranks.vocab()
     return _checked("tiktoken", source, sha, pattern, vocab, tiktoken_merge_list(ranks, vocab, path), dict(specials))

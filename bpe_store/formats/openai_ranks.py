@@ -155,7 +155,7 @@ def find_ranks_file(name: str, directory: str | os.PathLike | None = None) -> Pa
     for _where, path in _candidates(spec, directory):
         if not path.is_file():
             continue
-        if hashlib.sha256(_read_bytes(path)).hexdigest() == spec.sha256:
+        if hashlib.sha256(read_bytes(path)).hexdigest() == spec.sha256:
             return path
         looked.append(f"{path} (not OpenAI's {spec.file}: another SHA-256)")
     places = sorted({where for where, _ in _candidates(spec, directory)})
@@ -167,7 +167,7 @@ def find_ranks_file(name: str, directory: str | os.PathLike | None = None) -> Pa
         + (", or pip install bpe-openai" if name in ("cl100k_base", "o200k_base", "o200k_harmony") else ""))
 
 
-def _read_bytes(path: Path) -> bytes:
+def read_bytes(path: Path) -> bytes:
     """The file's bytes, gunzipped if it is gzip (``bpe-openai`` ships ``*.tiktoken.gz``)."""
     if not path.exists():
         raise InputError(f"{path}: no such file")
@@ -190,7 +190,7 @@ def read_ranks(path: str | os.PathLike):
     ``vocab()`` ``{rank: bytes}``, ``mergeable()`` ``{bytes: rank}``, ``get(bytes)``). Every problem
     is a ``TiktokenFileError`` naming the line (``strict_ranks``)."""
     p = Path(path)
-    data = _read_bytes(p)
+    data = read_bytes(p)
     ranks = core.TiktokenRanks.parse(data, MAX_RANK)
     if ranks is None:  # not canonical, or wrong: the strict reader names the line, or reads it
         ranks = ranks_of(strict_ranks(data, p))

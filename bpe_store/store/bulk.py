@@ -26,7 +26,7 @@ _WORDS_SCAN_SHARE = 8
 
 
 @dataclass(frozen=True)
-class _PackedWords:
+class PackedWords:
     """A flush's new words from ``WordIds.add_native``: packed counts, ids ``first_id``, ``first_id + 1``, ..."""
 
     packed: bytes
@@ -34,7 +34,7 @@ class _PackedWords:
 
 
 @dataclass(frozen=True)
-class _PackedDeltas:
+class PackedDeltas:
     """A flush's count deltas from ``WordIds.add_native``: n int64 ids ascending, then n int64 deltas."""
 
     buffer: bytes
@@ -70,7 +70,7 @@ class BulkWriter:
         instead (``_core.StoreDb.bulk``). Why: a statement stepped per row cost ~1-1.5 us of SQLite's
         own overhead per row on top of the row's b-tree work (enwiki-100M -> 32K's final checkpoint:
         870 K rows); the fallback, which has no such table, runs ``statement`` per row."""
-        if isinstance(rows, _PackedDeltas):  # made only where there is a native connection
+        if isinstance(rows, PackedDeltas):  # made only where there is a native connection
             self.ndb.bulk_deltas(bulk, rows.buffer)
         elif self.ndb is None:
             self.store.executemany(statement, rows)
@@ -85,7 +85,7 @@ class BulkWriter:
         native ``WordCounter`` with ids 1, 2, ... in its order; ``bulk`` as for ``executemany``.
         Why ``pack`` on the native path: one buffer for all words instead of a tuple and a
         bytearray per word (counting's first flush of enwiki-100M: 445 K words)."""
-        if isinstance(rows, _PackedWords):  # made only where there is a native connection
+        if isinstance(rows, PackedWords):  # made only where there is a native connection
             self.ndb.bulk_packed_words(bulk, rows.packed, rows.first_id)
         elif not hasattr(rows, "row_stream"):
             self.executemany(statement, rows, bulk)

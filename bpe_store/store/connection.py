@@ -61,9 +61,9 @@ class DiskFull(StoreError):
         self.detail = detail
 
 
-def _sqlite_error(path: Path, exc: BaseException) -> BaseException:
+def sqlite_error(path: Path, exc: BaseException) -> BaseException:
     """The exception to raise for a SQLite error on ``path``: a one-line StoreError, or
-    KeyboardInterrupt when the statement was interrupted by Ctrl-C (see ``_Guard``)."""
+    KeyboardInterrupt when the statement was interrupted by Ctrl-C (see ``Guard``)."""
     orig = getattr(exc, "orig", exc)
     if getattr(orig, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT:
         if getattr(orig, "bpe_store_timeout", None) and not CtrlC.pending:
@@ -91,9 +91,9 @@ def sqlite_uri(path: Path, **params: str | int) -> str:
     return uri
 
 
-class _Guard:
+class Guard:
     """The connection's progress handler: makes Ctrl-C stop a long statement (``interrupts.CtrlC``;
-    the statement then fails with SQLITE_INTERRUPT, which ``_sqlite_error`` turns back into
+    the statement then fails with SQLITE_INTERRUPT, which ``sqlite_error`` turns back into
     KeyboardInterrupt) and, with ``deadline`` set, stops a statement that runs past it (a
     StoreError saying so)."""
 
@@ -113,7 +113,7 @@ class _Guard:
         return self.deadline is not None and time.monotonic() > self.deadline
 
 
-def _connect(path: Path, readonly: bool, durable: bool = True) -> tuple[sqlite3.Connection, bool]:
+def connect(path: Path, readonly: bool, durable: bool = True) -> tuple[sqlite3.Connection, bool]:
     """A configured connection to ``path`` and whether it had to open the file as immutable.
 
     Read-only: ``mode=ro`` through a URI (``sqlite_uri``). A WAL store needs its ``-shm`` file;

@@ -18,7 +18,7 @@ from ..errors import StoreError
 from ..pauses import pause_for_tests as _test_pause
 from ..text.fingerprint import UNITS_HASH, add_units, unit_term
 from . import native_connection
-from .bulk import _PackedDeltas, _PackedWords, words_bulk
+from .bulk import PackedDeltas, PackedWords, words_bulk
 from .connection import BUSY_TIMEOUT_MS, WAL_SIZE_LIMIT, now
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -134,7 +134,7 @@ class CountingRows:
             if native and hasattr(words, "add_native") and self._native() is not None:
                 # no Python object per word: new words and deltas go to SQLite from native buffers
                 packed, first_id, deltas = words.add_native(counts)
-                new, old = _PackedWords(packed, first_id), _PackedDeltas(deltas)
+                new, old = PackedWords(packed, first_id), PackedDeltas(deltas)
             else:
                 new, old = words.add(counts)
             self._write_word_counts(new, old, chunk_done, elapsed_s, stream_at)
@@ -154,7 +154,7 @@ class CountingRows:
             words = self._load_words(fresh) if fresh is not None or not self._words_empty() else _new_word_ids()
         try:
             packed, first_id, deltas = words.add_packed(counts.parts)
-            self._write_word_counts(_PackedWords(packed, first_id), _PackedDeltas(deltas), chunk_done, elapsed_s,
+            self._write_word_counts(PackedWords(packed, first_id), PackedDeltas(deltas), chunk_done, elapsed_s,
                                     stream_at)
         except BaseException:
             self._words = None  # the store is the truth: reloaded from it if counting goes on

@@ -26,7 +26,7 @@ def _flock_struct(kind: int) -> bytes:
     return struct.pack("hhqqi4x", kind, os.SEEK_SET, LOCK_OFFSET, 1, 0)
 
 
-def _set_lock(fd: int) -> None:
+def set_lock(fd: int) -> None:
     """Take the training lock on ``fd`` (open for writing); OSError EAGAIN if someone holds it."""
     if hasattr(fcntl, "F_OFD_SETLK"):
         fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _flock_struct(fcntl.F_WRLCK))
@@ -34,7 +34,7 @@ def _set_lock(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
-def _lock_held(fd: int) -> bool:
+def lock_held(fd: int) -> bool:
     if hasattr(fcntl, "F_OFD_GETLK"):
         got = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _flock_struct(fcntl.F_WRLCK))
         return struct.unpack("hhqqi4x", got)[0] != fcntl.F_UNLCK
@@ -45,7 +45,7 @@ def _lock_held(fd: int) -> bool:
         return True
 
 
-def _remove_files(db: Path) -> None:
+def remove_files(db: Path) -> None:
     """``db`` and the files SQLite keeps beside it."""
     for suffix in ("", "-wal", "-shm", "-journal"):
         try:
@@ -54,7 +54,7 @@ def _remove_files(db: Path) -> None:
             pass
 
 
-def _publish(tmp: Path, p: Path, durable: bool = True) -> None:
+def publish_file(tmp: Path, p: Path, durable: bool = True) -> None:
     """Put the finished ``tmp`` in place as ``p`` (never over a non-empty file) and sync the
     directory, so the new name survives power loss."""
     try:

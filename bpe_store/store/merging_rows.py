@@ -75,7 +75,7 @@ class MergingRows:
 
         ``pairs`` None (a reader pins the WAL): no pair rows (and no ``words_by_count`` index) are
         written, only the move to merging; ``pair_counts`` stays empty (``pairs_merges`` NULL while
-        merging), which a resume recounts from the words (``merge_step._load_engine``) and the first
+        merging), which a resume recounts from the words (``merge_step.load_engine``) and the first
         full checkpoint fills (the engine's ``forget_stored_pairs``)."""
         with self.transaction():
             self.sql("DELETE FROM pair_counts")

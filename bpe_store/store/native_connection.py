@@ -17,7 +17,7 @@ that library is found, its version equals ``sqlite3.sqlite_version_info`` and is
 fallback: static or Windows builds, an installation without the native core).
 
 Errors come back as the exceptions ``sqlite3`` raises for the same SQLite result (``to_sqlite_error``),
-with ``sqlite_errorcode`` and the message ``sqlite3_errmsg`` gives, so ``connection._sqlite_error`` maps
+with ``sqlite_errorcode`` and the message ``sqlite3_errmsg`` gives, so ``connection.sqlite_error`` maps
 them to the same one-line errors (disk full, locked, corrupt, ...) on either path.
 """
 

@@ -20,7 +20,7 @@ lifetime; a transaction runs wholly on it (all statements of a checkpoint, the r
 checkpoints rows too), so a checkpoint is still one transaction. The fallback runs where that
 library cannot be found or is another version (a static or Windows build, no native core), and
 with ``BPE_STORE_NATIVE_DB=0`` (tests compare the stores both write, row for row). Its SQLite
-errors become the same StoreError as the driver's (``native_connection.to_sqlite_error``, ``_sqlite_error``).
+errors become the same StoreError as the driver's (``native_connection.to_sqlite_error``, ``sqlite_error``).
 
 Why the ``sqlite3`` driver for every statement, and SQLAlchemy only for migrations (the one
 place that says it). The design card asks for SQLAlchemy where it helps (engine, schema check,
@@ -72,15 +72,15 @@ from .connection import (
     WAL_READER_WAIT_MS,
     WAL_SIZE_LIMIT,
     DiskFull,
+    Guard,
     Result,
-    _connect,
-    _Guard,
-    _sqlite_error,
+    connect,
     is_db_error,
     now,
+    sqlite_error,
 )
 from .counting_rows import CountingRows
-from .files import _lock_held, _publish, _remove_files, _set_lock
+from .files import lock_held, publish_file, remove_files, set_lock
 from .merging_rows import MergingRows
 from .run_rows import RunRows
 from .schema_check import check_schema
@@ -102,14 +102,14 @@ class Store(RunRows, CountingRows, MergingRows):
         self.path = path
         self.db = db
         self.readonly = readonly
-        #: opened ``immutable=1`` (read-only location, no WAL content): see ``_connect``
+        #: opened ``immutable=1`` (read-only location, no WAL content): see ``connect``
         self.immutable = immutable
         self._lock_fd = lock_fd
         self._sa_engine: Any = None
         self._sa_conn: Connection | None = None
         self._run_checked = False
-        self._guard = _Guard()
-        db.set_progress_handler(self._guard, _Guard.STEPS)
+        self._guard = Guard()
+        db.set_progress_handler(self._guard, Guard.STEPS)
         #: fsync on commit (False only for a throwaway store); the native connection does the same
         self.durable = True
         self._ndb: Any = None  # the native connection for bulk writes (``_native``), once opened
@@ -146,7 +146,7 @@ class Store(RunRows, CountingRows, MergingRows):
         lock_fd = None if readonly else cls._lock(p)
         db = None
         try:
-            db, immutable = _connect(p, readonly, durable)
+            db, immutable = connect(p, readonly, durable)
             store = cls(p, db, lock_fd, readonly=readonly, immutable=immutable)
             store.durable = durable
             store.revision = cls._check_identity(p, db, allow_old=allow_old, allow_unfinished=allow_unfinished)
@@ -159,7 +159,7 @@ class Store(RunRows, CountingRows, MergingRows):
                 db.close()
             cls._unlock(lock_fd)
             if isinstance(exc, sqlite3.Error):
-                raise _sqlite_error(p, exc) from exc
+                raise sqlite_error(p, exc) from exc
             raise
         return store
 
@@ -188,10 +188,10 @@ class Store(RunRows, CountingRows, MergingRows):
         try:
             try:
                 cls._build(tmp, init, durable)
-                _publish(tmp, p, durable)
+                publish_file(tmp, p, durable)
                 _test_pause("published")  # tests: kill once the store has its name, before it is opened
             except sqlite3.Error as exc:
-                err = _sqlite_error(p, exc)
+                err = sqlite_error(p, exc)
                 if isinstance(err, DiskFull):
                     raise StoreError(f"{p}: the disk is full ({err.detail}); no store was created") from exc
                 raise err from exc
@@ -202,7 +202,7 @@ class Store(RunRows, CountingRows, MergingRows):
                     raise StoreError(f"{p}: the disk is full ({exc.strerror}); no store was created") from exc
                 raise StoreError(f"{p}: cannot create the store ({exc.strerror})") from exc
         finally:
-            _remove_files(tmp)
+            remove_files(tmp)
         return cls.open(p, durable=durable)
 
     @classmethod
@@ -302,7 +302,7 @@ class Store(RunRows, CountingRows, MergingRows):
             raise StoreError(f"{p}: cannot write the store (read-only file or location: {exc.strerror}); "
                              "reading commands (status, sql, show, export) still work") from None
         try:
-            _set_lock(fd)
+            set_lock(fd)
         except OSError as exc:
             os.close(fd)
             if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
@@ -323,7 +323,7 @@ class Store(RunRows, CountingRows, MergingRows):
         never refused because of it."""
         fd = os.open(path, os.O_RDONLY)
         try:
-            return _lock_held(fd)
+            return lock_held(fd)
         finally:
             os.close(fd)
 
@@ -476,7 +476,7 @@ class Store(RunRows, CountingRows, MergingRows):
     def _error(self, exc: sqlite3.Error) -> BaseException:
         if self._guard.timed_out():
             exc.bpe_store_timeout = self._guard.seconds  # type: ignore[attr-defined]
-        return _sqlite_error(self.path, exc)
+        return sqlite_error(self.path, exc)
 
     def _truncate_wal(self, wait_ms: int = 0) -> None:
         """After a write: copy the WAL into the store and truncate it, unless a reader still

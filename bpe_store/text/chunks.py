@@ -9,7 +9,7 @@ import os
 from collections.abc import Sequence
 
 from ..native import (
-    _native_utf8_valid,
+    native_utf8_valid,
 )
 from .fingerprint import utf8_tail
 from .input_checks import open_regular
@@ -49,7 +49,7 @@ def _cut_in_scan(f, start: int, target: int, size: int, splitter,
         data = data[: len(data) - utf8_tail(data)]  # a character cut off by the read
     # Why valid UTF-8 only: with --invalid-utf8 replace, counting sees U+FFFD where the file
     # has invalid bytes, so offsets inside such stretches would not mean the same thing.
-    if not _native_utf8_valid(data):
+    if not native_utf8_valid(data):
         return None
     margin = 0 if end == size else ctx + 16  # what the read may have cut off at its end
     q = splitter.scan_cut(data, target - start, max_pretoken_bytes or 0, margin)

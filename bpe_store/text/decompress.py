@@ -20,12 +20,12 @@ from typing import BinaryIO
 from ..errors import InputError
 
 #: How much a reader asks a (decompressing) file for at once.
-_READ = 1 << 20
+READ = 1 << 20
 _PIP = {"parquet": "pip install 'bpe-store[parquet]'  (pyarrow)",
         "zst": "pip install 'bpe-store[zstd]'  (zstandard)"}
 
 
-def _need(module: str, extra: str):
+def need(module: str, extra: str):
     """Import an optional dependency, or say which extra installs it (exit 2)."""
     try:
         return __import__(module, fromlist=["_"])
@@ -44,7 +44,7 @@ def open_decompressed(path: str | os.PathLike, compression: str) -> BinaryIO:
     if compression == "xz":
         return lzma.open(path, "rb")
     if compression == "zst":
-        return _ZstdReader(open(path, "rb"), _need("zstandard", "zst"))
+        return _ZstdReader(open(path, "rb"), need("zstandard", "zst"))
     raise InputError(f"{path}: unknown compression {compression!r}")
 
 
@@ -90,7 +90,7 @@ class _ZstdReader(io.RawIOBase):
 
     def read(self, n: int = -1) -> bytes:
         while self._at == len(self._out):
-            data = self._raw.read(_READ // 4)  # ~1 MB decompressed: most reads return it whole
+            data = self._raw.read(READ // 4)  # ~1 MB decompressed: most reads return it whole
             if not data:
                 if self._fed and not self._dec.eof:
                     raise EOFError("the file ends inside a zstd frame (truncated)")
@@ -131,7 +131,7 @@ def _decompress_error(exc: BaseException, compression: str) -> bool:
     return compression == "bz2" and isinstance(exc, OSError) and "data stream" in str(exc)
 
 
-def _reader(f: BinaryIO, where: str, compression: str) -> Callable[[int], bytes]:
+def checked_reader(f: BinaryIO, where: str, compression: str) -> Callable[[int], bytes]:
     """``f.read`` that turns decompression and I/O failures into one-line InputErrors."""
     done = [0]
 
@@ -152,9 +152,9 @@ def _reader(f: BinaryIO, where: str, compression: str) -> Callable[[int], bytes]
 
 
 @contextmanager
-def _read_ahead(read: Callable[[int], bytes], depth: int = 4) -> Iterator[Callable[[int], bytes]]:
+def read_ahead(read: Callable[[int], bytes], depth: int = 4) -> Iterator[Callable[[int], bytes]]:
     """``read`` run ahead on its own thread: the reader given gets the next piece already read
-    (of ``_READ`` bytes, whatever size it asks for; empty at the end; an error where ``read``
+    (of ``READ`` bytes, whatever size it asks for; empty at the end; an error where ``read``
     raised it, re-raised here). At most ``depth`` pieces wait.
 
     Why: a compressed file is one work unit, read by one thread; inflating (zlib, ISA-L, zstd,
@@ -168,7 +168,7 @@ def _read_ahead(read: Callable[[int], bytes], depth: int = 4) -> Iterator[Callab
     def run() -> None:
         try:
             while not stop.is_set():
-                data = read(_READ)
+                data = read(READ)
                 pieces.put((data, None))
                 if not data:
                     return

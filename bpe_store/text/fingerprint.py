@@ -43,7 +43,7 @@ from pathlib import Path
 import xxhash
 
 from ..errors import InputError
-from ..native import _native_utf8_valid
+from ..native import native_utf8_valid
 from .sources import Source
 
 #: The hash of new stores' uncompressed text inputs: taken unit by unit as they are counted.
@@ -103,7 +103,7 @@ def _python_utf8_valid(data: memoryview) -> bool:
 
 
 def _validator() -> Callable[[memoryview | bytes], bool]:
-    return _python_utf8_valid if _native_utf8_valid is None else _native_utf8_valid
+    return _python_utf8_valid if native_utf8_valid is None else native_utf8_valid
 
 
 def _read_block(fd: int, start: int, n: int, path: Path) -> memoryview:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..native import (
-    _native_utf8_valid,
+    native_utf8_valid,
 )
 from .fingerprint import DEFAULT_HASH, digest_file
 from .sources import Source
@@ -77,7 +77,7 @@ def scan_source(path: str | os.PathLike, invalid_utf8: str = "strict", hash: str
             raise InputError(f"{p}: is empty")
         digest = digest_file(p, f.fileno(), st.st_size, hash, check_utf8=invalid_utf8 == "strict")
     if digest is None:
-        _raise_invalid_utf8(p)
+        raise_invalid_utf8(p)
     return _unchanged_while_read(p, st, Source(str(p.resolve()), st.st_size, st.st_mtime_ns, digest, hash=hash))
 
 
@@ -92,7 +92,7 @@ def _unchanged_while_read(p: Path, before: os.stat_result, source: Source) -> So
     return source
 
 
-def _raise_invalid_utf8(p: Path) -> None:
+def raise_invalid_utf8(p: Path) -> None:
     """Find where ``p`` stops being UTF-8 (the fingerprint's check said it does) and say so."""
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
     offset = 0
@@ -119,11 +119,11 @@ def _raise_invalid_utf8(p: Path) -> None:
                 raise InputError(f"{p}: changed while it was read (it is UTF-8 now)")
 
 
-def _valid_utf8(data: bytes, invalid_utf8: str) -> bytes:
+def valid_utf8(data: bytes, invalid_utf8: str) -> bytes:
     """``data`` as the native counter needs it: valid UTF-8, as the regex path decodes it."""
     # Checking natively keeps the GIL free (a Python decode of 8 MB holds it ~10 ms). On bad
     # input the strict decode raises the same UnicodeDecodeError as the regex path, and
     # "replace" goes through str and back so both paths see the same U+FFFD substitutions.
-    if _native_utf8_valid(data):
+    if native_utf8_valid(data):
         return data
     return data.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict").encode("utf-8")

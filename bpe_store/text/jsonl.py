@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator
 
 from ..errors import InputError
 from ..native import (
-    _native_jsonl_texts,
+    native_jsonl_texts,
 )
-from .decompress import _READ
+from .decompress import READ
 from .pretokenize import (
     DOC_SEP,
 )
@@ -19,17 +19,17 @@ from .pretokenize import (
 
 def _record_text(obj, field: str, where: str, line: int) -> str:
     if not isinstance(obj, dict):
-        raise InputError(f"{where}: line {line}: not a JSON object but {_json_type(obj)}")
+        raise InputError(f"{where}: line {line}: not a JSON object but {json_type(obj)}")
     if field not in obj:
         keys = ", ".join(list(obj)[:8]) or "none"
         raise InputError(f"{where}: line {line}: no field {field!r} (fields: {keys}); see --text-field")
     text = obj[field]
     if not isinstance(text, str):
-        raise InputError(f"{where}: line {line}: field {field!r} is {_json_type(text)}, not a string")
+        raise InputError(f"{where}: line {line}: field {field!r} is {json_type(text)}, not a string")
     return text
 
 
-def _json_type(v) -> str:
+def json_type(v) -> str:
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
             float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
 
@@ -76,7 +76,7 @@ def parse_lines(lines: list[bytes], field: str, where: str, first_line: int, inv
 def _native_field(field: str) -> bytes | None:
     """``field`` as the native extractor takes it (UTF-8), or None to read in Python (no native
     core, or a name no JSON key can equal natively: one with a lone surrogate)."""
-    if _native_jsonl_texts is None:
+    if native_jsonl_texts is None:
         return None
     try:
         return field.encode("utf-8")
@@ -92,7 +92,7 @@ def jsonl_lines_documents(content: bytes, field: str, where: str, first_line: in
     ``first_line``: the number of the first line, or a function finding it (called only when a
     line is bad)."""
     if native_field is not None:
-        got = _native_jsonl_texts(content, native_field)
+        got = native_jsonl_texts(content, native_field)
         if got is not None:
             return got
     lines = content.split(b"\n")
@@ -108,7 +108,7 @@ def jsonl_lines_documents(content: bytes, field: str, where: str, first_line: in
 
 def jsonl_blocks(read: Callable[[int], bytes], field: str | None, block_size: int, where: str,
                  invalid_utf8: str, *, first_line: int | None = 1, path: str | None = None,
-                 offset: int = 0, read_size: int = _READ) -> Iterator[tuple[bytes, int, int]]:
+                 offset: int = 0, read_size: int = READ) -> Iterator[tuple[bytes, int, int]]:
     """``(block, end, documents)``: documents of the jsonl read by ``read`` joined by ``DOC_SEP``
     into blocks of about ``block_size``, each with the byte offset after its last line and the
     documents so far. ``first_line`` None: found from ``path`` and ``offset`` if an error needs it.
@@ -142,7 +142,7 @@ def jsonl_blocks(read: Callable[[int], bytes], field: str | None, block_size: in
             parts = [data[nl + 1:]] if nl + 1 < len(data) else []
         line: int | Callable[[], int] = (
             first_line + lines_seen if first_line is not None
-            else lambda seen=lines_seen: _line_of(path, offset, None) + seen)
+            else lambda seen=lines_seen: line_of(path, offset, None) + seen)
         joined, n, n_lines = jsonl_lines_documents(content, field, where, line, invalid_utf8, native_field)
         lines_seen += n_lines
         consumed += len(content) + (0 if eof else 1)
@@ -158,7 +158,7 @@ def jsonl_blocks(read: Callable[[int], bytes], field: str | None, block_size: in
         yield DOC_SEP.join(pieces), consumed, n_docs
 
 
-def _line_of(path: str | None, offset: int, first_line: int | None) -> int:
+def line_of(path: str | None, offset: int, first_line: int | None) -> int:
     """The 1-based line number at byte ``offset`` of ``path`` (read only when an error needs it)."""
     if first_line is not None or path is None:
         return first_line or 1

@@ -7,28 +7,28 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..errors import InputError
-from .decompress import _need
+from .decompress import need
 from .inputs import Unit
 from .pretokenize import (
     DOC_SEP,
 )
 
 
-def _parquet_file(path: str):
-    pq = _need("pyarrow.parquet", "parquet")
+def parquet_file(path: str):
+    pq = need("pyarrow.parquet", "parquet")
     try:
         return pq.ParquetFile(path)
     except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a file it cannot read
         raise InputError(f"{path}: not a readable parquet file ({exc})") from None
 
 
-def _parquet_column_type(path: str, field: str | None):
-    pf = _parquet_file(path)
+def parquet_column_type(path: str, field: str | None):
+    pf = parquet_file(path)
     schema = pf.schema_arrow
     if field not in schema.names:
         names = ", ".join(schema.names[:8]) or "none"
         raise InputError(f"{path}: no column {field!r} (columns: {names}); see --text-field")
-    pa = _need("pyarrow", "parquet")
+    pa = need("pyarrow", "parquet")
     t = schema.field(field).type
     if pa.types.is_dictionary(t):
         t = t.value_type
@@ -37,11 +37,11 @@ def _parquet_column_type(path: str, field: str | None):
     return t
 
 
-def _parquet_blocks(unit: Unit, invalid_utf8: str, block_size: int) -> Iterator[bytes]:
+def parquet_blocks(unit: Unit, invalid_utf8: str, block_size: int) -> Iterator[bytes]:
     """Row group ``unit.part``'s documents, in batches of about ``block_size`` bytes (so memory
     stays bounded however big the row group)."""
-    pa = _need("pyarrow", "parquet")
-    pf = _parquet_file(unit.path)
+    pa = need("pyarrow", "parquet")
+    pf = parquet_file(unit.path)
     where = f"{unit.path}: row group {unit.part}"
     rg = pf.metadata.row_group(unit.part)
     col = pf.schema_arrow.get_field_index(unit.text_field)
@@ -78,8 +78,8 @@ def _parquet_documents(arr, where: str, first_row: int, field: str | None, inval
     is ``pyarrow.compute.binary_join`` over one list spanning the array, one C pass with no
     Python object per document (~4x less CPU than ``numpy.insert`` at each offset, which took
     0.08 s per 100 MB); validating is Arrow's (SIMD) UTF-8 check of the whole buffer."""
-    pa = _need("pyarrow", "parquet")
-    pc = _need("pyarrow.compute", "parquet")
+    pa = need("pyarrow", "parquet")
+    pc = need("pyarrow.compute", "parquet")
     if isinstance(arr, pa.ChunkedArray):  # each chunk joined where it lies; copied once more if several
         parts, row = [], first_row
         for chunk in arr.chunks:

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from ..errors import InputError, ResumeMismatch
-from .decompress import _READ
+from .decompress import READ
 from .inputs import DEFAULT_TEXT_FIELD, FORMATS, ITERABLE, STDIN
-from .jsonl import _json_type, jsonl_blocks
+from .jsonl import json_type, jsonl_blocks
 from .pretokenize import (
     DOC_SEP,
 )
@@ -105,7 +105,7 @@ class Stream:
         f = self._open_bytes()
         skip = resume.size
         while skip > 0:  # the counted prefix: read, hash, compare
-            data = f.read(min(skip, _READ))
+            data = f.read(min(skip, READ))
             if not data:
                 break
             sha.update(data)
@@ -199,4 +199,4 @@ def _document_bytes(doc, number: int, invalid_utf8: str) -> bytes:
                 raise InputError(f"the iterable: document {number} is not valid UTF-8 (byte {exc.start}); "
                                  "pass invalid_utf8='replace'") from None
             return b.decode("utf-8", "replace").encode("utf-8")
-    raise InputError(f"the iterable: document {number} is {_json_type(doc)}, not a string")
+    raise InputError(f"the iterable: document {number} is {json_type(doc)}, not a string")

@@ -9,13 +9,13 @@ import io
 from collections.abc import Callable, Iterator, Sequence
 
 from ..errors import InputError
-from ..native import _native_utf8_valid
-from .decompress import _READ, _read_ahead, _reader, open_decompressed
+from ..native import native_utf8_valid
+from .decompress import READ, checked_reader, open_decompressed, read_ahead
 from .fingerprint import utf8_tail
-from .input_checks import _valid_utf8
+from .input_checks import valid_utf8
 from .inputs import Unit
-from .jsonl import _line_of, jsonl_blocks
-from .parquet import _parquet_blocks
+from .jsonl import jsonl_blocks, line_of
+from .parquet import parquet_blocks
 from .pretokenize import (
     cut_context,
     native_scanner,
@@ -30,7 +30,7 @@ def unit_blocks(unit: Unit, special_tokens: Sequence[str], pattern: str, invalid
     a text block be cut inside a giant pre-token (``text_blocks``)."""
     where = unit.path
     if unit.format == "parquet":
-        yield from _parquet_blocks(unit, invalid_utf8, block_size)
+        yield from parquet_blocks(unit, invalid_utf8, block_size)
         return
     if unit.kind == "range":
         with open(unit.path, "rb") as f:
@@ -43,14 +43,14 @@ def unit_blocks(unit: Unit, special_tokens: Sequence[str], pattern: str, invalid
                                    invalid_utf8, offset=unit.start, first_line=None, path=unit.path,
                                    max_pretoken_bytes=max_pretoken_bytes)
         else:
-            # the unit is in memory already: its lines in one native call, not one per _READ
+            # the unit is in memory already: its lines in one native call, not one per READ
             for block, _, _ in jsonl_blocks(io.BytesIO(data).read, unit.text_field, block_size, where,
                                             invalid_utf8, first_line=None, path=unit.path, offset=unit.start,
                                             read_size=len(data) + 1):
                 yield block
         return
     with open_decompressed(unit.path, unit.compression) as f, \
-            _read_ahead(_reader(f, where, unit.compression)) as read:
+            read_ahead(checked_reader(f, where, unit.compression)) as read:
         if unit.format == "text":
             yield from text_blocks(read, special_tokens, pattern, block_size, where, invalid_utf8,
                                    decompressed=unit.compression != "none", max_pretoken_bytes=max_pretoken_bytes)
@@ -63,9 +63,9 @@ def _checked_utf8(piece: bytes, invalid_utf8: str, where: str, offset: int, line
                   decompressed: bool) -> bytes:
     """``piece`` as valid UTF-8: refused (saying where) or decoded with U+FFFD, per the policy."""
     try:
-        if _native_utf8_valid is None:  # a source tree without the native core
+        if native_utf8_valid is None:  # a source tree without the native core
             return piece.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict").encode("utf-8")
-        return _valid_utf8(piece, invalid_utf8)
+        return valid_utf8(piece, invalid_utf8)
     except UnicodeDecodeError as exc:
         line = line_at() + piece[:exc.start].count(b"\n")
         of = " of the decompressed text" if decompressed else ""
@@ -101,7 +101,7 @@ class _TextBlocks:
         self.cuttable = self.splitter is not None and (bool(special_tokens) or self.splitter.has_local_rule)
         self.back = cut_context(self.splitter) + 1 if self.cuttable else 1
         self.block_size, self.max_pretoken_bytes = block_size, max_pretoken_bytes
-        self.scan_at = block_size + (max_pretoken_bytes or 0) + _READ  # buffer size that tries a scan cut
+        self.scan_at = block_size + (max_pretoken_bytes or 0) + READ  # buffer size that tries a scan cut
         self.where, self.invalid_utf8, self.decompressed, self.ends = where, invalid_utf8, decompressed, ends
         self.offset, self.first_line, self.path = offset, first_line, path
         self.buf = bytearray()
@@ -112,7 +112,7 @@ class _TextBlocks:
 
     def blocks(self, read: Callable[[int], bytes]) -> Iterator[bytes]:
         while not self.eof:
-            data = read(_READ if self.cuttable else max(_READ, self.block_size))
+            data = read(READ if self.cuttable else max(READ, self.block_size))
             self.eof = not data
             self.buf += data
             yield from self._cut()
@@ -154,7 +154,7 @@ class _TextBlocks:
         self.base += n
         lines_before = self.newlines
         out = _checked_utf8(piece, self.invalid_utf8, self.where, at,
-                            lambda: _line_of(self.path, self.offset, self.first_line) + lines_before,
+                            lambda: line_of(self.path, self.offset, self.first_line) + lines_before,
                             self.decompressed)
         if self.invalid_utf8 == "strict":
             self.newlines += piece.count(b"\n")
@@ -168,11 +168,11 @@ class _TextBlocks:
         if not self.eof:
             data = data[: len(data) - utf8_tail(data)]
         q = -1
-        if _native_utf8_valid is not None and _native_utf8_valid(data):  # see chunks._cut_in_scan
+        if native_utf8_valid is not None and native_utf8_valid(data):  # see chunks._cut_in_scan
             q = self.splitter.scan_cut(data, self.block_size, self.max_pretoken_bytes or 0,
                                        0 if self.eof else self.back + 16)
         if q <= 0:
             self.scan_at = 2 * len(self.buf)  # try again once the buffer has doubled: linear overall
             return None
-        self.scan_at = self.block_size + (self.max_pretoken_bytes or 0) + _READ
+        self.scan_at = self.block_size + (self.max_pretoken_bytes or 0) + READ
         return q

@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterator, Sequence
 
 from .inputs import FileInput, Unit
-from .parquet import _parquet_column_type, _parquet_file
+from .parquet import parquet_column_type, parquet_file
 from .streams import Stream
 from .units import unit_blocks
 
@@ -26,8 +26,8 @@ def input_blocks(item: FileInput | Stream, special_tokens: Sequence[str], patter
         return
     path = str(item.path)
     if item.format == "parquet":
-        _parquet_column_type(path, item.text_field)  # the column's type, checked as training does
-        groups = _parquet_file(path).metadata.num_row_groups
+        parquet_column_type(path, item.text_field)  # the column's type, checked as training does
+        groups = parquet_file(path).metadata.num_row_groups
         units = [Unit(path, "parquet", "none", item.text_field, "row_group", 0, 0, g) for g in range(groups)]
     else:
         units = [Unit(path, item.format, item.compression, item.text_field, "file", 0, os.path.getsize(path))]

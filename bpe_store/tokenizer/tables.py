@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 MergeTable = dict[tuple[int, int], tuple[int, int]]
 
 
-def _first_ids(vocab: dict[int, bytes], special_tokens: list[str]) -> dict[bytes, int]:
+def first_ids(vocab: dict[int, bytes], special_tokens: list[str]) -> dict[bytes, int]:
     """``{bytes: first id}`` of ``vocab``; a special token whose bytes are not there is added to
     ``vocab`` (and to the result) at the next free id."""
     id_of: dict[bytes, int] = {}
@@ -45,7 +45,7 @@ def _first_ids(vocab: dict[int, bytes], special_tokens: list[str]) -> dict[bytes
     return id_of
 
 
-def _byte_ids(id_of: Mapping[bytes, int]) -> list[int]:
+def byte_ids(id_of: Mapping[bytes, int]) -> list[int]:
     """The id of each single byte, 0 to 255; InputError where the vocabulary lacks one."""
     missing = [b for b in range(256) if bytes([b]) not in id_of]
     if missing:
@@ -54,7 +54,7 @@ def _byte_ids(id_of: Mapping[bytes, int]) -> list[int]:
     return [id_of[bytes([b])] for b in range(256)]
 
 
-def _merge_table(merges: list[tuple[bytes, bytes]], id_of: Mapping[bytes, int], by_merged_id: bool) -> MergeTable:
+def merge_table(merges: list[tuple[bytes, bytes]], id_of: Mapping[bytes, int], by_merged_id: bool) -> MergeTable:
     """The merge table of ``merges`` (see ``MergeTable``): a repeated pair keeps its first rank;
     ``by_merged_id`` (tiktoken's rule) ranks a pair by the id of the token it makes instead of its
     position. InputError where a merge uses bytes the vocabulary lacks."""
@@ -97,11 +97,11 @@ class Tables:
 
     @functools.cached_property
     def _byte_id(self) -> list[int]:
-        return _byte_ids(self._id_of)
+        return byte_ids(self._id_of)
 
     @functools.cached_property
     def _table(self) -> MergeTable:
-        return _merge_table(self.merges, self._id_of, by_merged_id=True)
+        return merge_table(self.merges, self._id_of, by_merged_id=True)
 
     def __reduce__(self):
         """Pickling (multiprocessing, DataLoader workers, ``datasets.map``) and ``copy.deepcopy``:

@@ -55,7 +55,7 @@ from ..text.pretokenize import (
 )
 from .raw_bytes import encode_bytes
 from .special_guard import SpecialSet, allowed_set, split_allowed
-from .tables import MergeTable, Tables, _byte_ids, _first_ids, _merge_table
+from .tables import MergeTable, Tables, byte_ids, first_ids, merge_table
 
 if TYPE_CHECKING:
     import numpy as np
@@ -174,14 +174,14 @@ class Tokenizer(Tables):
         self.special_tokens: list[str] = list(dict.fromkeys(special_tokens or ()))
 
         # first id of each byte string: {bytes: id}; a special not in the vocabulary is added to it
-        self._id_of: dict[bytes, int] = _first_ids(self.vocab, self.special_tokens)
+        self._id_of: dict[bytes, int] = first_ids(self.vocab, self.special_tokens)
         self._special_id: dict[str, int] = {s: self._id_of[s.encode("utf-8")] for s in self.special_tokens}
         self._init_specials()
 
-        self._byte_id: list[int] = _byte_ids(self._id_of)
+        self._byte_id: list[int] = byte_ids(self._id_of)
         # tiktoken's rule (from_tiktoken): {token bytes: id} of the ranks, for a piece that is a token
         self._whole: Mapping[bytes, int] | None = _tiktoken_ranks
-        self._table: MergeTable = _merge_table(self.merges, self._id_of, by_merged_id=_tiktoken_ranks is not None)
+        self._table: MergeTable = merge_table(self.merges, self._id_of, by_merged_id=_tiktoken_ranks is not None)
         self._cache: dict[bytes, list[int]] = {}
         self._core = self._native_encoder() if native else None
 

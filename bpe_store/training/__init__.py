@@ -17,7 +17,7 @@ Owns a run from its options to its result. From the top:
 
 A new run option is a field of ``options.TrainOptions`` (its default, its line in the docstring's
 Attributes, which ``help(train)`` shows, its check in ``checked``) and a keyword parameter of
-``train`` of the same name; ``job._Job.options`` carries it to the step that uses it. If the store
+``train`` of the same name; ``job.Job.options`` carries it to the step that uses it. If the store
 keeps it: its bounds in ``bpe_store.store.params`` (``RunParams``), a column (see
 ``bpe_store.store``), and its line in ``plan._param_diffs`` (what a resume compares). Its CLI option
 in cli/train_cmd.py, then docs/cli.md (``python tools/gen_cli_docs.py``) and docs/training.md.

@@ -33,7 +33,7 @@ from ..text.inputs import unit_of
 from ..text.pretokenize import describe_pattern
 from ..text.sources import Source
 from ..text.streams import Stream
-from .job import _Job
+from .job import Job
 from .wal_watch import DEFERRED_COUNT_WORDS
 
 #: Counting flushes at most every ``count_flush_seconds`` (``TrainOptions``), and sooner once it
@@ -46,7 +46,7 @@ COUNT_FLUSH_MIN_BYTES = 256 << 20
 HEARTBEAT_S = 1.0
 
 
-def _count(job: _Job) -> None:
+def run_count(job: Job) -> None:
     """3. count: every work unit not yet counted; flush counts + unit marks in one transaction.
     A stream (stdin, an iterable) is counted last, committing its position with each flush.
     Ends by checking something was counted at all."""
@@ -73,7 +73,7 @@ def _count(job: _Job) -> None:
 
 
 @contextlib.contextmanager
-def _heartbeat(job: _Job, every_s: float = HEARTBEAT_S) -> Iterator[None]:
+def _heartbeat(job: Job, every_s: float = HEARTBEAT_S) -> Iterator[None]:
     """While the block runs, the last counting event again whenever none came for ``every_s``.
 
     Why: counting reports a unit once it is counted, and a unit takes as long as its size (a 1 GiB
@@ -107,7 +107,7 @@ def _heartbeat(job: _Job, every_s: float = HEARTBEAT_S) -> Iterator[None]:
         thread.join()
 
 
-def _count_map(job: _Job, sources: Sequence[Source], todo: Sequence) -> tuple[Iterable, FlushBuffer,
+def _count_map(job: Job, sources: Sequence[Source], todo: Sequence) -> tuple[Iterable, FlushBuffer,
                                                                               Callable[[], dict]]:
     """The map step over the work units ``todo`` of input files: ``(unit id, counts, pre-tokens)``
     as units are counted (counts None: the counting thread added them to the buffer itself), the
@@ -150,7 +150,7 @@ def _count_map(job: _Job, sources: Sequence[Source], todo: Sequence) -> tuple[It
     return map(task, tasks), buffer, dict
 
 
-def _count_reduce(job: _Job, results: Iterable, buffer: FlushBuffer, status: Callable[[], dict],
+def _count_reduce(job: Job, results: Iterable, buffer: FlushBuffer, status: Callable[[], dict],
                   size_of: dict[int, int], done: int, total: int) -> None:
     """The reduce step: the map step's ``results`` go into ``buffer`` (if their counting thread did
     not add them itself), flushed with the marks of the units it holds every
@@ -198,10 +198,10 @@ class _CountWriter:
     every worker of the cluster, idle once its units in flight were done (bench/RESULTS-ray.md,
     bench/RESULTS-scale.md). At most one flush is in flight (two counters in memory); each is
     still one transaction, and its checkpoint event comes once it has committed. A stop request
-    waits; the last flush is left in flight for ``_pairs`` and ``_merge`` (see ``_Writes``).
+    waits; the last flush is left in flight for ``run_pairs`` and ``run_merge`` (see ``_Writes``).
     """
 
-    def __init__(self, job: _Job, total: int, done: int = 0, background: bool = True, by_bytes: bool = True):
+    def __init__(self, job: Job, total: int, done: int = 0, background: bool = True, by_bytes: bool = True):
         self.job, self.total, self.background, self.by_bytes = job, total, background, by_bytes
         self.write_s = 0.0  # how long the last flush took
         self.flushed_at = done  # bytes counted when the last flush began (or this session began)
@@ -314,7 +314,7 @@ def _check_something_counted(store: Store, params: RunParams) -> None:
         "with --restart")
 
 
-def _count_stream(job: _Job, stream: Stream, chunk) -> None:
+def _count_stream(job: Job, stream: Stream, chunk) -> None:
     """Count a stream from where the store says it stands (``streams.Stream.blocks`` checks and
     skips what was counted); each flush commits the counts with the stream's new position, and
     the last one marks the stream counted."""
@@ -359,7 +359,7 @@ def _count_stream(job: _Job, stream: Stream, chunk) -> None:
         results.close()
 
 
-def _warn_if_nothing_new(job: _Job, name: str, source: Source, at: tuple[int, int, str]) -> None:
+def _warn_if_nothing_new(job: Job, name: str, source: Source, at: tuple[int, int, str]) -> None:
     """A ``warning`` event when a stream given again ended exactly where the part counted before
     ends (``at``: bytes, documents, SHA-256 read). The store cannot know how long the stream was
     when it was counted: if it was longer, its rest is missing from this run."""
@@ -370,7 +370,7 @@ def _warn_if_nothing_new(job: _Job, name: str, source: Source, at: tuple[int, in
                          "the rest is missing from this run: train again with --restart and the whole stream")
 
 
-def _stream_flush_now(job: _Job, stream: Stream, last_flush: float, stopping: bool, at: tuple[int, int, str],
+def _stream_flush_now(job: Job, stream: Stream, last_flush: float, stopping: bool, at: tuple[int, int, str],
                       flushed: tuple[int, int, str], words: int) -> bool:
     """Whether a stream's counts are flushed now: ``count_flush_seconds`` after the last flush
     (``flushed``: where it stood) if there is more (``at``), or on a stop; unless a reader pins the

@@ -1,4 +1,4 @@
-"""One call of ``train`` as the steps see it: the checked job (``_Job``: inputs, parameters,
+"""One call of ``train`` as the steps see it: the checked job (``Job``: inputs, parameters,
 options, the store, progress), the store writes done on a thread of their own (``_Writes``), and
 the wrapper that runs training without cyclic GC and with SQLite errors as ``StoreError``s.
 """
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from ..native import WordCounter
 from ..store.base_rows import BaseRows
-from ..store.connection import _sqlite_error, is_db_error
+from ..store.connection import is_db_error, sqlite_error
 from ..store.params import RunParams
 from ..store.result import TrainResult
 from ..store.run_rows import StageOne
@@ -35,7 +35,7 @@ Progress = Callable[[dict], None]
 
 
 @dataclasses.dataclass
-class _Job:
+class Job:
     """One call of ``train``, checked (step 1): what every later step reads, and from step 2 on
     the store it trains."""
 
@@ -59,7 +59,7 @@ class _Job:
     #: merging), in order, on a thread of their own
     writes: _Writes = dataclasses.field(init=False, default_factory=lambda: _Writes())
     #: the last counting flush's native counter when that flush makes the store's words exactly its
-    #: rows (ids 1, 2, ... in its order): ``_pairs`` builds the engine from it while it is written
+    #: rows (ids 1, 2, ... in its order): ``run_pairs`` builds the engine from it while it is written
     fresh_words: WordCounter | None = None
     #: a new superword store's stage 1, copied from its base into the store it creates (``_create``)
     stage1: StageOne | None = None
@@ -71,7 +71,7 @@ class _Job:
     _last_event: tuple[float, dict] = dataclasses.field(init=False, default=(0.0, {}))
     #: what the progress callable raised on the heartbeat's thread, raised again on the main one
     _emit_error: BaseException | None = dataclasses.field(init=False, default=None)
-    #: merging began while a reader pinned the WAL: the store holds no pair counts yet (``_pairs``)
+    #: merging began while a reader pinned the WAL: the store holds no pair counts yet (``run_pairs``)
     pairs_unwritten: bool = False
     #: merges learnt but not in the store yet, left by a deferred checkpoint to the next log
     unlogged: list = dataclasses.field(default_factory=list)
@@ -196,7 +196,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _without_gc_store_errors(fn: Callable[P, R]) -> Callable[P, R]:
+def without_gc_store_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """``fn`` run with cyclic GC off, its SQLite failures turned into one-line ``StoreError``s.
 
     ``functools.wraps`` keeps ``fn``'s name, signature (``inspect.signature`` follows
@@ -221,7 +221,7 @@ def _without_gc_store_errors(fn: Callable[P, R]) -> Callable[P, R]:
             if not is_db_error(exc):
                 raise
             db = kwargs.get("db", args[db_param] if len(args) > db_param else "store")
-            raise _sqlite_error(Path(db), exc) from exc  # type: ignore[arg-type]
+            raise sqlite_error(Path(db), exc) from exc  # type: ignore[arg-type]
         finally:
             if gc_on:
                 gc.enable()

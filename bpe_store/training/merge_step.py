@@ -1,6 +1,6 @@
 """Steps 4 and 5 of the recipe: count the pairs once and move to merging, then merge in batches,
 each batch ONE transaction (the checkpoint), with merge logs between them; a resume builds the
-engine from the store (``_load_engine``), replaying the logged merges.
+engine from the store (``load_engine``), replaying the logged merges.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from ..errors import Interrupted, StoreError
 from ..store.params import RunParams
 from ..store.result import result_check
 from ..store.store import Store
-from .job import _Job
+from .job import Job
 from .merge import Engine, new_engine, release_free_memory, uses_native
 
 #: Merging logs its new merges (merges, vocabulary, progress: no word or pair rows, ~15 ms on a
 #: 12 GB store) after this many seconds since the last write, between full checkpoints: what a
 #: kill during merging loses. A resume applies the logged merges to the words it reads
-#: (``_load_engine``; words are independent, so two threads share it, and no pair count is kept
+#: (``load_engine``; words are independent, so two threads share it, and no pair count is kept
 #: up to date through it): 13,632 merges on 7.0 M words 1.4 s, where merging the first 12,736 took
 #: 4.5 s; counting the pairs after it costs more than at rank 0 (~2.2 s: merged tokens make
 #: millions of distinct pairs).
@@ -43,7 +43,7 @@ _SUB_STEP = 64
 def last_checkpoint_deferred(store: Store) -> bool:
     """Whether the run finished while a reader pinned the WAL, so that its last checkpoint only
     logged the merges (see wal_watch): ``words.tokens`` and ``pair_counts`` still reflect fewer
-    merges than the log holds. The same command writes that checkpoint (``_merge``). (A store
+    merges than the log holds. The same command writes that checkpoint (``run_merge``). (A store
     upgraded from before merge logs has ``state_merges`` equal to its merges.)"""
     if store.run_row()["phase"] != "done":
         return False
@@ -51,7 +51,7 @@ def last_checkpoint_deferred(store: Store) -> bool:
     return state is not None and state < store.sql("SELECT count(*) FROM merges").scalar()
 
 
-def _load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engine:
+def load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engine:
     """Rebuild the merge engine from the store and check the store is consistent."""
     n_special = len(params.special_tokens)
     vocab = store.load_vocab()
@@ -100,7 +100,7 @@ def check_words(store: Store) -> str:
     run = store.run_row()
     if run["phase"] == "counting":
         return "counting: words are checked against pairs once merging starts"
-    _load_engine(store, store.params())
+    load_engine(store, store.params())
     n = store.last_word_id()
     return f"{n} words spell their bytes under the merges; the pair counts are theirs"
 
@@ -110,7 +110,7 @@ def _byte_vocab(n_specials: int) -> list[bytes | None]:
     return [None] * n_specials + [bytes([b]) for b in range(256)]
 
 
-def _pairs(job: _Job) -> Engine:
+def run_pairs(job: Job) -> Engine:
     """4. pairs: count adjacent pairs of the counted words and move the run to merging.
 
     Returns the engine it built, so merging starts without reading the words a second time.
@@ -151,10 +151,10 @@ def _pairs(job: _Job) -> Engine:
     return merger
 
 
-def _superword_pairs(job: _Job) -> Engine:
+def _superword_pairs(job: Job) -> Engine:
     """4. pairs for a superword store (SuperBPE's stage 2, docs/superword.md): its words are stage
     2's pieces, still their bytes; the engine applies the store's stage-1 merges to them first, as
-    a resume applies logged merges (``_load_engine``: their state is 0 merges), and merges on from
+    a resume applies logged merges (``load_engine``: their state is 0 merges), and merges on from
     there under the superword rule. The move to merging comes first and writes no pair counts: the
     first full checkpoint writes them all (as when a reader pins the WAL)."""
     job.fresh_words = None  # the engine reads the store's rows: a counter cannot be replayed
@@ -164,20 +164,20 @@ def _superword_pairs(job: _Job) -> Engine:
     job.store.start_merging(None, job.elapsed())
     release_free_memory()
     job.pairs_unwritten = True
-    return _load_engine(job.store, job.params, job.options.engine)
+    return load_engine(job.store, job.params, job.options.engine)
 
 
-def _start_merging(job: _Job, pairs: dict[tuple[int, int], int], elapsed_s: float) -> None:
+def _start_merging(job: Job, pairs: dict[tuple[int, int], int], elapsed_s: float) -> None:
     """The move to merging (on the writes' thread), without the pair counts while a reader pins
     the WAL (``Store.start_merging``): the first full checkpoint writes them then."""
     job.pairs_unwritten = job.store.wal_blocked_now()
     job.store.start_merging(None if job.pairs_unwritten else pairs, elapsed_s)
 
 
-def _merge(job: _Job, engine: Engine | str) -> None:
+def run_merge(job: Job, engine: Engine | str) -> None:
     """5. merge: learn merges in batches; each batch ends in one checkpoint transaction.
 
-    ``engine``: the engine ``_pairs`` or the resume checks built, or which kind to rebuild from
+    ``engine``: the engine ``run_pairs`` or the resume checks built, or which kind to rebuild from
     the store. A batch ends after ``checkpoint_seconds`` of merging, after ``checkpoint_merges``
     merges if that is not None, or on a stop request.
     """
@@ -188,7 +188,7 @@ def _merge(job: _Job, engine: Engine | str) -> None:
         if (run["phase"] == "done" and (run["stop_reason"] == "no_pairs" or done_now >= target)
                 and not last_checkpoint_deferred(store)):
             return  # a finished store: nothing to do (a larger vocab size set phase back to merging)
-    merger = _load_engine(store, job.params, engine) if isinstance(engine, str) else engine
+    merger = load_engine(store, job.params, engine) if isinstance(engine, str) else engine
     job.logged_at = time.monotonic()
     while True:
         merges, stopping = _merge_batch(job, merger)
@@ -198,7 +198,7 @@ def _merge(job: _Job, engine: Engine | str) -> None:
             raise Interrupted(f"stopped after {merger.next_rank} merges; {store.path} holds them")
 
 
-def _merge_batch(job: _Job, merger: Engine) -> tuple[list, bool]:
+def _merge_batch(job: Job, merger: Engine) -> tuple[list, bool]:
     """One batch: sub-steps of at most _SUB_STEP merges until the batch size, the batch time or a
     stop request; sub-steps keep progress lively and let Ctrl-C end a batch early. Every
     ``MERGE_LOG_SECONDS`` the merges so far are logged (``_log_merges``). Returns the batch's
@@ -241,7 +241,7 @@ def _merge_rows(merger: Engine, merges: list) -> tuple[list[tuple[int, int, int,
             [(first + m.rank, tb[m.left] + tb[m.right]) for m in merges])
 
 
-def _log_merges(job: _Job, merger: Engine, merges: list, done_reason: str | None = None) -> None:
+def _log_merges(job: Job, merger: Engine, merges: list, done_reason: str | None = None) -> None:
     """Log ``merges`` in the store: ONE small transaction with their rows and the progress, no word
     or pair rows (``Store.write_merge_rows(log_only=True)``); ``done_reason``: and the run's end."""
     job.writes.wait()  # the last counting flush and the start of merging commit before any merge
@@ -255,7 +255,7 @@ def _log_merges(job: _Job, merger: Engine, merges: list, done_reason: str | None
         job.checkpointed(merger.next_rank)
 
 
-def _checkpoint_deferred(job: _Job, merger: Engine, merges: list, reason: str | None, stopping: bool) -> bool:
+def _checkpoint_deferred(job: Job, merger: Engine, merges: list, reason: str | None, stopping: bool) -> bool:
     """Whether a reader pins the WAL, so that the checkpoint is deferred: then only what a resume
     needs is written (see wal_watch): the merges, and the run's end (``reason``), in a log; at most
     one log every ``MERGE_LOG_SECONDS`` however small the batches (each log grows the WAL), the
@@ -269,7 +269,7 @@ def _checkpoint_deferred(job: _Job, merger: Engine, merges: list, reason: str | 
     return True
 
 
-def _checkpoint(job: _Job, merger: Engine, merges: list, stopping: bool = False) -> str | None:
+def _checkpoint(job: Job, merger: Engine, merges: list, stopping: bool = False) -> str | None:
     """Write a batch's checkpoint: ONE transaction holding its merges, their vocabulary entries,
     the progress and, while merging goes on, the changed words and pair counts; the last one
     drops the merging's working state instead (``Store.write_merge_rows(drop_state=True)``).

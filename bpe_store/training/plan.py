@@ -15,7 +15,7 @@ from .._version import __version__
 from ..counting.planning import plan_source, plan_units, same_kind_diffs, scan_input
 from ..errors import ArgumentTypeError, InputError, ResumeMismatch, StoreError, path_argument
 from ..store.base_rows import base_diff, base_row, write_base
-from ..store.files import _remove_files
+from ..store.files import remove_files
 from ..store.params import RunParams
 from ..store.result import result_check
 from ..store.run_rows import Chunk
@@ -26,16 +26,16 @@ from ..text.inputs import STDIN, FileInput, file_input
 from ..text.sources import Source
 from ..text.streams import Stream
 from .extend import base_rows, based_params
-from .job import Progress, _Job
+from .job import Job, Progress
 from .merge import Engine
-from .merge_step import _load_engine, last_checkpoint_deferred
+from .merge_step import last_checkpoint_deferred, load_engine
 from .options import TrainOptions, max_pretoken_bytes
 from .superword_plan import check_same_stage1
 
 
-def _check(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream, db: str | os.PathLike,
+def run_check(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream, db: str | os.PathLike,
            vocab_size: int, special_tokens: Sequence[str], options: TrainOptions, progress: Progress | None,
-           stop: threading.Event | None, on_checkpoint: Callable[[Store, int, bool], None] | None = None) -> _Job:
+           stop: threading.Event | None, on_checkpoint: Callable[[Store, int, bool], None] | None = None) -> Job:
     """1. check: ``train``'s arguments (see there), all of them before anything is written."""
     if on_checkpoint is not None and not callable(on_checkpoint):
         raise ArgumentTypeError(f"on_checkpoint must be callable, not {type(on_checkpoint).__name__}")
@@ -54,16 +54,16 @@ def _check(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream, db:
         raise InputError("a stream (standard input '-' or an iterable) must be the only input")
     options, params = options.checked(vocab_size, special_tokens)
     if options.extend is None:
-        return _Job(paths, Path(db), params, options, progress, stop, on_checkpoint=on_checkpoint)
+        return Job(paths, Path(db), params, options, progress, stop, on_checkpoint=on_checkpoint)
     if options.superword_from is not None:
         raise InputError("--extend and --superword-from do not go together: a superword run's first merges "
                          "are its stage 1's")
     base, params = based_params(options.extend, options.pattern, special_tokens, params)
-    return _Job(paths, Path(db), params, options, progress, stop, on_checkpoint=on_checkpoint, base=base,
+    return Job(paths, Path(db), params, options, progress, stop, on_checkpoint=on_checkpoint, base=base,
                 base_rows=base_rows(base))
 
 
-def _plan(job: _Job) -> Engine | None:
+def run_plan(job: Job) -> Engine | None:
     """2. plan: create the store (``_create``); or open the existing one and check a resume
     (parameters, inputs, the store's consistency) before the first write, so a refused resume
     leaves the store exactly as it was. Sets ``job.store``; returns the merge engine when the
@@ -90,7 +90,7 @@ def _plan(job: _Job) -> Engine | None:
     return merger
 
 
-def _create(job: _Job) -> Store:
+def _create(job: Job) -> Store:
     """A new store: check the inputs (``plan_source``: uncompressed text is fingerprinted and
     checked to be UTF-8 as it is counted, other inputs now), cut them into work units, and create
     the store holding its schema, run, plan and vocabulary, all checked before the file is created."""
@@ -145,7 +145,7 @@ def _open_for_training(db: Path, paths: Sequence[FileInput | Stream], invalid_ut
             for p in paths:
                 if not isinstance(p, Stream):
                     scan_input(p, invalid_utf8)
-        _remove_files(db)  # still holding the lock, so no other trainer is using it
+        remove_files(db)  # still holding the lock, so no other trainer is using it
     except BaseException:
         store.close()
         raise
@@ -252,7 +252,7 @@ def _units_diff(units: list[Chunk], s: Source) -> str | None:
             f"give it back its time (touch -d @{sec}.{ns:09d} '{s.path}') and resume")
 
 
-def _preflight(job: _Job, store: Store, grow: bool) -> Engine | None:
+def _preflight(job: Job, store: Store, grow: bool) -> Engine | None:
     """Check a store about to be resumed, writing nothing; the merge engine when merging will
     need it (built now, since building it is what checks words and pair counts)."""
     params = job.params
@@ -269,5 +269,5 @@ def _preflight(job: _Job, store: Store, grow: bool) -> Engine | None:
         # a resume reads the words back and checks them: say so, it can take seconds
         job.emit(stage="loading", phase="merging", total=params.num_merges,
                  done=store.count_merges(), words=store.count_words())
-        return _load_engine(store, params, job.options.engine)
+        return load_engine(store, params, job.options.engine)
     return None

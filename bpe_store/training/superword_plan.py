@@ -21,7 +21,7 @@ from ..store.store import Store
 from ..text.pretokenize import describe_pattern
 from ..text.streams import Stream
 from ..text.superword_split import STAGE2_PATTERN
-from .job import _Job
+from .job import Job
 
 
 def stage1_path(db: Path) -> Path:
@@ -36,7 +36,7 @@ def superword_params(params: RunParams, superword_from: int, max_words: int) -> 
                                superword_from=superword_from, superword_max_words=max_words)
 
 
-def check_superword_inputs(job: _Job, base: str | None) -> None:
+def check_superword_inputs(job: Job, base: str | None) -> None:
     """Refuse what a superword run cannot do: stage 1 in the same run reads the inputs again for
     stage 2, which a stream (standard input, an iterable) cannot give."""
     if base is None and any(isinstance(p, Stream) for p in job.paths):

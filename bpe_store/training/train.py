@@ -1,15 +1,15 @@
 """Training: the resumable recipe that turns corpus files into merges inside a store.
 
 ``train`` runs these steps, in this order: steps 1-2 live in ``plan``, 3 in ``count_step``, 4-5
-in ``merge_step``; the job they share (``_Job``) in ``job``.
+in ``merge_step``; the job they share (``Job``) in ``job``.
 
-1. check  (``_check``) — parameters and inputs; on any problem, raise before anything is written
-2. plan   (``_plan``) — fingerprint the inputs, cut them into chunks, create the store (one
+1. check  (``run_check``) — parameters and inputs; on any problem, raise before anything is written
+2. plan   (``run_plan``) — fingerprint the inputs, cut them into chunks, create the store (one
           transaction); or, to resume, check the store, the parameters and the inputs, writing nothing
-3. count  (``_count``) — pre-tokenize and count words per chunk, in parallel; each flush is one
+3. count  (``run_count``) — pre-tokenize and count words per chunk, in parallel; each flush is one
           transaction that adds the counts and marks its chunks counted, so no chunk is counted twice
-4. pairs  (``_pairs``) — count adjacent pairs once; the run moves to the merging phase
-5. merge  (``_merge``) — batches of merges; each batch is ONE transaction (merges, vocab, changed
+4. pairs  (``run_pairs``) — count adjacent pairs once; the run moves to the merging phase
+5. merge  (``run_merge``) — batches of merges; each batch is ONE transaction (merges, vocab, changed
           words, changed pair counts, progress): the checkpoint; between them, about every second,
           a smaller one logs the merges alone (``_log_merges``); the last one keeps the result and
           drops the merging's working state (``_checkpoint``)
@@ -41,19 +41,19 @@ from ..store.result import TrainResult, read_result
 from ..temporaries import new_dir, remove_stale
 from ..text.inputs import DEFAULT_TEXT_FIELD
 from ..text.streams import Stream
-from .count_step import _count
-from .job import Progress, _Job, _without_gc_store_errors
+from .count_step import run_count
+from .job import Job, Progress, without_gc_store_errors
 from .merge import release_free_memory
-from .merge_step import _merge, _pairs
+from .merge_step import run_merge, run_pairs
 from .options import TrainOptions, max_pretoken_bytes, options_doc
-from .plan import _check, _plan
+from .plan import run_check, run_plan
 from .superword_plan import check_superword_inputs, read_stage1, stage1_done, stage1_path, superword_params
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store.store import Store
 
 
-@_without_gc_store_errors
+@without_gc_store_errors
 def train(
     inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream,
     db: str | os.PathLike, vocab_size: int, special_tokens: Sequence[str] = (),
@@ -104,19 +104,19 @@ def train(
         StoreError: not a store, corrupt, damaged or tampered, held by another run, disk full, ... (4).
     """
     options = TrainOptions.of(locals())  # the keyword parameters are its fields, by name (tests/api/test_api.py)
-    job = _check(inputs, db, vocab_size, special_tokens, options, progress, stop, on_checkpoint)  # 1. check
+    job = run_check(inputs, db, vocab_size, special_tokens, options, progress, stop, on_checkpoint)  # 1. check
     _superword_stage1(job, inputs, special_tokens)        # SuperBPE: stage 1 first (docs/superword.md)
     release_free_memory()  # from here on, large blocks one phase frees are not kept resident by the next
-    merger = _plan(job)                                    # 2. plan (or check a resume)
+    merger = run_plan(job)                                    # 2. plan (or check a resume)
     with _session(job):
         if job.store.run_row()["phase"] == "counting":
-            _count(job)                                    # 3. count
-            merger = _pairs(job)                           # 4. pairs
-        _merge(job, merger or job.options.engine)          # 5. merge
+            run_count(job)                                    # 3. count
+            merger = run_pairs(job)                           # 4. pairs
+        run_merge(job, merger or job.options.engine)          # 5. merge
         return job.done(read_result(job.store))            # 6. done
 
 
-def _superword_stage1(job: _Job, inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream,
+def _superword_stage1(job: Job, inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream,
                       special_tokens: Sequence[str]) -> None:
     """SuperBPE (docs/superword.md): make ``job`` the superword store's, with its stage 1 read from
     its base; without one, train stage 1 into ``stage1_path(db)`` first (a plain run, resumed like
@@ -141,7 +141,7 @@ train.__doc__ = inspect.cleandoc(train.__doc__ or "").replace(
 
 
 @contextlib.contextmanager
-def _session(job: _Job) -> Iterator[None]:
+def _session(job: Job) -> Iterator[None]:
     """Steps 3-6 as one session in the store's history (who trained, when, how it ended); the
     store is closed at the end, whatever happens."""
     store, session = job.store, None

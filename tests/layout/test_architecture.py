@@ -200,3 +200,19 @@ def test_the_core_check_sees_an_import_of_the_core():
     tree = ast.parse("from .. import _core\nif TYPE_CHECKING:\n    from .._core import WordIds\n"
                      "def f():\n    from .._core import Encoder\n")
     assert _imports_core(tree) == [1, 5]
+
+
+def _private_imports(tree: ast.AST) -> list[str]:
+    """The names starting with one underscore that ``tree`` imports from a module of the package."""
+    return [a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level
+            for a in node.names if a.name.startswith("_") and not a.name.startswith("__")
+            and a.name not in ("_core", "_version")]
+
+
+def test_no_module_imports_what_another_keeps_private():
+    """What a module offers to others has no leading underscore; an underscore says "this module's
+    own" (the compiled ``_core`` and ``_version`` are modules, named so by convention)."""
+    found = [f"{p.relative_to(PACKAGE)}: {name}" for p in sorted(PACKAGE.rglob("*.py"))
+             for name in _private_imports(ast.parse(p.read_text(encoding="utf-8")))]
+    assert found == []
+    assert _private_imports(ast.parse("from .job import _Job, Job\nfrom .. import _core\n")) == ["_Job"]

@@ -242,7 +242,7 @@ def test_a_corrupt_store_in_a_checkpoint_is_the_same_error_on_both_paths(trained
 def test_a_resume_reads_the_words_into_the_engine_without_a_tuple_per_word(trained_store, tmp_path):
     from bpe_store import _core
     from bpe_store.training.merge import NativeMergeEngine
-    from bpe_store.training.merge_step import _load_engine
+    from bpe_store.training.merge_step import load_engine
 
     db = tmp_path / "run.db"
     shutil.copy(trained_store, db)
@@ -251,7 +251,7 @@ def test_a_resume_reads_the_words_into_the_engine_without_a_tuple_per_word(train
         assert isinstance(rows, _core.WordRows)
         assert len(rows) == store.sql("SELECT count(*) FROM words").scalar() > 100
         params = store.params()
-        packed = _load_engine(store, params, "native")
+        packed = load_engine(store, params, "native")
         n = len(params.special_tokens)
         vocab = store.load_vocab()
         replay = [(a, b, t) for _r, a, b, t, _c in store.load_merges()]  # a finished run keeps no tokens
@@ -385,11 +385,11 @@ def test_an_io_error_maps_as_the_drivers_does():
     """SQLITE_IOERR_* (e.g. 266, IOERR_READ) is an OperationalError keeping its extended code, and
     the store's one-line error says what SQLite said."""
     from bpe_store import _core
-    from bpe_store.store.connection import _sqlite_error
+    from bpe_store.store.connection import sqlite_error
 
     err = native_connection.to_sqlite_error(_core.SqliteError(266, "disk I/O error"))
     assert type(err) is sqlite3.OperationalError and err.sqlite_errorcode == 266
-    assert str(_sqlite_error(Path("x.db"), err)) == "x.db: SQLite error: disk I/O error"
+    assert str(sqlite_error(Path("x.db"), err)) == "x.db: SQLite error: disk I/O error"
 
 
 def test_the_native_connection_is_not_closed_under_a_running_statement(tmp_path):

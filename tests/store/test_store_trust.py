@@ -326,7 +326,7 @@ def test_ctrl_c_inside_a_sqlite_callback_is_an_interrupt(pristine, monkeypatch, 
     turned a KeyboardInterrupt into SQLITE_DENY) nor a query that goes on."""
     from bpe_store.store import connection as store_module
 
-    cls = answers._ReadOnlyAuthorizer if callback == "authorizer" else store_module._Guard
+    cls = answers._ReadOnlyAuthorizer if callback == "authorizer" else store_module.Guard
     original = cls.__call__
     fired = []
 

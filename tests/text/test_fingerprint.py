@@ -318,9 +318,9 @@ def test_native_utf8_check_equals_decode_around_vector_blocks():
     """The native check (32 bytes at a time where the CPU has AVX2) judges every 2-byte string,
     and 3-byte ones after each kind of lead byte, as the strict decoder does, wherever they sit
     against its 32-byte blocks (the last block is padded, so the end of the input is one too)."""
-    from bpe_store.native import _native_utf8_valid
+    from bpe_store.native import native_utf8_valid
 
-    if _native_utf8_valid is None:
+    if native_utf8_valid is None:
         pytest.skip("native core not built")
 
     def decodes(b: bytes) -> bool:
@@ -336,13 +336,13 @@ def test_native_utf8_check_equals_decode_around_vector_blocks():
         for a in range(256):
             for b in range(256):
                 s = pad_a + bytes([a, b]) + pad_b
-                if _native_utf8_valid(s) != decodes(s):
+                if native_utf8_valid(s) != decodes(s):
                     wrong.append(s)
         for a in (0xC2, 0xDF, 0xE0, 0xE1, 0xED, 0xEF, 0xF0, 0xF3, 0xF4, 0xF5):
             for b in range(0x80, 0xC0):
                 for c in range(256):
                     s = pad_a + bytes([a, b, c]) + pad_b
-                    if _native_utf8_valid(s) != decodes(s):
+                    if native_utf8_valid(s) != decodes(s):
                         wrong.append(s)
     assert not wrong, wrong[:5]
 

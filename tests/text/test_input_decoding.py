@@ -16,7 +16,7 @@ import pytest
 from cli_helpers import run
 from conftest import FIXTURES
 
-from bpe_store.text.decompress import _reader, open_decompressed
+from bpe_store.text.decompress import checked_reader, open_decompressed
 
 TEXT = (FIXTURES / "enwiki-1M.txt").read_bytes()
 
@@ -36,7 +36,7 @@ def gzip_backend(request, monkeypatch) -> str:
 def read_all(path: Path, compression: str = "gz", n: int = 1 << 16) -> bytes:
     out = bytearray()
     with open_decompressed(path, compression) as f:
-        read = _reader(f, str(path), compression)
+        read = checked_reader(f, str(path), compression)
         while data := read(n):
             out += data
     return bytes(out)
@@ -163,7 +163,7 @@ def test_a_compressed_unit_is_inflated_ahead_on_its_own_thread_and_the_thread_en
 
 def test_read_ahead_gives_the_pieces_in_order_then_the_error_and_stays_bounded():
     from bpe_store.errors import InputError
-    from bpe_store.text.decompress import _read_ahead
+    from bpe_store.text.decompress import read_ahead
 
     calls = []
     release = threading.Event()
@@ -175,7 +175,7 @@ def test_read_ahead_gives_the_pieces_in_order_then_the_error_and_stays_bounded()
             raise InputError("x.gz: truncated or corrupt gz data")
         return bytes([len(calls)]) * 3
 
-    with _read_ahead(read, depth=2) as ahead:
+    with read_ahead(read, depth=2) as ahead:
         assert ahead(1) == b"\x01\x01\x01"
         deadline = time.monotonic() + 5
         while len(calls) < 4 and time.monotonic() < deadline:

@@ -14,7 +14,7 @@ from conftest import ZH, fixture_text
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bpe_store.native import _native_count_chunk
+from bpe_store.native import native_count_chunk
 from bpe_store.text.chunks import plan_chunks
 from bpe_store.text.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, count_words, native_splitter
 from bpe_store.text.units import text_blocks
@@ -93,14 +93,14 @@ def test_special_tokens_with_many_first_bytes(parts: list[str], which: int) -> N
     (5) splits as the `regex` alternation does; 0xFF, the document separator, among them."""
     specials = [["<|e|>"], ["<|e|>", "，"], ["<|e|>", "，", "t"], ["<|e|>", "，", "t", "é", "\u3000"]][which]
     text = "".join(parts)
-    native = _native_count_chunk(text.encode(), [s.encode() for s in specials]).to_dict()
+    native = native_count_chunk(text.encode(), [s.encode() for s in specials]).to_dict()
     assert native == count_words(text, specials)
     docs = text.split("|")  # the same text as documents joined by the separator byte
     joined = b"\xff".join(d.encode() for d in docs)
     by_doc = Counter()
     for d in docs:
         by_doc.update(count_words(d, specials))
-    assert _native_count_chunk(joined, [s.encode() for s in specials] + [b"\xff"]).to_dict() == by_doc
+    assert native_count_chunk(joined, [s.encode() for s in specials] + [b"\xff"]).to_dict() == by_doc
 
 
 # -- (a) encoding text without ASCII cut points -------------------------------------------------
@@ -185,7 +185,7 @@ def test_stream_of_a_users_pattern_is_cut_only_at_special_tokens(monkeypatch) ->
 def _block_counts(blocks: list[bytes], max_bytes: int) -> Counter:
     total: Counter = Counter()
     for b in blocks:
-        total.update(_native_count_chunk(b, [EOT.encode()], max_bytes).to_dict())
+        total.update(native_count_chunk(b, [EOT.encode()], max_bytes).to_dict())
     return total
 
 

@@ -64,6 +64,12 @@ class ArgumentValueError(InputError, ValueError):
     which is not UTF-8): an InputError, and a ValueError for code that expects one."""
 
 
+class PatternError(ArgumentValueError):
+    """A pre-tokenization pattern that is neither a known name nor a regex that compiles (a
+    misspelled name such as ``gpt-2``, with the closest names; or ``regex``'s message): an
+    InputError, and a ValueError for code that expects one."""
+
+
 def path_argument(value: object, what: str) -> str | os.PathLike:
     """``value`` if it is a path (str or os.PathLike), else ArgumentTypeError naming ``what``."""
     if isinstance(value, (str, os.PathLike)):

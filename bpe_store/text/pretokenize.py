@@ -12,9 +12,13 @@ as ``regex`` does; a user's own regex goes through ``regex``.
 
 from __future__ import annotations
 
+import difflib
+import re as _re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+
+from ..errors import PatternError
 
 TYPE_CHECKING = False  # not typing's (its import costs more than this module)
 if TYPE_CHECKING:
@@ -117,15 +121,60 @@ def pattern_names_help() -> str:
 
 
 def resolve_pattern(pattern: str | None) -> str:
-    """The regex of ``pattern``: a name in ``PATTERNS`` gives its regex, anything else is taken as
-    a regex itself (compiled later by whoever checks it); None means GPT-2's.
+    """The regex of ``pattern``: a name in ``PATTERNS`` gives its regex; a word that is no name
+    (no regex syntax: ``gpt-2``) is refused (PatternError naming the closest names); anything else
+    is taken as a regex itself (``compile_pattern`` or the run's check compiles it); None means
+    GPT-2's.
 
     >>> resolve_pattern("gpt4") == CL100K_PATTERN and resolve_pattern(None) == GPT2_PATTERN
     True
     """
     if pattern is None:
         return GPT2_PATTERN
-    return PATTERNS.get(pattern, pattern)
+    regex = PATTERNS.get(pattern)
+    if regex is not None:
+        return regex
+    if _LOOKS_LIKE_A_NAME.fullmatch(pattern):
+        raise PatternError(unknown_pattern_message(pattern))
+    return pattern
+
+
+#: A pattern that holds no regex syntax (only ASCII letters, digits, ``_`` and ``-``): meant as a
+#: name, never as a regex (as one it would match only that literal text and drop all the rest).
+_LOOKS_LIKE_A_NAME = _re.compile(r"[A-Za-z0-9_-]+")
+
+
+def unknown_pattern_message(name: str) -> str:
+    """Why ``name`` is refused as a pattern, naming the closest known name (``difflib``), or all.
+
+    >>> unknown_pattern_message("gpt-2")
+    "'gpt-2' is not a known pattern name (did you mean gpt2?); a regex that is only a word can be written (?:gpt-2)"
+    """
+    close = difflib.get_close_matches(name.lower(), list(PATTERNS), n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]}?" if close else f"known names: {', '.join(PATTERNS)}"
+    return (f"{name!r} is not a known pattern name ({hint}); a regex that is only a word can be "
+            f"written (?:{name})")
+
+
+def checked_pattern(pattern: str | None) -> str:
+    """``resolve_pattern``, and a regex that is no name compiled once to refuse it early
+    (PatternError with ``regex``'s message) rather than at the first text; the named patterns are
+    not compiled (the tests compile each)."""
+    resolved = resolve_pattern(pattern)
+    if resolved not in _NAME_OF:
+        compile_pattern(resolved)
+    return resolved
+
+
+def compile_pattern(pattern: str):
+    """``pattern`` (a regex, not a name) compiled by ``regex``; PatternError with ``regex``'s
+    message if it does not compile."""
+    import regex
+
+    try:
+        return regex.compile(pattern)
+    except (regex.error, RecursionError, OverflowError) as exc:
+        raise PatternError(f"the pattern {describe_pattern(pattern)} does not compile: {exc}") from None
 
 
 def native_scanner(pattern: str) -> str:

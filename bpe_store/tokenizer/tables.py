@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..native import core as native_core
-from ..text.pretokenize import native_scanner, native_splitter, resolve_pattern, special_splitter
+from ..text.pretokenize import checked_pattern, native_scanner, native_splitter, special_splitter
 
 if TYPE_CHECKING:
     import regex
@@ -131,7 +131,7 @@ class Tables:
             vocab[sid] = s.encode("utf-8")  # ids shared by specials decode as the last (tiktoken's)
         self = cls.__new__(cls)
         self.vocab, self._ranks, self._special_id = vocab, ranks, ids
-        self.pattern = resolve_pattern(pattern)
+        self.pattern = checked_pattern(pattern)
         self.special_tokens = list(ids)
         self._init_specials()
         self._cache = {}

@@ -49,6 +49,7 @@ from ..errors import ArgumentTypeError, ArgumentValueError, InputError, StoreErr
 from ..native import core as native_core
 from ..text.pretokenize import (
     GPT2_PATTERN,
+    compile_pattern,
     cut_context,
     native_scanner,
     resolve_pattern,
@@ -170,7 +171,7 @@ class Tokenizer(Tables):
         self.vocab: dict[int, bytes] = dict(vocab)
         self.merges: list[tuple[bytes, bytes]] = [(bytes(a), bytes(b)) for a, b in merges]
         self.pattern = resolve_pattern(pattern)
-        self._pat = regex.compile(self.pattern)
+        self._pat = compile_pattern(self.pattern)
         self.special_tokens: list[str] = list(dict.fromkeys(special_tokens or ()))
 
         # first id of each byte string: {bytes: id}; a special not in the vocabulary is added to it

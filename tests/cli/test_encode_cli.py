@@ -178,6 +178,9 @@ def small_ranks(tmp_path):
     (["{a}", "--tokenizer", "{tmp}/none.tiktoken", "--pattern", "gpt2"], "none.tiktoken: no such file"),
     (["{a}", "--tokenizer", "{a}", "--pattern", "gpt2"], "line 1 is not 'base64-token rank'"),
     (["{a}", "--tokenizer", "{ranks}", "--pattern", "gpt2", "--special", "<|x|>=7"], "has id 7, the rank of"),
+    # a misspelled name is no regex (it would drop all text); a regex that does not compile is bad input
+    (["{a}", "--tokenizer", "{ranks}", "--pattern", "gpt-2"], "is not a known pattern name (did you mean gpt2?)"),
+    (["{a}", "--tokenizer", "{ranks}", "--pattern", "(["], "'([' does not compile: unterminated character set"),
 ])
 def test_encode_tokenizer_errors(trained, small_ranks, tmp_path, capsys, args, message):
     db, a, _ = trained

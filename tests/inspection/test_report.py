@@ -231,6 +231,9 @@ def test_compare_refuses_what_it_cannot_measure(store, held_out, tmp_path):
     assert r.exit_code == 0, r.output
     r = run("report", store, "--held-out", held_out, "--compare", tmp_path / "no.tiktoken", "-o", tmp_path / "x.html")
     assert r.exit_code == 2 and "no such file" in r.stderr
+    for pattern, message in [("gpt-2", "(did you mean gpt2?)"), ("([", "does not compile: unterminated character set")]:
+        r = run("report", store, "--held-out", held_out, "--compare", f"{ranks}={pattern}", "-o", tmp_path / "p.html")
+        assert r.exit_code == 2 and message in r.stderr and not (tmp_path / "p.html").exists(), r.output
 
 
 def test_token_tables(store, held_out):

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bpe_store import InputError, ResumeMismatch, train
+from bpe_store.errors import PatternError
 from bpe_store.text.chunks import plan_chunks
 from bpe_store.text.pretokenize import (
     CL100K_PATTERN,
@@ -215,14 +216,42 @@ def test_a_pattern_matching_nothing_is_an_error_not_0_merges(tmp_path, corpus):
     assert r.merges == reference_train_bpe(text, 262, [EOT], pattern=r"\p{Han}+")[1] and len(r.merges) == 5
 
 
-def test_a_name_that_is_not_known_is_a_regex(tmp_path, corpus):
-    # "gpt5" is no name: as a regex it matches only the literal text "gpt5"
-    r = run("train", corpus, "--db", tmp_path / "x.db", "--vocab-size", 300, "--pattern", "gpt5",
+def test_a_word_that_is_no_name_is_refused(tmp_path, corpus):
+    # "gpt-2" is no name, and as a regex it would match only its literal text: refused at once,
+    # with the closest name, and no store is made
+    r = run("train", corpus, "--db", tmp_path / "x.db", "--vocab-size", 300, "--pattern", "gpt-2",
             "--progress", "none")
     assert r.exit_code == 2
-    assert r.stderr.strip() == ("error: nothing to train on: the pattern 'gpt5' matches none of the inputs' "
-                                "text outside special tokens (0 pre-tokens counted); give another --pattern "
-                                "with --restart")
+    assert r.stderr.strip() == ("error: 'gpt-2' is not a known pattern name (did you mean gpt2?); a regex "
+                                "that is only a word can be written (?:gpt-2)")
+    assert not (tmp_path / "x.db").exists()
+    with pytest.raises(PatternError, match=r"'o200k-base' is not a known pattern name \(did you mean o200k_base\?\)"):
+        resolve_pattern("o200k-base")
+    with pytest.raises(PatternError, match="known names: gpt2, r50k_base, gpt4"):
+        resolve_pattern("zzz")
+    assert issubclass(PatternError, InputError) and issubclass(PatternError, ValueError)
+    # a word written as a regex is one, and a pattern with regex syntax is never taken as a name
+    assert resolve_pattern("(?:gpt5)") == "(?:gpt5)" and resolve_pattern(r"\w+") == r"\w+"
+
+
+def test_a_pattern_that_does_not_compile_is_refused(tmp_path, corpus):
+    r = run("train", corpus, "--db", tmp_path / "x.db", "--vocab-size", 300, "--pattern", "([",
+            "--progress", "none")
+    assert r.exit_code == 2 and "does not compile: unterminated character set" in r.stderr
+    with pytest.raises(PatternError, match=r"the pattern '\(\[' does not compile: unterminated character set"):
+        Tokenizer({i: bytes([i]) for i in range(256)}, [], pattern="([")
+
+
+def test_from_tiktoken_refuses_a_bad_pattern(tmp_path):
+    import base64
+
+    ranks = tmp_path / "r.tiktoken"
+    ranks.write_bytes(b"".join(base64.b64encode(bytes([i])) + b" %d\n" % i for i in range(256)))
+    with pytest.raises(PatternError, match=r"did you mean gpt2\?"):
+        Tokenizer.from_tiktoken(ranks, "gpt-2")
+    with pytest.raises(PatternError, match="does not compile: unterminated character set"):
+        Tokenizer.from_tiktoken(ranks, "([")
+    assert Tokenizer.from_tiktoken(ranks, "gpt2").encode("hello") == list(b"hello")
 
 
 def test_only_special_tokens_is_an_error(tmp_path):

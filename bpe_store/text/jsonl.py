@@ -69,6 +69,9 @@ def parse_lines(lines: list[bytes], field: str, where: str, first_line: int, inv
                     "document" if line == 1 and raw.lstrip()[:1] in ("[", "{") and raw.strip() in ("[", "{")
                     else "")
             raise InputError(f"{where}: line {line}: broken JSON ({exc}){hint}") from None
+        except RecursionError:  # json recurses per level (the native extractor gives up at 200)
+            raise InputError(f"{where}: line {line}: the JSON is nested too deeply to read (a jsonl record "
+                             "is one object whose text field is a string)") from None
         docs.append(_encode_doc(_record_text(obj, field, where, line), invalid_utf8, where, line))
     return docs
 

@@ -368,6 +368,8 @@ def bad_cases(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     cases["broken json"] = (jl("broken.jsonl", good + b'{"text": "x"\n' + good),
                             r"broken.jsonl: line 4: broken JSON")
     cases["not an object"] = (jl("arr.jsonl", b'["a"]\n'), r"arr.jsonl: line 1: not a JSON object")
+    deep = b'{"text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"  # json recurses per level
+    cases["nested 100,000 deep"] = (jl("deep.jsonl", good + deep), r"deep.jsonl: line 4: the JSON is nested too deeply")
     cases["broken json, gz"] = (jl("broken.jsonl.gz", gzip.compress(good * 50 + b"{oops\n")),
                                 r"broken.jsonl.gz: line 151: broken JSON")
     whole = gzip.compress(good * 2000)
@@ -389,6 +391,7 @@ def bad_cases(tmp_path: Path) -> dict[str, tuple[Path, str]]:
 
 
 @pytest.mark.parametrize("case", ["no field", "not a string", "null", "broken json", "not an object",
+                                  "nested 100,000 deep",
                                   "broken json, gz", "truncated gzip", "truncated zst", "invalid utf-8 in gz text",
                                   "no column", "null in parquet", "non-string column", "compressed parquet"])
 def test_bad_input_is_one_line_exit_2_and_counts_nothing_of_it(tmp_path, case):

@@ -4,7 +4,6 @@ says what it saved and the command that resumes it.
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 import sys
 from enum import Enum
@@ -244,13 +243,13 @@ def _run_train(ctx: typer.Context, files: list, db: Path, vocab_size: int, speci
     what the store holds and the command that resumes, and exits 130 (143). The reporter is closed
     either way; returns the ``TrainResult``."""
     from ..errors import Interrupted
-    from ..training.train import train as run_train
+    from ..training.train import train_with
 
     stopper = StopOnSignal(notify=reporter.note)
     try:
         with stopper:
-            return run_train(files, db, vocab_size, special, progress=stopper.watch(reporter), stop=stopper.event,
-                             on_checkpoint=series, **dataclasses.asdict(options))
+            return train_with(files, db, vocab_size, special, options, stopper.watch(reporter), stopper.event,
+                              series)
     except (Interrupted, KeyboardInterrupt) as exc:
         stopper.note_stopping()
         reporter.close()

@@ -104,6 +104,16 @@ def train(
         StoreError: not a store, corrupt, damaged or tampered, held by another run, disk full, ... (4).
     """
     options = TrainOptions.of(locals())  # the keyword parameters are its fields, by name (tests/api/test_api.py)
+    return train_with(inputs, db, vocab_size, special_tokens, options, progress, stop, on_checkpoint)
+
+
+@without_gc_store_errors
+def train_with(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream, db: str | os.PathLike,
+               vocab_size: int, special_tokens: Sequence[str], options: TrainOptions,
+               progress: Progress | None = None, stop: threading.Event | None = None,
+               on_checkpoint: Callable[[Store, int, bool], None] | None = None) -> TrainResult:
+    """``train`` with its settings as one ``TrainOptions``, as the CLI and a superword run's stage 1
+    hold them: the recipe's steps, numbered as the module doc lists them."""
     job = run_check(inputs, db, vocab_size, special_tokens, options, progress, stop, on_checkpoint)  # 1. check
     _superword_stage1(job, inputs, special_tokens)        # SuperBPE: stage 1 first (docs/superword.md)
     release_free_memory()  # from here on, large blocks one phase frees are not kept resident by the next
@@ -129,8 +139,7 @@ def _superword_stage1(job: Job, inputs: Sequence[str | os.PathLike] | str | os.P
     if options.superword_base is None and not stage1_done(base, t):
         plain = dataclasses.replace(options, superword_from=None, superword_base=None)
         stage1_vocab = len(job.params.special_tokens) + 256 + t
-        train(inputs, base, stage1_vocab, special_tokens, progress=job.progress, stop=job.stop,
-              **dataclasses.asdict(plain))
+        train_with(inputs, base, stage1_vocab, special_tokens, plain, job.progress, job.stop)
     job.stage1 = read_stage1(base, job.params, t)
     job.params = superword_params(job.params, t, options.max_superword_words)
 

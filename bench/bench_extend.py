@@ -59,18 +59,25 @@ def data(out: Path) -> dict[str, Path]:
     return d
 
 
+#: Appended to every job's code: its own peak RSS (the process's, or a child's if larger), on stderr.
+_RSS = ("\nimport resource as _r, sys as _s\nprint('RSS_KB', max(_r.getrusage(_r.RUSAGE_SELF).ru_maxrss, "
+        "_r.getrusage(_r.RUSAGE_CHILDREN).ru_maxrss), file=_s.stderr)\n")
+
+
 def run_job(args: list[str]) -> dict:
-    """``python -c`` job in a subprocess: its wall, CPU s (user + sys) and peak RSS (MB)."""
+    """``python -c`` job in a subprocess: its wall, CPU s (user + sys, its process tree) and peak RSS
+    (MB, the job's own: it reports it as it ends)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", *args], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-c", args[0] + _RSS, *args[1:]], capture_output=True, text=True)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode:
         raise SystemExit(f"job failed: {args[1:]}\n{p.stderr[-2000:]}")
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-            "rss_mb": round(after.ru_maxrss / 1024), "out": p.stdout.strip()}
+    rss = [int(line.split()[1]) for line in p.stderr.splitlines() if line.startswith("RSS_KB ")]
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "rss_mb": round(rss[-1] / 1024) if rss else None,
+            "out": p.stdout.strip()}
 
 
 EXTEND = """
@@ -98,8 +105,7 @@ def bytes_per_token(tok, text: str) -> float:
 
 
 def compression(out: Path, bases: list[str], datas: list[str]) -> list[dict]:
-    from bpe_store.openai_ranks import ENCODINGS
-
+    from bpe_store.formats.openai_ranks import ENCODINGS
     from bpe_store.tokenizer.tokenizer import Tokenizer
 
     d = data(out)
@@ -220,7 +226,7 @@ PEER_TINYBPE = """
 import sys, time, regex
 from tinybpe import Trainer
 from bpe_store.store.result import store_tokenizer
-from bpe_store.counting.pretokenize import resolve_pattern
+from bpe_store.text.pretokenize import resolve_pattern
 vocab, merges, specials, pattern = store_tokenizer(sys.argv[1])
 ids = {b: i for i, b in vocab.items()}  # no special token: bytes are 0..255, merge k is 256 + k
 pat = regex.compile(resolve_pattern("gpt2"))

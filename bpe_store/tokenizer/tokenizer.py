@@ -146,6 +146,8 @@ def _check_vocab_and_merges(vocab: object, merges: object, special_tokens: objec
     if isinstance(special_tokens, Sequence):
         for s in special_tokens:
             text_argument(s, f"special token {s!r}")
+            if not s:
+                raise ArgumentValueError("special tokens must be non-empty strings; one is ''")
 
 
 class Tokenizer(Tables):
@@ -511,11 +513,19 @@ class Tokenizer(Tables):
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         vocab = self.vocab
+        if not isinstance(ids, (list, tuple)):  # read twice below (an iterator once)
+            ids = list(ids)
         try:
-            return b"".join([vocab[i] for i in ids])
+            joined = b"".join([vocab[i] for i in ids])
         except (KeyError, TypeError):
             bad = next(i for i in ids if not isinstance(i, int) or i not in vocab)
             raise TokenIdError(f"token id {bad!r} is not in the vocabulary (ids are 0..{max(vocab)})") from None
+        # True and numpy's bool_ hash and compare as 1, so vocab[True] found token 1. Checked after the
+        # join, on the few types there are (a set of types: C speed), so a good list costs one pass.
+        if any(t.__name__ in ("bool", "bool_") for t in set(map(type, ids))):
+            bad = next(i for i in ids if type(i).__name__ in ("bool", "bool_"))
+            raise TokenIdError(f"token id {bad!r} is a bool, not an integer id")
+        return joined
 
     def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
         """The text of ``ids`` (a list, or a NumPy array); invalid UTF-8 becomes U+FFFD (``errors``

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bpe_store import InputError, Tokenizer, train, train_bpe, train_from_iterator
 from bpe_store.errors import ArgumentTypeError, ArgumentValueError
+from bpe_store.tokenizer.tokenizer import TokenIdError
 
 VOCAB = {i: bytes([i]) for i in range(256)} | {256: b"ab"}
 
@@ -63,6 +65,8 @@ def cases(corpus: Path, db: Path, tok: Tokenizer) -> dict:
                                                     "lone surrogate"),
         "Tokenizer with a number special": (lambda: Tokenizer(VOCAB, [], [1]), ArgumentTypeError,
                                             "must be a str, not int"),
+        "Tokenizer with an empty special": (lambda: Tokenizer(VOCAB, [], [""]), ArgumentValueError,
+                                            "special tokens must be non-empty strings; one is ''"),
     }
 
 
@@ -79,6 +83,14 @@ def test_each_wrong_argument_is_a_clear_type_or_value_error(tmp_path, corpus, to
         assert what in str(info.value), (name, str(info.value))
         assert "\n" not in str(info.value)
     assert not (tmp_path / "other.db").exists()  # refused before anything was created
+
+
+def test_a_bool_is_not_a_token_id(tok):
+    # True hashes and compares as 1: vocab[True] is token 1, so decode([True]) gave '\x01'
+    for ids in ([True], [97, False], np.array([True, False]), iter([97, True])):
+        with pytest.raises(TokenIdError, match=r"token id (True|False) is a bool, not an integer id"):
+            tok.decode(ids)
+    assert tok.decode([97, 256]) == "aab" and tok.decode(np.array([97, 98])) == "ab"
 
 
 def test_valid_arguments_still_work(tok):

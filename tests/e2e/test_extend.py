@@ -126,6 +126,7 @@ def test_every_new_token_is_reachable(files, tmp_path):
     assert len(seen.intersection(new)) > ADDED // 2
 
 
+@pytest.mark.slow
 def test_o200k(tmp_path):
     """OpenAI's o200k_base extended on Russian: its ids kept (specials at 199999 and 200018 too),
     new ids from 200019, the prefix encodes as tiktoken does, the exports agree and the tiktoken

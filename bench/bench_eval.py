@@ -74,7 +74,7 @@ def store(workdir: Path, name: str, corpus: list[Path], vocab: int, pattern: str
 
 
 def part_sizes(workdir: Path) -> None:
-    from bpe_store.inspection import candidates as cands
+    from bpe_store.inspection import candidates as cand_mod
     from bpe_store.inspection import evaluation as ev
     from bpe_store.inspection import heldout as ho
 
@@ -84,7 +84,7 @@ def part_sizes(workdir: Path) -> None:
     sizes = [4000 * k for k in range(1, 17)]
     for label, shortcut in (("one encode", True), ("an encode per size", False)):
         c0, t0 = cpu_self(), time.perf_counter()
-        cand = cands.store_candidate(db, sizes)
+        cand = cand_mod.store_candidate(db, sizes)
         if not shortcut:
             cand.parts = None
         rows = ev.evaluate([cand], held).rows
@@ -110,7 +110,7 @@ def part_during(workdir: Path, corpus: Path) -> None:
 
 
 def part_table(workdir: Path) -> None:
-    from bpe_store.inspection import candidates as cands
+    from bpe_store.inspection import candidates as cand_mod
     from bpe_store.inspection import evaluation as ev
     from bpe_store.inspection import heldout as ho
 
@@ -120,8 +120,8 @@ def part_table(workdir: Path) -> None:
         helds.append(cut(src, workdir / f"held-{name}.txt", size - HELD, None))
     mix = [cut(EN, workdir / "mix-en.txt", 0, 40 << 20), cut(RU, workdir / "mix-ru.txt", 0, RU.stat().st_size - HELD),
            cut(ZH, workdir / "mix-zh.txt", 0, ZH.stat().st_size - HELD)]
-    cands = [cands.store_candidate(store(workdir, f"mix-{p}", mix, 32_000, p)) for p in ("gpt2", "gpt4", "o200k")]
-    cands += [cands.parse_candidate("cl100k_base"), cands.parse_candidate("o200k_base")]
+    cands = [cand_mod.store_candidate(store(workdir, f"mix-{p}", mix, 32_000, p)) for p in ("gpt2", "gpt4", "o200k")]
+    cands += [cand_mod.parse_candidate("cl100k_base"), cand_mod.parse_candidate("o200k_base")]
     c0, t0 = cpu_self(), time.perf_counter()
     rows = ev.evaluate(cands, ho.read_heldout(helds), by="file").rows
     print(f"table: {len(cands)} tokenizers on {len(helds)} files in {time.perf_counter() - t0:.1f} s, "

@@ -114,11 +114,11 @@ def _token_groups(ids_len: np.ndarray, pos: np.ndarray, index: TextIndex) -> np.
     the first letter it starts, else the previous token's, else (at the start) the next one's."""
     import numpy as np
 
-    n = index.n
-    where = np.where(index.letter >= 0, np.arange(n), n)
+    n, letter = index.n, index.per_byte()[0]
+    where = np.where(letter >= 0, np.arange(n), n)
     nxt = np.append(np.minimum.accumulate(where[::-1])[::-1], n)  # next letter start at or after
     j = nxt[pos]
-    own = np.where(j < pos + ids_len, np.append(index.letter, -1)[j], -1).astype(np.int64)
+    own = np.where(j < pos + ids_len, np.append(letter, -1)[j], -1).astype(np.int64)
     valid = np.where(own >= 0, np.arange(len(own)), -1)
     if not (valid >= 0).any():
         return np.full(len(own), len(SCRIPTS))
@@ -139,11 +139,12 @@ def tally(ids: np.ndarray, token_lengths: np.ndarray, index: TextIndex, by_scrip
                          "tokenizer is not byte-level, or changes the text (normalizes it)")
     if len(ids) == 0:
         return {"all": _Tally(0, 0, 0, 0, np.zeros(0, dtype=np.int64))}
-    pos = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    chars = np.add.reduceat(index.char_start.astype(np.int64), pos)
-    words = np.add.reduceat(index.word_start.astype(np.int64), pos)
-    out = {"all": _tally(ids, lengths, chars, words)}
-    if by_script:
+    out = {"all": _Tally(len(ids), index.n, index.chars, index.words, np.bincount(ids))}
+    if by_script:  # each token's characters and words, for its group: the per-byte index
+        _letter, char_start, word_start = index.per_byte()
+        pos = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        chars = np.add.reduceat(char_start.astype(np.int64), pos)
+        words = np.add.reduceat(word_start.astype(np.int64), pos)
         groups = _token_groups(lengths, pos, index)
         for g, name in enumerate((*SCRIPTS, NO_LETTERS)):
             m = groups == g

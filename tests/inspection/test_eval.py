@@ -138,6 +138,11 @@ def test_groups_add_up_and_parity(store, held_out, tmp_path):
     parts = [m for g, m in rows.items() if g != "all"]
     assert sum(m["tokens"] for m in parts) == rows["all"]["tokens"]
     assert sum(m["bytes"] for m in parts) == rows["all"]["bytes"]
+    # characters and words per group (from the per-byte index) add up to the text's (counted apart)
+    assert sum(m["chars_per_token"] * m["tokens"] for m in parts) == pytest.approx(rows["all"]["chars_per_token"]
+                                                                                  * rows["all"]["tokens"])
+    assert sum(m["tokens"] / m["tokens_per_word"] for m in parts if m["tokens_per_word"]) == pytest.approx(
+        rows["all"]["tokens"] / rows["all"]["tokens_per_word"])
     assert max(m["parity"] for m in parts) == 1.0 and rows["all"]["parity"] is None
     best = max(parts, key=lambda m: m["bytes_per_token"])
     assert best["parity"] == 1.0 and rows["Latin"] is best  # an English-trained store

@@ -54,6 +54,34 @@ def _tokenizer_encoder(tok: Tokenizer, threads: int) -> Callable[[bytes], np.nda
     return encode
 
 
+def _store_encoder(vocab: dict[int, bytes], merges: Sequence[tuple[bytes, bytes]], specials: list[str],
+                   pattern: str, threads: int, id_rows: Sequence[tuple[int, int, int]] | None = None
+                   ) -> Callable[[bytes], np.ndarray] | None:
+    """The native encoder of a store's merge log (a prefix), built from ids: the ids
+    ``Tokenizer(vocab, merges, specials, pattern=pattern)`` gives, without its Python merge table
+    and its checks of what the store already checked. Why: ``train --eval`` builds one per
+    measurement, and the Tokenizer took ~0.3 CPU s at 32K merges, most of the cost. None without
+    the native core or a native scanner for the pattern (then the Tokenizer encodes)."""
+    import numpy as np
+
+    from ..native import core
+    from ..text.pretokenize import native_scanner, resolve_pattern
+
+    scanner = native_scanner(resolve_pattern(pattern))
+    if core is None or not scanner:
+        return None
+    id_of: dict[bytes, int] = {}
+    for i in sorted(vocab)[:None if id_rows is None else 256 + len(specials)]:
+        id_of.setdefault(vocab[i], i)  # a token two merges spell is its first id, as the Tokenizer's
+    rows = list(id_rows) if id_rows is not None else [(id_of[a], id_of[b], id_of[a + b]) for a, b in merges]
+    encoder = core.Encoder([id_of[bytes([b])] for b in range(256)], rows,
+                           [(t.encode("utf-8"), id_of[t.encode("utf-8")]) for t in dict.fromkeys(specials)], scanner)
+
+    def encode(block: bytes) -> np.ndarray:
+        return np.asarray(encoder.encode_documents(block, threads)[0], dtype=np.int64)
+    return encode
+
+
 def _lengths(vocab: dict[int, bytes]) -> np.ndarray:
     import numpy as np
 
@@ -117,18 +145,33 @@ def store_candidate(db: str | Path, sizes: Sequence[int] | None = None, every: i
 
 
 def merge_log_candidate(vocab: dict[int, bytes], merges: Sequence[tuple[bytes, bytes]], specials: list[str],
-                        pattern: str, sizes: list[int], threads: int, db: Path) -> Candidate:
-    """A merge log (a store's, read into memory) measured at ``sizes``, each a prefix of it."""
+                        pattern: str, sizes: list[int], threads: int, db: Path,
+                        id_rows: Sequence[tuple[int, int, int]] | None = None) -> Candidate:
+    """A merge log (a store's, read into memory) measured at ``sizes``, each a prefix of it;
+    ``id_rows``: its ``merges`` rows ``(left, right, token)`` when the caller has them (then no
+    table of ids is built from the bytes: ``train --eval`` builds a candidate per measurement)."""
+    import numpy as np
+
     from ..tokenizer.tokenizer import Tokenizer
 
     least = 256 + len(specials)
     ids = sorted(vocab)
+    parts = None
+    if id_rows is None:
+        parts = merge_parts(vocab, merges[:max(sizes) - least], least)
+    elif id_rows:
+        rows = np.asarray(id_rows[:max(sizes) - least], dtype=np.int64).reshape(-1, 3)
+        if (rows[:, 2] == least + np.arange(len(rows))).all():
+            parts = (rows[:, 0], rows[:, 1], least)
 
     def make(size: int) -> Callable[[bytes], np.ndarray]:
         prefix = {i: vocab[i] for i in ids[:size]}
+        rows = None if id_rows is None else id_rows[:size - least]
+        fast = _store_encoder(prefix, merges[:size - least], specials, pattern, threads, rows)
+        if fast is not None:
+            return fast
         return _tokenizer_encoder(Tokenizer(prefix, merges[:size - least], specials, pattern=pattern), threads)
-    return Candidate(SELF, "store", str(db), _lengths(vocab), sizes, make, is_store=True, db=db,
-                     parts=merge_parts(vocab, merges[:max(sizes) - least], least))
+    return Candidate(SELF, "store", str(db), _lengths(vocab), sizes, make, is_store=True, db=db, parts=parts)
 
 
 def _fixed(label: str, kind: str, source: str, tok: Tokenizer, threads: int) -> Candidate:

@@ -289,6 +289,7 @@ class EvalSeries:
         self._recorded: set[int] | None = None
         self._bytes: dict[int, bytes] = {}
         self._merges: list[tuple[bytes, bytes]] = []
+        self._rows: list[tuple[int, int, int]] = []  # the same merges' ids: (left, right, token)
 
     def __call__(self, store: Store, merges_done: int, final: bool) -> None:
         import json
@@ -310,7 +311,7 @@ class EvalSeries:
             return
         vocab = self._read(store, merges_done, least)
         cand = merge_log_candidate(vocab, self._merges[:max(due) - least], specials, run["pattern"], due,
-                                   self.threads, store.path)
+                                   self.threads, store.path, self._rows[:max(due) - least])
         rows = evaluate([cand], self.heldout, alpha=self.alpha).rows
         evaluation_rows.record(store, rows, "train")
         self._recorded.update(due)
@@ -322,7 +323,8 @@ class EvalSeries:
         for i, b in store.sql("SELECT id, bytes FROM vocab WHERE id >= ? AND id < ? ORDER BY id",
                               (least + start if start else 0, least + merges_done)):
             self._bytes[i] = bytes(b)
-        for left, right in store.sql('SELECT "left", "right" FROM merges WHERE rank >= ? AND rank < ? ORDER BY rank',
-                                     (start, merges_done)):
+        for left, right, token in store.sql('SELECT "left", "right", token FROM merges WHERE rank >= ? AND rank < ?'
+                                            " ORDER BY rank", (start, merges_done)):
             self._merges.append((self._bytes[left], self._bytes[right]))
+            self._rows.append((left, right, token))
         return {i: b for i, b in self._bytes.items() if i < least + merges_done}

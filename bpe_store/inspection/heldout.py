@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover
 SCRIPTS = ("Latin", "Cyrillic", "CJK", "other letters")
 #: The group of a file's tokens when it holds no letter at all.
 NO_LETTERS = "no letters"
+#: The characters str.isspace() takes for space and regex's \s does not (information separators).
+_NOT_SPACE = {c: "x" for c in range(0x1C, 0x20)}
 #: Held-out inputs are read in blocks of this many bytes, then joined (the text is held whole).
 READ_BLOCK = 16 << 20
 
@@ -98,10 +100,10 @@ class TextIndex:
 
     @classmethod
     def of(cls, text: bytes) -> TextIndex:
-        import regex
-
         docs = [d.decode("utf-8") for d in text.split(b"\xff")]
-        words = sum(len(regex.findall(r"\S+", d)) for d in docs)
+        # Why str.split: 10x faster than counting regex's \S+ runs, and the same runs once
+        # U+001C..U+001F, the only characters str.isspace() and regex's \s disagree on, are no space
+        words = sum(len(d.translate(_NOT_SPACE).split()) for d in docs)
         return cls(text, len(text) - text.count(b"\xff"), sum(len(d) for d in docs), words)
 
     def per_byte(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

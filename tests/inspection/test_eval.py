@@ -89,9 +89,12 @@ def test_a_prefix_equals_a_store_trained_to_that_size(store, held_out, tmp_path)
     a = ev.evaluate([cands.store_candidate(store, [400])], held).rows[0]
     b = ev.evaluate([cands.store_candidate(small)], held).rows[0]
     assert a.metrics == b.metrics
-    enc = cands.store_candidate(store, [400]).make(400)
     data = held_out.read_bytes()
-    assert enc(data).tolist() == Tokenizer.from_store(small).encode(data.decode())
+    for size in (257, 400, VOCAB):  # the native encoder built from the store's ids, as the Tokenizer
+        enc = cands.store_candidate(store, [size]).make(size)
+        assert enc(data).tolist() == Tokenizer.from_store(store, size).encode(data.decode()), size
+    assert cands.store_candidate(store, [400]).make(400)(data).tolist() == Tokenizer.from_store(small).encode(
+        data.decode())
 
 
 @pytest.mark.parametrize("fmt", ["tiktoken", "hf", "gpt2"])
@@ -340,3 +343,11 @@ def test_the_report_draws_the_recorded_curves_and_lists_residues(store, held_out
     assert data["evals"]["residues"]["count"] > 0
     page = report.render_html(data)
     assert 'id="evaluations"' in page and "Residue tokens" in page and page.count("<svg") >= 4
+
+
+def test_words_are_regexs_non_space_runs():
+    text = "a\x1cb  c\u3000d\u00a0e\x85f\n\tg\x1fh" + "\xff".join(["x y", "z"])
+    index = ho.TextIndex.of(text.encode("utf-8").replace("\xff".encode(), b"\xff"))
+    docs = text.split("\xff")
+    assert index.words == sum(len(regex.findall(r"\S+", d)) for d in docs)
+    assert index.words == int(index.per_byte()[2].sum())

@@ -67,6 +67,7 @@ def run_count(job: Job) -> None:
             raise InputError(f"{job.store.path} was counting a stream; give it again to resume")
         job.writes.wait()
         _count_stream(job, job.stream, chunk)
+    job.remove_if_refused = False  # every input read: the store is kept (nothing to train on, below)
     if not job.fresh_words:  # else the flush being written holds words
         job.writes.wait()
         _check_something_counted(job.store, job.params)

@@ -71,6 +71,10 @@ class Job:
     _last_event: tuple[float, dict] = dataclasses.field(init=False, default=(0.0, {}))
     #: what the progress callable raised on the heartbeat's thread, raised again on the main one
     _emit_error: BaseException | None = dataclasses.field(init=False, default=None)
+    #: this call created the store and is still reading its inputs: input they refuse (invalid
+    #: UTF-8 found while counting) removes the store, so a refused first run leaves none and the
+    #: command its error suggests (``--invalid-utf8 replace``) starts afresh (``train_with``)
+    remove_if_refused: bool = False
     #: merging began while a reader pinned the WAL: the store holds no pair counts yet (``run_pairs``)
     pairs_unwritten: bool = False
     #: merges learnt but not in the store yet, left by a deferred checkpoint to the next log

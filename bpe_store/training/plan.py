@@ -71,6 +71,7 @@ def run_plan(job: Job) -> Engine | None:
     store = _open_for_training(job.db, job.paths, job.params.invalid_utf8, job.options.restart, job.options.durable)
     if store is None:
         job.store = _create(job)
+        job.remove_if_refused = True
         return None
     try:
         store.check_plan()

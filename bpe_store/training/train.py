@@ -35,8 +35,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ArgumentTypeError, path_argument
+from ..errors import ArgumentTypeError, InputError, path_argument
 from ..store import sessions
+from ..store.files import remove_files
 from ..store.result import TrainResult, read_result
 from ..temporaries import new_dir, remove_stale
 from ..text.inputs import DEFAULT_TEXT_FIELD
@@ -118,12 +119,17 @@ def train_with(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream,
     _superword_stage1(job, inputs, special_tokens)        # SuperBPE: stage 1 first (docs/superword.md)
     release_free_memory()  # from here on, large blocks one phase frees are not kept resident by the next
     merger = run_plan(job)                                    # 2. plan (or check a resume)
-    with _session(job):
-        if job.store.run_row()["phase"] == "counting":
-            run_count(job)                                    # 3. count
-            merger = run_pairs(job)                           # 4. pairs
-        run_merge(job, merger or job.options.engine)          # 5. merge
-        return job.done(read_result(job.store))            # 6. done
+    try:
+        with _session(job):
+            if job.store.run_row()["phase"] == "counting":
+                run_count(job)                                # 3. count
+                merger = run_pairs(job)                       # 4. pairs
+            run_merge(job, merger or job.options.engine)      # 5. merge
+            return job.done(read_result(job.store))        # 6. done
+    except InputError:
+        if job.remove_if_refused:  # a first run refused by its input leaves no store (closed by now)
+            remove_files(job.db)
+        raise
 
 
 def _superword_stage1(job: Job, inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream,

@@ -148,19 +148,32 @@ def test_invalid_utf8_says_where(tmp_path, db_path):
     bad.write_bytes(b"hello\nworld\n" + b"ok \xff\xfe more\n" * 3)
     e = _raises(InputError, r"invalid UTF-8 at byte 15 \(line 3\)", [bad], db_path, 300, SPECIAL)
     assert "--invalid-utf8 replace" in str(e)
-    # found as it is counted (text is checked in the read that counts it): nothing of it is counted
-    with sqlite3.connect(db_path) as con:
-        assert con.execute("SELECT phase FROM run").fetchone()[0] == "counting"
-        assert con.execute("SELECT count(*) FROM chunks WHERE counted = 1").fetchone() == (0,)
-        assert con.execute("SELECT count(*) FROM words").fetchone() == (0,)
+    # found as it is counted (text is checked in the read that counts it): a first run leaves no store
+    assert not db_path.exists() and not Path(f"{db_path}-wal").exists()
+
+
+def test_a_refused_first_run_leaves_no_store_and_the_suggested_command_trains(tmp_path):
+    """Issue 33's sequence: `train bad-utf8.txt --db n.db` exits 2 advising `--invalid-utf8
+    replace`; that command then trains (it was exit 3: the refused run had left n.db)."""
+    bad = tmp_path / "bad-utf8.txt"
+    bad.write_bytes(b"hello world\n" * 50 + b"bad \xff byte\n" + b"more text here\n" * 50)
+    db = tmp_path / "n.db"
+    first = subprocess.run([sys.executable, "-m", "bpe_store", "train", str(bad), "--db", str(db),
+                            "--vocab-size", "300", "--progress", "none"], capture_output=True, text=True)
+    assert first.returncode == 2 and "pass --invalid-utf8 replace" in first.stderr, first.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad-utf8.txt"]
+    again = subprocess.run([sys.executable, "-m", "bpe_store", "train", str(bad), "--db", str(db),
+                            "--vocab-size", "300", "--progress", "none", "--invalid-utf8", "replace"],
+                           capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert Store.open(db).run_row()["phase"] == "done"
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_invalid_utf8_found_while_counting_keeps_the_units_before_and_says_the_first(tmp_path, db_path, workers):
-    """Invalid UTF-8 deep in a text file is found by the read that counts it: the store keeps the
-    units committed before (its last checkpoint), the message names the file's first invalid
-    byte whichever unit a thread found first, and every run says the same (with one worker it
-    changes nothing; with more, a run may first commit good units its other threads counted)."""
+def test_invalid_utf8_found_while_counting_says_the_first(tmp_path, db_path, workers):
+    """Invalid UTF-8 deep in a text file is found by the read that counts it: the message names
+    the file's first invalid byte whichever unit a thread found first, every run says the same,
+    and a first run so refused leaves no store (units it committed before are removed with it)."""
     good = SMALL_TEXT.read_bytes()[:40_000]
     cut = good.index(b" ", 25_000)
     bad = tmp_path / "bad.txt"
@@ -170,21 +183,9 @@ def test_invalid_utf8_found_while_counting_keeps_the_units_before_and_says_the_f
     e = _raises(InputError, rf"bad.txt: invalid UTF-8 at byte {cut + 1} \(line {line}\)", [bad], db_path, 300,
                 SPECIAL, **kwargs)
     assert "--invalid-utf8 replace" in str(e) and "\n" not in str(e)
-    with sqlite3.connect(db_path) as con:
-        assert con.execute("SELECT phase FROM run").fetchone()[0] == "counting"
-        counted = con.execute('SELECT start, "end" FROM chunks WHERE counted = 1').fetchall()
-    bad_at = (cut + 1, bad.read_bytes().index(b"\xff"))
-    assert not [(a, b) for a, b in counted if any(a <= x < b for x in bad_at)]  # no unit holding a bad byte
-    if workers == 1:
-        assert len(counted) >= 5  # the units before it, in order, each committed
-    before = store_dump(db_path)
+    assert not db_path.exists()
     again = _raises(InputError, "invalid UTF-8", [bad], db_path, 300, SPECIAL, **kwargs)
-    assert str(again) == str(e)
-    if workers == 1:
-        assert store_dump(db_path) == before
-    with sqlite3.connect(db_path) as con:
-        counted = con.execute('SELECT start, "end" FROM chunks WHERE counted = 1').fetchall()
-    assert not [(a, b) for a, b in counted if any(a <= x < b for x in bad_at)]
+    assert str(again) == str(e) and not db_path.exists()
 
 
 def test_invalid_utf8_across_read_blocks(tmp_path, db_path, monkeypatch):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import sqlite3
 import sys
 import threading
 import time
@@ -99,9 +98,7 @@ def test_bad_gzip_is_one_line_exit_2_with_either_inflater(tmp_path, gzip_backend
                     lines[0]), lines[0]
     if case == "not gzip":  # said by the standard library on either path: it names the first bytes
         assert "Not a gzipped file (b'{\"')" in lines[0]
-    con = sqlite3.connect(db)
-    assert con.execute("SELECT count(*) FROM words").fetchone()[0] == 0
-    con.close()
+    assert not db.exists()  # a refused first run leaves no store
 
 
 def test_jsonl_gz_trains_the_same_with_either_inflater(tmp_path, gzip_backend):

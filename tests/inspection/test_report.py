@@ -118,7 +118,7 @@ def test_the_page_is_self_contained(page):
     assert not re.search(r"""href\s*=\s*["'](?!#)""", text)
     for heading in ("Compression at every vocabulary size", "Compression by script, beside other tokenizers",
                     "Tokens to look at", "Merge count against rank", "Token length by script",
-                    "Frequent words still split into many tokens", "The run"):
+                    "Frequent words still split into many tokens", "The run", "Evaluations: which vocabulary size"):
         assert f">{heading}</h2>" in text
     assert str(CORPUS.resolve()) in text and "Sessions" in text
 
@@ -155,7 +155,7 @@ def test_the_page_renders_in_headless_chromium(page, tmp_path):
     assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
     assert html.count("<svg") == 3 and len(re.findall(r"<path\b", html)) > 20
-    assert len(re.findall(r"<h2>", html)) == 7 and "<h1>bpe-store report: run.db</h1>" in html
+    assert len(re.findall(r"<h2>", html)) == 8 and "<h1>bpe-store report: run.db</h1>" in html
     assert len(re.findall(r"<tr>", html)) > 10
 
 

@@ -184,15 +184,9 @@ def _hf_candidate(p: Path, label: str) -> Candidate:
     import numpy as np
 
     from ..formats.gpt2_files import unicode_to_bytes
+    from .compare import hf_tokenizer
 
-    try:
-        from tokenizers import Tokenizer as HFTokenizer
-    except ImportError:
-        raise InputError("a tokenizer.json is read with the tokenizers package: pip install tokenizers") from None
-    try:
-        hf = HFTokenizer.from_file(str(p))
-    except Exception as exc:  # noqa: BLE001 - the library's own errors for a file it cannot read
-        raise InputError(f"{p}: not a tokenizer.json the tokenizers package reads ({exc})") from None
+    hf = hf_tokenizer(p)
     to_byte = unicode_to_bytes()
     added = {t.content for t in hf.get_added_tokens_decoder().values()}
     vocab: dict[int, bytes] = {}

@@ -116,19 +116,25 @@ def compare_tokenizer(spec: str, text: str, threads: int = 0) -> dict[str, Any]:
             "ids": ids, "lengths": lengths_of(tok.vocab)[ids] if len(ids) else np.zeros(0, dtype=np.int64)}
 
 
+def hf_tokenizer(p: Path) -> Any:
+    """The ``tokenizers`` package's Tokenizer of the file ``p``; InputError (exit 2) when the
+    package is missing or does not read the file."""
+    try:
+        from tokenizers import Tokenizer as HFTokenizer
+    except ImportError:
+        raise InputError("a tokenizer.json is read with the tokenizers package: pip install tokenizers") from None
+    try:
+        return HFTokenizer.from_file(str(p))
+    except Exception as exc:  # noqa: BLE001 - the library's own errors for a file it cannot read
+        raise InputError(f"{p}: not a tokenizer.json the tokenizers package reads ({exc})") from None
+
+
 def _compare_hf(p: Path, name: str, text: str) -> dict[str, Any]:
     import numpy as np
 
     from ..formats.gpt2_files import unicode_to_bytes
 
-    try:
-        from tokenizers import Tokenizer as HFTokenizer
-    except ImportError:
-        raise InputError("--compare tokenizer.json needs the tokenizers package: pip install tokenizers") from None
-    try:
-        hf = HFTokenizer.from_file(str(p))
-    except Exception as exc:  # noqa: BLE001 - the library's own errors for a file it cannot read
-        raise InputError(f"{p}: not a tokenizer.json the tokenizers package reads ({exc})") from None
+    hf = hf_tokenizer(p)
     ids = hf.encode(text, add_special_tokens=False).ids
     to_byte = unicode_to_bytes()
     for tid in set(ids):

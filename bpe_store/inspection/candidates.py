@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..store.evaluation_rows import SELF
+from .compare import lengths_of
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -80,15 +81,6 @@ def _store_encoder(vocab: dict[int, bytes], merges: Sequence[tuple[bytes, bytes]
     def encode(block: bytes) -> np.ndarray:
         return np.asarray(encoder.encode_documents(block, threads)[0], dtype=np.int64)
     return encode
-
-
-def _lengths(vocab: dict[int, bytes]) -> np.ndarray:
-    import numpy as np
-
-    lengths = np.zeros(max(vocab) + 1, dtype=np.int64)
-    for i, b in vocab.items():
-        lengths[i] = len(b)
-    return lengths
 
 
 def merge_parts(vocab: dict[int, bytes], merges: Sequence[tuple[bytes, bytes]], first: int
@@ -171,12 +163,12 @@ def merge_log_candidate(vocab: dict[int, bytes], merges: Sequence[tuple[bytes, b
         if fast is not None:
             return fast
         return _tokenizer_encoder(Tokenizer(prefix, merges[:size - least], specials, pattern=pattern), threads)
-    return Candidate(SELF, "store", str(db), _lengths(vocab), sizes, make, is_store=True, db=db, parts=parts)
+    return Candidate(SELF, "store", str(db), lengths_of(vocab), sizes, make, is_store=True, db=db, parts=parts)
 
 
 def _fixed(label: str, kind: str, source: str, tok: Tokenizer, threads: int) -> Candidate:
     size = len(tok.vocab)
-    return Candidate(label, kind, source, _lengths(tok.vocab), [size],
+    return Candidate(label, kind, source, lengths_of(tok.vocab), [size],
                      lambda _size: _tokenizer_encoder(tok, threads))
 
 
@@ -203,7 +195,7 @@ def _hf_candidate(p: Path, label: str) -> Candidate:
         docs = [d.decode("utf-8") for d in block.split(b"\xff")]
         out = hf.encode_batch(docs, add_special_tokens=False)
         return np.fromiter((i for e in out for i in e.ids), dtype=np.int64)
-    return Candidate(label, "tokenizer.json", str(p), _lengths(vocab), [hf.get_vocab_size()], lambda _s: encode)
+    return Candidate(label, "tokenizer.json", str(p), lengths_of(vocab), [hf.get_vocab_size()], lambda _s: encode)
 
 
 def _stem(p: Path) -> str:

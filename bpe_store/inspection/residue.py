@@ -61,16 +61,14 @@ def _final_counts(store: Store, tok: object, token_lengths: np.ndarray, n: int) 
 def token_use(db: str | Path) -> tuple[TokenUse, int]:
     """``(token use, merges)`` of the store ``db``: each merge's token with its merge count and
     final count (``_final_counts``), for the merge log of ``merges`` merges it holds now."""
-    import numpy as np
 
     from ..tokenizer.tokenizer import Tokenizer, load_store
     from .answers import reading
+    from .compare import lengths_of
 
     vocab, merges, specials, pattern = load_store(db)
     tok = Tokenizer(vocab, merges, specials, pattern=pattern)
-    lengths = np.zeros(max(vocab) + 1, dtype=np.int64)
-    for i, b in vocab.items():
-        lengths[i] = len(b)
+    lengths = lengths_of(vocab)
     with reading(db) as store:
         log = store.load_merges()  # (rank, left, right, token, count)
         finals = _final_counts(store, tok, lengths, len(lengths))

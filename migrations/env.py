@@ -23,9 +23,21 @@ def run() -> None:
 
 
 def _migrate(connection) -> None:
-    context.configure(connection=connection, target_metadata=None, render_as_batch=True)
+    # Why transactional_ddl=True: Alembic's SQLite dialect says SQLite has no transactional DDL, and
+    # then commits each migration on its own, so a kill between two left a store at an intermediate
+    # revision, which an outside reader saw too. SQLite's DDL is transactional: this runs every
+    # migration up to the head in ONE transaction (the store's BEGIN IMMEDIATE), which a kill rolls back.
+    context.configure(connection=connection, target_metadata=None, render_as_batch=True, transactional_ddl=True,
+                      on_version_apply=_applied)
     with context.begin_transaction():
         context.run_migrations()
+
+
+def _applied(ctx, step, heads, run_args) -> None:
+    """Tests only: a pause point after each migration, inside the upgrade's transaction."""
+    from bpe_store.pauses import pause_for_tests
+
+    pause_for_tests(f"upgrade:{step.up_revision_id}")
 
 
 run()

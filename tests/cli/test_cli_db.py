@@ -116,3 +116,35 @@ def test_the_sessions_migration_goes_down_and_up_again(old_store):
     assert revision(old_store) == "v0_1_0_initial"
     assert run("db", "upgrade", old_store).exit_code == 0
     assert revision(old_store) == migrate.head_revision()
+
+
+def test_db_upgrade_is_one_transaction_a_kill_after_any_migration_leaves_the_old_revision(old_store, tmp_path):
+    """A kill -9 after each migration (inside the upgrade, the pause point ``upgrade:REVISION``)
+    leaves the store byte-for-byte at its old revision, and a reader meanwhile sees the old one;
+    then the upgrade runs whole. (Alembic's SQLite default committed each migration alone.)"""
+    import subprocess
+
+    from cli_helpers import cli_cmd, env
+
+    steps = migrate.alembic_revisions()[1:]  # the fixture is at the first
+    assert len(steps) >= 10
+    with sqlite3.connect(old_store) as con:
+        before = con.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+    con.close()
+    for step in steps:
+        proc = subprocess.Popen(cli_cmd("db", "upgrade", old_store), stderr=subprocess.PIPE, text=True,
+                                env={**env(), "BPE_STORE_TEST_PAUSE": f"upgrade:{step}"})
+        try:
+            line = proc.stderr.readline()
+            assert f"paused at upgrade:{step}" in line, line + proc.stderr.read()
+            assert revision(old_store) == "v0_1_0_initial"  # a reader sees the old revision
+        finally:
+            proc.kill()
+            proc.wait()
+            proc.stderr.close()
+        assert revision(old_store) == "v0_1_0_initial", step
+        with sqlite3.connect(old_store) as con:
+            assert con.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall() == before, step
+        con.close()
+    r = run("db", "upgrade", old_store)
+    assert r.exit_code == 0 and revision(old_store) == migrate.head_revision()

@@ -159,6 +159,18 @@ class _Train:
     max_superword_words = typer.Option(
         TrainOptions.max_superword_words, "--max-superword-words", metavar="N",
         help="With --superword-from: the most words (parts between spaces) a superword token spans.")
+    reader_memory_words = typer.Option(
+        TrainOptions.reader_memory_words, "--reader-memory-words", metavar="N",
+        help="While a reader holds an old snapshot of the store (an open BEGIN; SELECT), counting keeps up to N "
+             "distinct words in memory (~100 bytes each) instead of writing them.")
+    reader_wal_bytes = typer.Option(
+        TrainOptions.reader_wal_bytes, "--reader-wal-bytes", metavar="BYTES",
+        help="While such a reader stays, the writes that cannot wait (past --reader-memory-words, the end of "
+             "counting) go into the store's WAL until it is this large; only then does training wait for it.")
+    verify_inputs = typer.Option(
+        TrainOptions.verify_inputs, "--verify-inputs",
+        help="On a resume, read the counted input files again and check their fingerprints, even those whose "
+             "size and modification time did not change (a changed file: exit 3).")
     eval_on = typer.Option([], "--eval", metavar="FILE",
                            help="Held-out text to measure the run on as it trains, recorded in the store "
                                 "(repeatable; any input train reads; see bpe-store eval).")
@@ -183,7 +195,9 @@ def train(
     max_token_length: Optional[int] = _Train.max_token_length, ray: Optional[str] = _Train.ray,
     max_pretoken_bytes: Optional[int] = _Train.max_pretoken_bytes,
     superword_from: Optional[int] = _Train.superword_from, superword_base: Optional[Path] = _Train.superword_base,
-    max_superword_words: int = _Train.max_superword_words, eval_on: list[str] = _Train.eval_on,
+    max_superword_words: int = _Train.max_superword_words,
+    reader_memory_words: int = _Train.reader_memory_words, reader_wal_bytes: int = _Train.reader_wal_bytes,
+    verify_inputs: bool = _Train.verify_inputs, eval_on: list[str] = _Train.eval_on,
     eval_every: Optional[int] = _Train.eval_every, progress: ProgressMode = _Train.progress,
     quiet: bool = _Train.quiet, verbose: bool = _Train.verbose,
 ) -> None:
@@ -208,7 +222,8 @@ def train(
         max_token_length=max_token_length, count_engine=TrainOptions.count_engine if ray is None else "ray",
         ray_address=None if ray in (None, "local") else ray, max_pretoken_bytes=max_pretoken_bytes,
         superword_from=superword_from, superword_base=superword_base, max_superword_words=max_superword_words,
-        extend=extend)
+        extend=extend, reader_memory_words=reader_memory_words, reader_wal_bytes=reader_wal_bytes,
+        verify_inputs=verify_inputs)
     series = _eval_series(eval_on, eval_every, glob, db, invalid_utf8.value)
     reporter = reporter_for(progress, quiet)
     if quiet and ray is not None:

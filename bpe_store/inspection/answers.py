@@ -36,6 +36,7 @@ from ..store.files import wal_state
 from ..store.store import Store
 from ..text.inputs import ITERABLE, STDIN
 from ..text.pretokenize import describe_pattern, is_gpt2
+from ..training.options import DEFERRED_WAL_BYTES
 
 #: ``show`` tables: what each lists, in which order (ties broken as the trainer breaks them).
 SHOW_QUERIES = {
@@ -214,7 +215,8 @@ def _wal_note(wal: Row, last_write_deferred: bool) -> str | None:
         notes.append(f"{wal['wal_frames_pending']} WAL frames not yet copied into the store: a reader holds an "
                      "old snapshot (or a checkpoint is being copied right now), so the WAL cannot be emptied; "
                      "meanwhile a trainer writes only its merge logs and defers full checkpoints and counting "
-                     "flushes")
+                     "flushes (keeping up to --reader-memory-words words in memory, then writing them into the "
+                     f"WAL while it is under --reader-wal-bytes, by default {DEFERRED_WAL_BYTES >> 30} GiB)")
     if last_write_deferred:
         notes.append("the run finished while a reader held an old snapshot, so its last checkpoint only logged "
                      "the merges: the result is complete, and the same train command drops the working state "

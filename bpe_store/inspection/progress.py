@@ -223,6 +223,22 @@ def describe(event: Event) -> tuple[str, str, str]:
 WIDE_COLUMNS = 120
 
 
+def _deferred_line(event: Event, what: str, phase: str) -> str:
+    """A ``deferred`` event (``bpe_store.training.wal_watch``) as one line, with the budgets."""
+    wal = format_bytes(event.get("wal_bytes") or 0)
+    budget = f" of {format_bytes(event['wal_budget'])}" if event.get("wal_budget") else ""
+    if event.get("into_wal"):
+        return f"{what} written into the WAL: a reader holds an old snapshot (WAL {wal}{budget})"
+    if event.get("waiting"):
+        then = "the WAL is past its budget: waiting for the reader to leave"
+    elif phase == "merging":
+        then = "only merge logs are written meanwhile"
+    else:
+        words = f" (up to {event['memory_words']:,} words)" if event.get("memory_words") else ""
+        then = f"kept in memory{words}"
+    return f"{what} deferred: a reader holds an old snapshot (WAL {wal}{budget}); {then}"
+
+
 class Bars(Reporter):
     """Rich progress bars on a terminal: one line per stage, then a line for what happens now
     (reading, counting pairs, loading, writing a checkpoint, the last checkpoint).
@@ -290,10 +306,7 @@ class Bars(Reporter):
             self._say(f"writing {what} ({words:,} words)" if words else f"writing {what}", phase)
         elif stage == "deferred":  # see bpe_store.training.wal_watch
             what = event.get("what", "checkpoint")
-            then = ("waiting for it to leave" if event.get("waiting")
-                    else "only merge logs are written meanwhile" if phase == "merging" else "kept in memory")
-            self._say(f"{what} deferred: a reader holds an old snapshot (WAL "
-                      f"{format_bytes(event.get('wal_bytes') or 0)}); {then}", phase)
+            self._say(_deferred_line(event, what, phase), phase)
         elif stage == "checkpoint":
             at = time.strftime("%H:%M:%S")
             what = (f"{event.get('done')} merges" if phase == "merging"

@@ -34,7 +34,6 @@ from ..text.pretokenize import describe_pattern
 from ..text.sources import Source
 from ..text.streams import Stream
 from .job import Job
-from .wal_watch import DEFERRED_COUNT_WORDS
 
 #: Counting flushes at most every ``count_flush_seconds`` (``TrainOptions``), and sooner once it
 #: has counted this share of the bytes still to count since the last flush, and at least
@@ -171,7 +170,7 @@ def _count_reduce(job: Job, results: Iterable, buffer: FlushBuffer, status: Call
             stopping = job.stopping()
             if stopping:
                 job.writes.wait()
-                if buffer and job.watch.blocked("counting flush", "counting"):
+                if buffer and job.watch.blocked("counting flush", "counting") and not job.watch.room():
                     raise Interrupted(f"stopped while counting; a reader holds an old snapshot of {job.store.path}, "
                                       "so the counts since its last flush were not written (it keeps the chunks "
                                       "counted before)")
@@ -182,7 +181,7 @@ def _count_reduce(job: Job, results: Iterable, buffer: FlushBuffer, status: Call
                     raise Interrupted(f"stopped while counting; {job.store.path} keeps the counted chunks")
         if buffer:
             job.writes.wait()
-            job.watch.wait("counting flush", "counting", lost=_COUNTS_LOST)
+            job.watch.write_or_wait("counting flush", "counting", lost=_COUNTS_LOST)
             writer.flush(*buffer.take(), done, final=True, wait=False)
     finally:
         close = getattr(results, "close", None)
@@ -211,15 +210,16 @@ class _CountWriter:
 
     def flush_now(self, last_flush: float, done: int, buffer: FlushBuffer) -> bool:
         """Whether to flush now: when ``due`` says so, unless a reader pins the WAL and the buffer
-        holds fewer than ``DEFERRED_COUNT_WORDS`` words (with more, wait for the reader to leave)."""
+        holds fewer than the memory budget's words (``WalWatch.memory_words``; with more, the flush
+        goes into the WAL while it is below its budget, else it waits for the reader to leave)."""
         if not self.due(last_flush, done):
             return False
         self.job.writes.wait()  # the store's connection is free (a no-op unless count_flush_seconds is 0)
         if not self.job.watch.blocked("counting flush", "counting"):
             return True
-        if buffer.words() < DEFERRED_COUNT_WORDS:
+        if buffer.words() < self.job.watch.memory_words:
             return False
-        self.job.watch.wait("counting flush", "counting", lost=_COUNTS_LOST)
+        self.job.watch.write_or_wait("counting flush", "counting", lost=_COUNTS_LOST)
         return True
 
     def due(self, last_flush: float, done: int) -> bool:
@@ -354,7 +354,7 @@ def _count_stream(job: Job, stream: Stream, chunk) -> None:
                         f"stopped while counting {stream.name}; {store.path} holds its first {at[1]} documents "
                         f"({at[0]} bytes): give the same stream again to resume from there")
         _warn_if_nothing_new(job, stream.name, source, at)
-        job.watch.wait("counting flush", "counting", lost=_COUNTS_LOST)
+        job.watch.write_or_wait("counting flush", "counting", lost=_COUNTS_LOST)
         flush(True)
     finally:
         results.close()
@@ -375,17 +375,20 @@ def _stream_flush_now(job: Job, stream: Stream, last_flush: float, stopping: boo
                       flushed: tuple[int, int, str], words: int) -> bool:
     """Whether a stream's counts are flushed now: ``count_flush_seconds`` after the last flush
     (``flushed``: where it stood) if there is more (``at``), or on a stop; unless a reader pins the
-    WAL: the counts (``words`` of them) are then kept in memory up to ``DEFERRED_COUNT_WORDS`` words
-    (then it waits for the reader), and a stop raises Interrupted, saying what it loses."""
+    WAL: the counts (``words`` of them) are then kept in memory up to the memory budget's words
+    (then they go into the WAL while it is below its budget, else it waits for the reader), and a
+    stop with no room in the WAL raises Interrupted, saying what it loses."""
     due = time.monotonic() - last_flush >= job.options.count_flush_seconds and at != flushed
     if not (at != flushed and (due or stopping)) or not job.watch.blocked("counting flush", "counting"):
         return due or stopping
-    if stopping:
+    if stopping and not job.watch.room():
         raise Interrupted(
             f"stopped while counting {stream.name}; a reader holds an old snapshot of {job.store.path}, so "
             f"the counts since its last flush were not written: it holds the stream's first "
             f"{flushed[1]} documents ({flushed[0]} bytes)")
-    if words < DEFERRED_COUNT_WORDS:
+    if stopping:
+        return True  # into the WAL: it has room
+    if words < job.watch.memory_words:
         return False  # kept in memory while the reader stays
-    job.watch.wait("counting flush", "counting", lost=_COUNTS_LOST)
+    job.watch.write_or_wait("counting flush", "counting", lost=_COUNTS_LOST)
     return True

@@ -91,7 +91,8 @@ class Job:
     def watch(self) -> WalWatch:
         """Whether a reader pins the store's WAL, asked before each write training may defer."""
         if self._watch is None:
-            self._watch = WalWatch(self.store, self.emit, self.stopping)
+            self._watch = WalWatch(self.store, self.emit, self.stopping, self.options.reader_memory_words,
+                                   self.options.reader_wal_bytes)
         return self._watch
 
     def emit(self, **event) -> None:

@@ -54,6 +54,15 @@ MAX_CHUNK_SIZE = 1 << 32
 DEFAULT_MAX_PRETOKEN_BYTES = 1 << 20
 #: Where counting may run.
 COUNT_ENGINES = ("local", "ray")
+#: Distinct words counting keeps in memory while a reader pins the WAL before it writes them into
+#: the WAL (about 100 bytes each in the native counter: ~0.4 GB): ``TrainOptions.reader_memory_words``.
+DEFERRED_COUNT_WORDS = 4_000_000
+#: How large the WAL may grow while a reader pins it, by the writes that cannot wait (a counting
+#: flush past ``reader_memory_words``, the end of counting): ``TrainOptions.reader_wal_bytes``.
+#: Why 4 GiB: enwiki-100M's whole counting (445 K words) went into the WAL as one write of 10.7 MB
+#: (bench/bench_wal_reader.py --whole-run), so a corpus of 7 M words (OpenWebText) needs ~0.2 GB
+#: and one of 100 M words still fits; a reader that stays for a run is rarer than the disk it costs.
+DEFERRED_WAL_BYTES = 4 << 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +115,15 @@ class TrainOptions:
             ``run.db@MERGES`` for its first MERGES merges). Every token keeps its id, its merges are the
             run's first, its pattern and special tokens are the run's, and the new tokens get the ids
             after its largest. ``vocab_size`` counts the base's tokens too. A resume names the same base.
+        reader_memory_words: while a reader pins the store's WAL (an open ``BEGIN; SELECT``), counting
+            keeps up to this many distinct words in memory (~100 bytes each) instead of writing them
+            (``bpe_store.training.wal_watch``); never changes the result.
+        reader_wal_bytes: while a reader pins the WAL, the writes that cannot be put off (past
+            ``reader_memory_words``, the end of counting) go into the WAL until it is this large;
+            only past it does training wait for the reader; never changes the result.
+        verify_inputs: on a resume, read every counted input file again and compare its fingerprint
+            with the store's, even when its size and modification time are the same (a changed file
+            is refused, exit 3); never changes the result.
     """
 
     pattern: str = GPT2_PATTERN
@@ -134,6 +152,9 @@ class TrainOptions:
     superword_base: str | os.PathLike | None = None
     max_superword_words: int = MAX_WORDS
     extend: str | os.PathLike | None = None
+    reader_memory_words: int = DEFERRED_COUNT_WORDS
+    reader_wal_bytes: int = DEFERRED_WAL_BYTES
+    verify_inputs: bool = False
 
     @classmethod
     def of(cls, given: Mapping[str, Any]) -> TrainOptions:
@@ -151,6 +172,7 @@ class TrainOptions:
         workers = check_run_options(self.workers, self.chunk_size, self.checkpoint_merges, self.checkpoint_seconds,
                                     self.count_flush_seconds)
         check_engines(self.engine, self.count_engine, self.ray_address)
+        check_reader_budgets(self.reader_memory_words, self.reader_wal_bytes)
         check_superword_options(self.superword_from, self.superword_base, self.max_superword_words, params)
         return dataclasses.replace(self, pattern=pattern, workers=workers), params
 
@@ -203,6 +225,13 @@ def check_run_options(workers: int | None, chunk_size: int, checkpoint_merges: i
     _seconds("checkpoint seconds", checkpoint_seconds)
     _seconds("count flush seconds", count_flush_seconds, zero_ok=True)
     return min(workers or os.cpu_count() or 1, MAX_WORKERS)
+
+
+def check_reader_budgets(memory_words: int, wal_bytes: int) -> None:
+    """Validate the budgets of a run while a reader pins the WAL (``reader_memory_words``,
+    ``reader_wal_bytes``): at least 1, at most 2^62."""
+    _positive_int("reader memory words", memory_words, 1 << 62)
+    _positive_int("reader WAL bytes", wal_bytes, 1 << 62)
 
 
 def _check_pattern(pattern: str) -> None:

@@ -78,7 +78,7 @@ def run_plan(job: Job) -> Engine | None:
         if diffs := base_diff(store, *((job.base.sha256, job.base.source) if job.base else (None, None))):
             raise ResumeMismatch(f"{store.path} was started with another base: {diffs[0]}. Use the same "
                                  "--extend, or --restart to start over")
-        grow = _same_inputs(store, job.paths, job.params, job.touched)
+        grow = _same_inputs(store, job.paths, job.params, job.touched, job.options.verify_inputs)
         if job.stage1 is not None:
             check_same_stage1(store, job.stage1)
         merger = _preflight(job, store, grow)
@@ -155,14 +155,15 @@ def _open_for_training(db: Path, paths: Sequence[FileInput | Stream], invalid_ut
 
 
 def _same_inputs(store: Store, paths: Sequence[FileInput | Stream], params: RunParams,
-                 touched: dict[int, int] | None = None) -> bool:
+                 touched: dict[int, int] | None = None, verify: bool = False) -> bool:
     """Refuse a resume whose parameters or inputs differ from the store's, saying what differs.
 
     Writes nothing; returns whether ``params`` asks for a larger vocabulary than the store's.
     ``touched`` gets ``{source id: modification time}`` of the inputs whose time moved but whose
-    content is the store's: counting checks them against that time (``_CountWriter``)."""
+    content is the store's: counting checks them against that time (``_CountWriter``).
+    ``verify`` (``--verify-inputs``) digests every input again, its time moved or not."""
     old = store.params()
-    diffs = _param_diffs(old, params) + _input_diffs(store, paths, touched)
+    diffs = _param_diffs(old, params) + _input_diffs(store, paths, touched, verify)
     if diffs:
         raise ResumeMismatch(f"{store.path} was started with other parameters or inputs: "
                              + "; ".join(diffs) + ". Use the same command, or --restart to start over")
@@ -194,12 +195,13 @@ def _param_diffs(old: RunParams, params: RunParams) -> list[str]:
 
 
 def _input_diffs(store: Store, paths: Sequence[FileInput | Stream],
-                 touched: dict[int, int] | None = None) -> list[str]:
+                 touched: dict[int, int] | None = None, verify: bool = False) -> list[str]:
     """How the inputs ``paths`` differ from those the store was started with. An input whose
-    modification time changed is digested again; if its content is the same, ``touched`` gets
-    ``{source id: its modification time now}``. An input fingerprinted unit by unit
-    (``UNITS_HASH``) has a fingerprint of its counted units only: those are digested again
-    (``_units_diff``), and while some are not counted yet a moved time is refused."""
+    modification time changed (every input, with ``verify``) is digested again; if its content
+    is the same and its time moved, ``touched`` gets ``{source id: its modification time now}``.
+    An input fingerprinted unit by unit (``UNITS_HASH``) has a fingerprint of its counted units
+    only: those are digested again (``_units_diff``), and while some are not counted yet a moved
+    time is refused."""
     sources = store.sources()
     units: dict[int, list[Chunk]] | None = None  # each input's work units
     given = [p.name if isinstance(p, Stream) else str(p.path.resolve()) for p in paths]
@@ -214,28 +216,30 @@ def _input_diffs(store: Store, paths: Sequence[FileInput | Stream],
             diffs.append(f"{s.path} is gone")
             continue
         st = p.stat()
+        moved = st.st_mtime_ns != s.mtime_ns
         if st.st_size != s.size:
             diffs.append(f"{s.path} changed size ({s.size} -> {st.st_size} bytes)")
-        elif st.st_mtime_ns != s.mtime_ns and s.hash == UNITS_HASH:
+        elif (moved or verify) and s.hash == UNITS_HASH:
             if units is None:  # read once: a resume may find many inputs touched
                 units = {}
                 for c in store.chunks():
                     units.setdefault(c.source_id, []).append(c)
-            if (why := _units_diff(units.get(i, []), s)) is not None:
+            if (why := _units_diff(units.get(i, []), s, moved)) is not None:
                 diffs.append(why)
-            elif touched is not None:
+            elif touched is not None and moved:
                 touched[i] = st.st_mtime_ns
-        elif st.st_mtime_ns != s.mtime_ns:  # touched: digested again, with the store's hash
+        elif moved or verify:  # touched (or verified): digested again, with the store's hash
             if scan_source(p, "replace", s.hash).digest != s.digest:
                 diffs.append(f"{s.path} changed content ({s.hash} {s.digest[:12]}...)")
-            elif touched is not None:
+            elif touched is not None and moved:
                 touched[i] = st.st_mtime_ns
     return diffs
 
 
-def _units_diff(units: list[Chunk], s: Source) -> str | None:
+def _units_diff(units: list[Chunk], s: Source, moved: bool = True) -> str | None:
     """How the input ``s`` (``UNITS_HASH``; ``units``: its work units), whose modification time
-    moved, differs from what the store counted of it; None if it is the same.
+    ``moved`` (or which ``--verify-inputs`` reads again), differs from what the store counted of
+    it; None if it is the same.
 
     Its counted units are read and digested again (a changed one: "changed content"). Its units
     not counted yet were never read, so nothing says whether they changed: then the moved time is
@@ -244,7 +248,7 @@ def _units_diff(units: list[Chunk], s: Source) -> str | None:
     if digest_units(s.path, counted) != s.digest:
         return f"{s.path} changed content ({s.hash} {s.digest[:12]}...)"
     left = len(units) - len(counted)
-    if not left:
+    if not left or not moved:  # same time: the units not counted yet are read (and checked) by counting
         return None
     sec, ns = divmod(s.mtime_ns, 10**9)
     return (f"{s.path} was modified after the run started (its modification time moved) and {left} of its "

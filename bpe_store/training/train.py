@@ -79,6 +79,9 @@ def train(
     superword_base: str | os.PathLike | None = TrainOptions.superword_base,
     max_superword_words: int = TrainOptions.max_superword_words,
     extend: str | os.PathLike | None = TrainOptions.extend,
+    reader_memory_words: int = TrainOptions.reader_memory_words,
+    reader_wal_bytes: int = TrainOptions.reader_wal_bytes,
+    verify_inputs: bool = TrainOptions.verify_inputs,
     on_checkpoint: Callable[[Store, int, bool], None] | None = None,
 ) -> TrainResult:
     """Train (or resume training) a byte-level BPE into the store ``db``; returns its ``TrainResult``

@@ -16,9 +16,9 @@ import pytest
 from cli_helpers import SPECIAL, env
 from conftest import FIXTURES, stopped_run, store_contents
 
-from bpe_store import Interrupted, Store, read_result, train
+from bpe_store import InputError, Interrupted, Store, read_result, train
 from bpe_store.inspection import answers
-from bpe_store.training import wal_watch
+from bpe_store.training import options, wal_watch
 
 CORPUS = FIXTURES / "enwiki-1M.txt"
 VOCAB = 1000
@@ -133,7 +133,8 @@ def test_a_reader_through_merging_and_the_end_bounds_the_wal_and_changes_no_resu
 def test_a_reader_through_counting_defers_the_flushes_and_changes_no_result(tmp_path, clean, counting_reader):
     db = tmp_path / "run.db"
     reader = counting_reader(db, leave_after=4)  # by then counting is over and waits for the reader
-    train([CORPUS], db, VOCAB, [SPECIAL], progress=reader.progress, **OPTIONS)
+    # a WAL budget of 1 byte: the end of counting waits for the reader instead of writing into the WAL
+    train([CORPUS], db, VOCAB, [SPECIAL], progress=reader.progress, reader_wal_bytes=1, **OPTIONS)
     assert reader.waits == 4
     assert reader.peak <= 64 << 10, reader.peak  # nothing but the probe's page while the reader stayed
     assert store_contents(db) == store_contents(clean)
@@ -148,9 +149,85 @@ def test_a_reader_while_a_stream_is_counted_defers_its_flushes(tmp_path, countin
     options = {"count_flush_seconds": 0, "chunk_size": 16 << 10}
     train_from_iterator(docs, clean_db, 400, [SPECIAL], **options)
     reader = counting_reader(db, leave_after=3)
-    train_from_iterator(docs, db, 400, [SPECIAL], progress=reader.progress, **options)
+    train_from_iterator(docs, db, 400, [SPECIAL], progress=reader.progress, reader_wal_bytes=1, **options)
     assert reader.waits == 3 and reader.peak <= 64 << 10, (reader.waits, reader.peak)
     assert store_contents(db) == store_contents(clean_db)
+
+
+class WholeRunReader(Reader):
+    """A reader that comes at the first counting event (the store exists) and stays, holding that
+    one snapshot, until the test lets it go; it records the deferred events and the WAL's peak."""
+
+    def __init__(self, db: Path):
+        super().__init__(db)
+        self.deferred, self.peak, self.held = [], 0, False
+
+    def progress(self, e: dict) -> None:
+        if not self.held and e["stage"] == "counting" and self.db.exists():
+            self.hold()
+            self.held = True
+        if e["stage"] == "deferred":
+            self.deferred.append(e)
+            if e["waiting"]:
+                self.leave()  # the run stalled: let it go on, the test fails below
+        if self.con is not None:
+            self.peak = max(self.peak, wal_size(self.db))
+
+
+@pytest.mark.parametrize("memory_words", [options.DEFERRED_COUNT_WORDS, 50])
+def test_a_reader_holding_one_snapshot_for_the_whole_run_never_stalls_it(tmp_path, clean, monkeypatch, memory_words):
+    """The repro of issue 33: a reader from the first second of counting to after the run. Counting
+    keeps its counts in memory (past ``memory_words``, and at its end, they go into the WAL, which is
+    below its budget), merging logs its merges: no wait, and the merges are an unblocked run's."""
+    monkeypatch.setattr(wal_watch, "REPORT_SECONDS", 0.0)
+    db = tmp_path / "run.db"
+    reader = WholeRunReader(db)
+    try:
+        r = train([CORPUS], db, VOCAB, [SPECIAL], progress=reader.progress, reader_memory_words=memory_words,
+                  **OPTIONS)
+        assert reader.con is not None, "the run waited for the reader"
+        assert not [e for e in reader.deferred if e["waiting"]]
+        into_wal = [e for e in reader.deferred if e.get("into_wal")]
+        assert into_wal and all(e["phase"] == "counting" and e["wal_budget"] == options.DEFERRED_WAL_BYTES
+                                and e["memory_words"] == memory_words for e in into_wal)
+        if memory_words == 50:  # flushes past the memory budget went into the WAL while counting went on
+            assert len(into_wal) > 1
+        with Store.open(clean, readonly=True) as s:
+            assert r.merges == read_result(s).merges
+        assert reader.peak < 16 << 20, reader.peak
+        st = answers.status(db)
+        assert st["wal_blocked"] and st["phase"] == "done"
+    finally:
+        reader.leave()
+    train([CORPUS], db, VOCAB, [SPECIAL], **OPTIONS)  # the deferred last checkpoint
+    assert store_contents(db) == store_contents(clean)
+    assert wal_size(db) == 0
+
+
+def test_a_stream_under_a_reader_for_the_whole_run_never_stalls_it(tmp_path, monkeypatch):
+    from bpe_store import train_from_iterator
+
+    monkeypatch.setattr(wal_watch, "REPORT_SECONDS", 0.0)
+    docs = CORPUS.read_text(encoding="utf-8").split(SPECIAL)
+    db, clean_db = tmp_path / "run.db", tmp_path / "clean.db"
+    options = {"count_flush_seconds": 0, "chunk_size": 16 << 10}
+    train_from_iterator(docs, clean_db, 400, [SPECIAL], **options)
+    reader = WholeRunReader(db)
+    try:
+        train_from_iterator(docs, db, 400, [SPECIAL], progress=reader.progress, reader_memory_words=200, **options)
+        assert reader.con is not None and not [e for e in reader.deferred if e["waiting"]]
+        assert [e for e in reader.deferred if e.get("into_wal")]
+    finally:
+        reader.leave()
+    train_from_iterator(docs, db, 400, [SPECIAL], **options)
+    assert store_contents(db) == store_contents(clean_db)
+
+
+def test_reader_budgets_are_checked(tmp_path):
+    for bad in ({"reader_memory_words": 0}, {"reader_wal_bytes": -1}, {"reader_wal_bytes": 1.5}):
+        with pytest.raises(InputError, match="reader"):
+            train([CORPUS], tmp_path / "never.db", VOCAB, [SPECIAL], **bad)
+    assert not (tmp_path / "never.db").exists()
 
 
 def test_a_reader_at_the_start_of_merging_leaves_the_pair_counts_to_the_first_checkpoint(tmp_path, clean):
@@ -182,16 +259,17 @@ def test_a_reader_at_the_start_of_merging_leaves_the_pair_counts_to_the_first_ch
 # -- kills while a reader pins the WAL -------------------------------------------------------------
 
 #: ``train`` with OPTIONS in a subprocess, its progress as JSON lines on stderr; argv: the store,
-#: and the seconds between merge logs (so that merging this small corpus takes several).
-TRAIN = ("import sys; from bpe_store import train; from bpe_store.inspection.progress import JsonLines; "
+#: the seconds between merge logs (so that merging this small corpus takes several), and more
+#: options as JSON.
+TRAIN = ("import sys, json; from bpe_store import train; from bpe_store.inspection.progress import JsonLines; "
          "import bpe_store.training.merge_step as t; t.MERGE_LOG_SECONDS = float(sys.argv[2]); "
          f"train([{str(CORPUS)!r}], sys.argv[1], {VOCAB}, [{SPECIAL!r}], progress=JsonLines(sys.stderr), "
-         f"**{OPTIONS!r})")
+         f"**{OPTIONS!r}, **json.loads(sys.argv[3] if len(sys.argv) > 3 else '{{}}'))")
 
 
-def _started(db: Path, log_seconds: float = 1.0, **extra_env: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", TRAIN, str(db), str(log_seconds)], stderr=subprocess.PIPE,
-                            text=True, env={**env(), **extra_env})
+def _started(db: Path, log_seconds: float = 1.0, options: str = "{}", **extra_env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", TRAIN, str(db), str(log_seconds), options],
+                            stderr=subprocess.PIPE, text=True, env={**env(), **extra_env})
 
 
 def _until(proc: subprocess.Popen, seen) -> str:
@@ -261,7 +339,7 @@ def test_a_kill_while_counting_waits_for_a_reader_loses_only_the_unflushed_count
     assert 0 < flushed < total
     reader = Reader(db)
     reader.hold()
-    proc = _started(db)
+    proc = _started(db, options='{"reader_wal_bytes": 1}')  # no room in the WAL: counting waits
     try:
         # counting the rest, nothing flushed: at its end it waits for the reader
         _until(proc, lambda ln: '"stage": "deferred"' in ln and '"waiting": true' in ln)
@@ -277,38 +355,57 @@ def test_a_kill_while_counting_waits_for_a_reader_loses_only_the_unflushed_count
     _resumes_to(db, clean)
 
 
+def test_a_kill_once_counting_went_into_the_wal_loses_no_counts(tmp_path, clean):
+    """Under a reader, the end of counting goes into the WAL: a kill after it keeps every count."""
+    db = tmp_path / "run.db"
+    stop = threading.Event()
+
+    def first_flush(e: dict) -> None:
+        if e["stage"] == "checkpoint" and e.get("phase") == "counting":
+            stop.set()
+
+    with pytest.raises(Interrupted):
+        train([CORPUS], db, VOCAB, [SPECIAL], progress=first_flush, stop=stop, **OPTIONS)
+    reader = Reader(db)
+    reader.hold()
+    proc = _started(db, 0.001, BPE_STORE_TEST_PAUSE="merge_log:2")
+    try:
+        _until(proc, lambda ln: '"into_wal": true' in ln)
+        _until(proc, lambda ln: "paused at merge_log:2" in ln)  # after the last flush and the move to merging
+        _kill(proc)
+        with Store.open(db, readonly=True) as s:  # every chunk counted, in the WAL the reader pins
+            assert s.run_row()["phase"] == "merging"
+            assert s.sql("SELECT count(*) FROM chunks WHERE counted = 0").scalar() == 0
+    finally:
+        reader.leave()
+        if proc.poll() is None:
+            _kill(proc)
+    _resumes_to(db, clean)
+
+
 # -- a larger run, a reader in every phase (slow) --------------------------------------------------
 
 @pytest.mark.slow
-def test_readers_through_every_phase_of_a_larger_run_keep_the_wal_under_256_mb(tmp_path, monkeypatch):
-    """enwiki-100M: a reader from the start of counting, which waits for it 20 s at its end, then
-    another from the start of merging to the end. Without the bound this run's WAL reached GBs."""
+def test_a_reader_for_a_whole_enwiki_100m_run_to_32k_changes_no_merge_and_keeps_the_wal_small(tmp_path, monkeypatch):
+    """The issue's test at its scale: one snapshot held from the first counting event to after the
+    run. Small flushes and batches (without the bound, every one of them would grow the WAL: GBs);
+    the end of counting goes into the WAL, nothing waits, and the merges are an unblocked run's.
+    (Its time beside the run without a reader: bench/bench_wal_reader.py --whole-run.)"""
     from conftest import shared_file
 
     monkeypatch.setattr(wal_watch, "REPORT_SECONDS", 0.0)
     corpus = shared_file("enwiki-100M.txt")
     options = {"checkpoint_merges": 50, "count_flush_seconds": 0.5, "chunk_size": 1 << 20}
     db = tmp_path / "run.db"
-    reader, peak, waits, phases = Reader(db), [0], [0], set()
-
-    def progress(e: dict) -> None:
-        if reader.con is None and db.exists() and e["stage"] in ("counting", "merging") and e["stage"] not in phases:
-            phases.add(e["stage"])
-            reader.hold()
-        if reader.con is not None:
-            peak[0] = max(peak[0], wal_size(db))
-            if e["stage"] == "deferred" and e["waiting"]:
-                waits[0] += 1
-                if waits[0] == int(20 / wal_watch.WAIT_POLL_SECONDS):
-                    reader.leave()
-
+    reader = WholeRunReader(db)
     try:
-        r = train([corpus], db, 4000, [SPECIAL], progress=progress, **options)
+        r = train([corpus], db, 32000, [SPECIAL], progress=reader.progress, **options)
+        assert reader.con is not None and not [e for e in reader.deferred if e["waiting"]]
+        assert [e for e in reader.deferred if e.get("into_wal")]
     finally:
         reader.leave()
-    assert phases == {"counting", "merging"} and waits[0] >= 40
-    assert peak[0] <= 256 << 20, peak[0]
-    train([corpus], db, 4000, [SPECIAL], **options)  # the deferred last checkpoint
+    assert reader.peak <= 256 << 20, reader.peak
+    train([corpus], db, 32000, [SPECIAL], **options)  # the deferred last checkpoint
     clean = tmp_path / "clean.db"
-    assert train([corpus], clean, 4000, [SPECIAL]).merges == r.merges
+    assert train([corpus], clean, 32000, [SPECIAL]).merges == r.merges
     assert store_contents(db) == store_contents(clean)

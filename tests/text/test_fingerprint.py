@@ -361,3 +361,60 @@ def test_downgrade_keeps_an_xxh3_digest_that_no_sha256_equals(corpus, tmp_path):
         command.upgrade(migrate.alembic_config(store.conn), "head")
         store.conn.commit()
     assert _sources(db)[0][3:] == (f"{UNITS_HASH}:{digest}", "sha256")  # refused if touched, as before
+
+
+def _edit_keeping_time(path: Path, at: int) -> None:
+    """Change one byte of ``path`` at ``at`` (size kept) and give the file back its times."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[at] = ord("Q") if data[at] != ord("Q") else ord("R")
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_verify_inputs_finds_a_counted_byte_changed_with_its_time_restored(corpus, tmp_path):
+    """A changed counted byte whose file keeps its size and time passes the stat check (documented);
+    ``verify_inputs`` reads the counted units again and refuses it, writing nothing."""
+    db = tmp_path / "v.db"
+    with pytest.raises(Interrupted):
+        train([corpus], db, 300, SPECIAL, chunk_size=8_000, **_stop_after_units(2, workers=1))
+    (a, _b), *_ = _units(db, counted_only=True)
+    clean = corpus.read_bytes()
+    _edit_keeping_time(corpus, a + 10)
+    before = store_dump(db)
+    with pytest.raises(ResumeMismatch, match=r"changed content \(xxh3_128_units "):
+        train([corpus], db, 300, SPECIAL, chunk_size=8_000, verify_inputs=True)
+    assert store_dump(db) == before
+    st = corpus.stat()
+    corpus.write_bytes(clean)  # the same content again, the time kept: verified, and it resumes
+    os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns))
+    r = train([corpus], db, 300, SPECIAL, chunk_size=8_000, verify_inputs=True)
+    assert r.merges == train([corpus], tmp_path / "w.db", 300, SPECIAL).merges
+
+
+def test_verify_inputs_on_a_finished_store_and_a_jsonl_input(tmp_path):
+    import json
+
+    docs = SMALL_TEXT.read_text(encoding="utf-8")[:30_000].split("\n\n")
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    db = tmp_path / "j.db"
+    train([jsonl], db, 300, SPECIAL)
+    train([jsonl], db, 310, SPECIAL, verify_inputs=True)  # unchanged: grows
+    _edit_keeping_time(jsonl, jsonl.stat().st_size // 2)
+    train([jsonl], db, 310, SPECIAL)  # without the option, the stat check alone (documented)
+    before = store_dump(db)
+    with pytest.raises(ResumeMismatch, match="changed content"):
+        train([jsonl], db, 320, SPECIAL, verify_inputs=True)
+    assert store_dump(db) == before
+
+
+def test_verify_inputs_on_the_command_line_is_exit_3(corpus, tmp_path, capsys):
+    from cli_helpers import one_error_line, run_main
+
+    db = tmp_path / "cli.db"
+    train([corpus], db, 300, SPECIAL)
+    _edit_keeping_time(corpus, 100)
+    code, err = run_main(["train", corpus, "--db", db, "--vocab-size", "300", "--special", SPECIAL[0],
+                          "--verify-inputs"], capsys)
+    assert code == 3 and "changed content" in err and one_error_line(err), err

@@ -134,6 +134,7 @@ def check_export_target(out: Path, force: bool, keep: Sequence[Path] = ()) -> No
             what = "is the store" if kr == target else f"holds the store {k}"
             raise InputError(f"{out}: {what}; export into a directory of its own")
     if out.exists() and not force:
+        remove_stale(out.parent, f".{out.name}.", ".part")  # a killed export's, even when this one is refused
         raise InputError(f"{out}: already exists; pass --force to replace the files the export writes")
     if not out.exists() and not out.parent.is_dir():
         raise InputError(f"{out}: the directory {out.parent} does not exist")

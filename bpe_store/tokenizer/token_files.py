@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import InputError
 from ..pauses import pause_for_tests
+from ..temporaries import remove_stale
 from .outfiles import new_files
 
 if TYPE_CHECKING:
@@ -108,6 +109,9 @@ def check_output(out: Path, force: bool, keep: Sequence[Path]) -> None:
         if out.exists() and k.exists() and out.resolve() == k.resolve():
             raise InputError(f"{out}: is {k}, which this command reads; write the ids elsewhere")
     if (out.exists() or out.is_symlink()) and not force:
+        # why before the refusal: the same command again is how a user cleans up after a kill, and
+        # a kill after the rename leaves the output too; its dead writers' temporaries go all the same
+        remove_stale(out.parent, f".{out.name}.", ".part")
         raise InputError(f"{out}: already exists; pass --force to replace it")
     if not out.parent.is_dir():
         raise InputError(f"{out}: the directory {out.parent} does not exist")

@@ -191,3 +191,25 @@ def test_a_killed_creation_of_a_store_is_removed_with_sqlites_files(tmp_path):
         (tmp_path / n).write_bytes(b"")
     Store.create(db).close()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run.db", live])
+
+
+def test_an_encode_or_export_refused_as_already_existing_still_removes_a_killed_ones_temporary(trained, tmp_path):
+    """A kill leaves a temporary; the output exists meanwhile (a run beside it, or one killed after
+    its rename): the same command, refused with "already exists", removes the dead writer's file."""
+    db, src = trained
+    out = tmp_path / "ids.npy"
+    cmd = cli_cmd("encode", db, src, "-o", out)
+    dead = killed(started_paused(cmd, "encode:written"))
+    assert list(parts(tmp_path, ".ids.npy.")) == [dead]
+    out.write_bytes(b"x")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=120)
+    assert r.returncode == 2 and "already exists" in r.stderr, r.stderr
+    assert parts(tmp_path, ".ids.npy.") == {}
+    tok = tmp_path / "tok"
+    cmd = cli_cmd("export", db, "--format", "hf", "-o", tok)
+    dead = killed(started_paused(cmd, "export:staged"))
+    assert list(parts(tmp_path, ".tok.")) == [dead]
+    tok.mkdir()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=120)
+    assert r.returncode == 2 and "already exists" in r.stderr, r.stderr
+    assert parts(tmp_path, ".tok.") == {}

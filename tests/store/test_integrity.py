@@ -139,12 +139,30 @@ def test_a_tampered_store_being_merged_is_refused_before_any_write(tmp_path, cor
         assert store_dump(bad) == before  # not even a sessions row
 
 
-def test_a_300_mb_token_is_refused(tmp_path, pristine, corpus):
-    db = tampered(tmp_path, pristine, f"UPDATE vocab SET bytes = zeroblob(300000000) WHERE id = {FIRST + 7}")
+@pytest.mark.parametrize("row, what", [(FIRST + 7, "merge 7 joins tokens of"), (1 + 65, "vocab id 66 holds"),
+                                       (0, "vocab id 0 holds")], ids=["merge", "byte", "special"])
+def test_a_300_mb_token_is_refused_before_it_is_read(tmp_path, pristine, corpus, row, what):
+    """Refused by its length, which SQLite reads from the record: an export refusing it peaks far
+    below the token's 300 MB (it read the token whole first: 613 MB RSS)."""
+    import subprocess
+    import sys
+
+    from cli_helpers import cli_cmd, env
+
+    db = tampered(tmp_path, pristine, f"UPDATE vocab SET bytes = zeroblob(300000000) WHERE id = {row}")
     r = run("train", corpus, "--db", db, "--vocab-size", VOCAB + 20, "--special", SPECIAL, "-q")
-    assert r.exit_code == 4 and "merge 7 joins" in r.stderr and "(+299999984 bytes)" in r.stderr, r.output
+    assert r.exit_code == 4 and what in r.stderr and "holds 300000000 bytes" in r.stderr, r.output
     r = run("db", "check", db)
-    assert r.exit_code == 4 and "merge 7 joins" in r.stdout
+    assert r.exit_code == 4 and what in r.stdout
+    # a child of its own, so its peak RSS is its own: a fresh child of a fresh helper process
+    probe = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
+             "print(r.stderr, file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", probe, *cli_cmd("export", db, "--format", "hf", "-o", tmp_path / "hf")],
+                         capture_output=True, text=True, env=env(), timeout=120)
+    code, peak_kib = map(int, out.stdout.split())
+    assert code == 4 and what in out.stderr, out.stderr
+    assert peak_kib < 200 << 10, peak_kib  # KiB: well under the token
 
 
 # -- db check --------------------------------------------------------------------------------------

@@ -59,8 +59,7 @@ def _status_lines(st: dict) -> Iterator[str]:
         yield (f"checkpoint   {last['at']} ({format_duration(last['age_s'])} ago), {last['phase']}, "
                f"{last['merges_done']} merges")
     yield _holder_line(st)
-    if st.get("wal_note"):
-        yield f"wal          {format_bytes(st['wal_bytes'])}: {st['wal_note']}"
+    yield from _notes(st)
     yield f"inputs       {len(st['inputs'])} file(s), {format_bytes(sum(i['size'] for i in st['inputs']))}"
     yield from _eval_line(st.get("eval"))
     for i in st["inputs"]:
@@ -95,6 +94,17 @@ def _base_lines(b: dict | None) -> Iterator[str]:
     if b is not None:
         yield (f"base         {b['kind']} {b['source']} (SHA-256 {b['sha256'][:12]}...): its {b['tokens']} tokens "
                f"and {b['merges']} merges come first, with their ids; new ids from {b['next_id']}")
+
+
+def _notes(st: dict) -> Iterator[str]:
+    """The lines about damaged history rows and a WAL a reader pins, when there are any."""
+    from ..inspection.progress import format_bytes
+
+    if st.get("history_problems"):
+        yield (f"history      damaged: {'; '.join(st['history_problems'][:2])}; `bpe-store db check {st['path']}` "
+               "lists every problem (speed, ETA and sessions are not shown)")
+    if st.get("wal_note"):
+        yield f"wal          {format_bytes(st['wal_bytes'])}: {st['wal_note']}"
 
 
 def _holder_line(st: dict) -> str:

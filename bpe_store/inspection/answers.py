@@ -230,19 +230,19 @@ def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
     held = Store.is_locked(p) if p.is_file() else False
     with reading(p, allow_old=True, timeout=timeout) as store:
         run = store.run_row()
+        # damaged history rows (checkpoints, sessions: nothing a resume or an export reads) are
+        # named, and what depends on them (speed, ETA, sessions) is left out: train, export and
+        # from_store use such a store too, so status shows it rather than refuse it
         problems = history_problems(store)
-        if problems:
-            raise StoreError(f"{p}: the store's history is damaged ({'; '.join(problems[:2])}); "
-                             f"`bpe-store db check {p}` lists every problem")
         rev = store.revision
         specials = json.loads(run["special_tokens"])
         target = run["vocab_size"] - 256 - len(specials)
         merges_done = store.sql("SELECT count(*) FROM merges").scalar()
         counting = _counting(store)
-        speed = _speed(store, run["phase"], counting)
-        last = store.sql("SELECT at, phase, merges_done, elapsed_s FROM checkpoints"
-                         " ORDER BY id DESC LIMIT 1").mappings().first()
-        sessions = _sessions(store)
+        speed = None if problems else _speed(store, run["phase"], counting)
+        last = None if problems else store.sql("SELECT at, phase, merges_done, elapsed_s FROM checkpoints"
+                                               " ORDER BY id DESC LIMIT 1").mappings().first()
+        sessions = [] if problems else _sessions(store)
         pairs = pairs_state(store)
         if pairs["next"] is not None:  # text, for --json
             pairs["next"] = {**pairs["next"], "left": token_text(pairs["next"]["left"]),
@@ -273,6 +273,7 @@ def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
         # a finished run that kept its working state: its last checkpoint was deferred (wal_watch)
         last_write_deferred = (run["phase"] == "done" and run.get("state_merges") is not None
                                and run["state_merges"] < merges_done)
+    info["history_problems"] = problems
     info["db_bytes"] = _db_bytes(p)
     info.update(wal_state(p))
     info["wal_note"] = _wal_note(info, last_write_deferred)

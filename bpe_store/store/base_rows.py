@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import StoreError
 from . import digest
@@ -34,21 +35,34 @@ class BaseRows:
     next_id: int
 
 
-def write_base(store, rows: BaseRows) -> None:
-    """Inside the store's creating transaction (after ``init_run``): the base row, its ids, its merges
-    and their vocabulary rows, and a checkpoint recording them (its merge digest) in phase counting."""
+def write_base(store, rows: BaseRows) -> tuple[int, Any]:
+    """In the store's creation (``Store.create``'s ``init``, after ``init_run``, no transaction open):
+    the base row, its ids, its merges and their vocabulary rows, and a checkpoint recording them (its
+    merge digest) in phase counting, as one bulk transaction. Returns the merge log's running digest
+    ``(merges, hash)``, which the opened store takes (``Store.seed_merge_digest``) instead of reading
+    the rows back.
+
+    Why the bulk path: o200k_base is 600 K rows (ids, merges, vocabulary), ~1.7 CPU s through the
+    driver's executemany (the vocabulary's blobs ~1.1 of it), ~0.55 s bound natively."""
     first = len(rows.model_ids) - len(rows.merges)
     shift = rows.next_id - len(rows.model_ids)
-    store.sql("INSERT INTO base (id, kind, source, sha256, merges, tokens, next_id, shift)"
-              " VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
-              (rows.kind, rows.source, rows.sha256, len(rows.merges), len(rows.model_ids), rows.next_id, shift))
-    store.executemany("INSERT INTO base_ids (id, model_id) VALUES (?, ?)", enumerate(rows.model_ids))
     merge_rows = [(k, a, b, t, 0) for k, (a, b, t) in enumerate(rows.merges)]
-    store.executemany('INSERT INTO merges (rank, "left", "right", token, count) VALUES (?, ?, ?, ?, ?)', merge_rows)
-    store.executemany("INSERT INTO vocab (id, bytes, kind) VALUES (?, ?, 'merge')",
-                      [(first + k, b) for k, b in enumerate(rows.merge_bytes)])
-    store.sql("INSERT INTO checkpoints (at, phase, chunks_counted, merges_done, elapsed_s, write_s, merge_digest)"
-              " VALUES (?, 'counting', 0, ?, 0, NULL, ?)", (now(), len(merge_rows), digest.merge_digest(merge_rows)))
+    hashed = digest.update(digest.new_hash(), merge_rows)
+    with store.bulk_transaction() as w:
+        w.execute("INSERT INTO base (id, kind, source, sha256, merges, tokens, next_id, shift)"
+                  " VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
+                  (rows.kind, rows.source, rows.sha256, len(rows.merges), len(rows.model_ids), rows.next_id, shift))
+        w.executemany("INSERT INTO base_ids (id, model_id) VALUES (?, ?)", list(enumerate(rows.model_ids)),
+                      "INSERT INTO base_ids (id, model_id) SELECT p1, p2 FROM bpe_store_rows")
+        w.executemany('INSERT INTO merges (rank, "left", "right", token, count) VALUES (?, ?, ?, ?, ?)', merge_rows,
+                      'INSERT INTO merges (rank, "left", "right", token, count) SELECT p1, p2, p3, p4, p5 '
+                      'FROM bpe_store_rows')
+        w.executemany("INSERT INTO vocab (id, bytes, kind) VALUES (?, ?, 'merge')",
+                      list(enumerate(rows.merge_bytes, first)),
+                      "INSERT INTO vocab (id, bytes, kind) SELECT p1, p2, 'merge' FROM bpe_store_rows")
+        w.execute("INSERT INTO checkpoints (at, phase, chunks_counted, merges_done, elapsed_s, write_s, merge_digest)"
+                  " VALUES (?, 'counting', 0, ?, 0, NULL, ?)", (now(), len(merge_rows), hashed.hexdigest()))
+    return len(merge_rows), hashed
 
 
 def _has_base_tables(store) -> bool:

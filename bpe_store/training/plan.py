@@ -112,13 +112,17 @@ def _create(job: Job) -> Store:
     # the store appears complete (schema, run, plan, vocabulary) or not at all
     chunk_size = job.options.chunk_size
 
+    hashed = []
+
     def init(new: Store) -> None:
         new.init_run(params, sources, chunks, chunk_size, __version__, job.stage1)
         if job.base_rows is not None:  # the base's merges are the run's first (``training.extend``)
-            with new.transaction():
-                write_base(new, job.base_rows)
+            hashed.append(write_base(new, job.base_rows))
 
-    return Store.create(job.db, init=init, durable=job.options.durable)
+    store = Store.create(job.db, init=init, durable=job.options.durable)
+    if hashed:
+        store.seed_merge_digest(hashed[0])
+    return store
 
 
 def _open_for_training(db: Path, paths: Sequence[FileInput | Stream], invalid_utf8: str, restart: bool,

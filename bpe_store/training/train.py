@@ -128,7 +128,7 @@ def train_with(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream,
                 run_count(job)                                # 3. count
                 merger = run_pairs(job)                       # 4. pairs
             run_merge(job, merger or job.options.engine)      # 5. merge
-            return job.done(read_result(job.store))        # 6. done
+            return job.done(read_result(job.store, checked=True))  # 6. done (checked by step 2 or written here)
     except InputError:
         if job.remove_if_refused:  # a first run refused by its input leaves no store (closed by now)
             remove_files(job.db)

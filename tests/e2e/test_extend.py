@@ -313,3 +313,31 @@ def test_native_tiktoken_merges_equal_the_python_rule(files, tmp_path):
         _tiktoken_merge_list(ranks.mergeable(), bad)
     r = run("train", files["new"], "--db", tmp_path / "x.db", "--vocab-size", "300", "--extend", bad)
     assert r.exit_code == 2 and one_error_line(r.stderr) and not (tmp_path / "x.db").exists()
+
+
+@pytest.mark.parametrize("which", ["export", pytest.param("cl100k_base", marks=pytest.mark.slow),
+                                   pytest.param("o200k_base", marks=pytest.mark.slow)])
+def test_a_ranks_base_read_natively_equals_the_python_reading(files, which):
+    """A ranks base whose merges are made natively in the store's ids (``_native_ranks_base``) is the
+    base the Python path makes from the merges' bytes (``_checked`` on ``_tiktoken_merge_list``), and
+    its store rows are those ``base_rows`` derives from the bytes: a store's export and OpenAI's
+    cl100k_base and o200k_base (slow: the Python rule takes seconds on them), special tokens included."""
+    import dataclasses
+
+    from bpe_store.formats.bases import _checked, _tiktoken_merge_list
+    from bpe_store.formats.openai_ranks import ENCODINGS, find_ranks_file, read_ranks
+    from bpe_store.training.extend import base_rows
+
+    if which == "export":
+        cases = [(files["tiktoken"].parent, files["tiktoken"], {EOT: 0})]
+    else:
+        pytest.importorskip("bpe_openai")
+        cases = [(which, find_ranks_file(which), dict(ENCODINGS[which].special_tokens))]
+    for spec, path, specials in cases:
+        native = load_base(spec)
+        assert native.store_merges is not None and native.specials == specials
+        ranks = read_ranks(path)
+        python = _checked("tiktoken", native.source, native.sha256, native.pattern, ranks.vocab(),
+                          _tiktoken_merge_list(ranks.mergeable(), path), specials)
+        assert dataclasses.replace(native, store_merges=None) == python
+        assert base_rows(native) == base_rows(python)

@@ -10,6 +10,7 @@ void register_encoder(nb::module_ &m);       // encoder.cpp: BPE encoding by mer
 void register_jsonl(nb::module_ &m);         // jsonl.cpp: the text field of jsonl lines
 void register_splitter(nb::module_ &m);      // splitter.cpp: where text may be cut (specials, safe cuts)
 void register_store_db(nb::module_ &m);      // store_db.cpp: the store's bulk writes and reads, native
+void register_sql_format(nb::module_ &m);    // sql_format.cpp: sql --format csv|json|jsonl, rows formatted natively
 void register_tiktoken_ranks(nb::module_ &m);  // tiktoken_ranks.cpp: .tiktoken ranks files read natively
 void register_tiktoken_merges(nb::module_ &m);  // tiktoken_merges.cpp: tiktoken's rule as one merge per token
 
@@ -22,6 +23,7 @@ NB_MODULE(_core, m) {
     register_jsonl(m);
     register_splitter(m);
     register_store_db(m);
+    register_sql_format(m);
     register_tiktoken_ranks(m);
     register_tiktoken_merges(m);
 }

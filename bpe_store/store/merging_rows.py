@@ -34,7 +34,7 @@ CHECKPOINT_CACHE_KIB = 16 << 10
 
 #: A per-row update of ``words`` (parameters ``(value, id)``, rows sorted by id) and its two bulk
 #: forms: ``UPDATE ... FROM bpe_store_rows``, and ONE pass over ``words`` in id order, each row's
-#: value found among the rows (``bpe_store_lookup``, native/store_db.cpp) and the row updated where
+#: value found among the rows (``bpe_store_lookup``, native/bulk_rows.h) and the row updated where
 #: the scan stands. Why the scan when many rows change (a final checkpoint: nearly every word):
 #: ``UPDATE ... FROM`` first copies every row into an ephemeral table, then seeks each word
 #: (the final checkpoint of a 12 GB OWT-like corpus, 7.0 M words: 8.2-9.0 -> 5.8-6.1 s, alternated).

@@ -5,6 +5,7 @@
 namespace nb = nanobind;
 
 void register_scanner(nb::module_ &m);       // scanner.cpp: the pattern scanners and word counting
+void register_word_ids(nb::module_ &m);      // word_ids.cpp: the store's words while counting
 void register_merge_engine(nb::module_ &m);  // merge_engine.cpp: the incremental merge loop
 void register_encoder(nb::module_ &m);       // encoder.cpp: BPE encoding by merge rank
 void register_jsonl(nb::module_ &m);         // jsonl.cpp: the text field of jsonl lines
@@ -18,6 +19,7 @@ NB_MODULE(_core, m) {
     m.doc() = "bpe_store native core: hot loops only (scanning, counting, merging, encoding).";
     m.attr("ABI_VERSION") = 1;
     register_scanner(m);
+    register_word_ids(m);
     register_merge_engine(m);
     register_encoder(m);
     register_jsonl(m);

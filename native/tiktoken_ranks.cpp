@@ -12,7 +12,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
-#include "scanner_impl.h"
+#include "word_table.h"
 
 namespace nb = nanobind;
 

@@ -39,7 +39,7 @@ MAX_CP = 0x110000
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
 CLASSES: list[tuple[int, str]] = [(LETTER, r"\p{L}"), (NUMBER, r"\p{N}"), (SPACE, r"\s")]
 
-# Flag bits of the tiktoken table; must match `bpe::detail::Flag` in native/scanner_impl.h and the
+# Flag bits of the tiktoken table; must match `bpe::detail::Flag` in native/char_classes.h and the
 # tests. CRLF is [\r\n] (two ASCII characters, kept here so one load answers every question).
 FLAGS: list[tuple[int, str]] = [
     (1, r"\p{L}"), (2, r"\p{N}"), (4, r"\s"),

@@ -148,7 +148,7 @@ text_with_specials = st.lists(st.one_of(fragment, special_piece), max_size=40).m
 
 def test_ascii_letters_and_digits_are_the_classes_the_scanner_skips_16_at_a_time() -> None:
     """The scanner skips runs of ASCII letters and digits 16 bytes at a time by range checks
-    (native/scanner_impl.h, ascii_run_end): that is right only if, within ASCII, \\p{L} is exactly
+    (native/char_classes.h, ascii_run_end): that is right only if, within ASCII, \\p{L} is exactly
     [A-Za-z] and \\p{N} exactly [0-9]."""
     ascii_chars = "".join(map(chr, range(128)))
     assert "".join(regex.findall(r"\p{L}", ascii_chars)) == "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"

@@ -30,9 +30,31 @@
 
 namespace bpe::detail {
 
-// The patterns with a native scanner (pretokenize.NATIVE_SCANNERS names them); kNone: a user's
-// own regex, which only special tokens may cut and which Python scans with `regex`.
-enum class Pattern : uint8_t { kNone, kGpt2, kCl100k, kO200k, kLlama3, kQwen2 };
+// The patterns with a native scanner, one row each: its enumerator and the name Python passes
+// (a PatternSpec's `scanner` in bpe_store/text/pretokenize.py; _core.SCANNERS exports the names
+// and tests/text/test_pattern_registry.py holds them equal to the registry's). A new scanner is a
+// row here, its case in `scan_pattern` below and in splitter.h's cut rules (pattern_local_cut,
+// same_class_at), and its PatternSpec.
+#define BPE_NATIVE_PATTERNS(X) \
+    X(kGpt2, "gpt2")           \
+    X(kCl100k, "cl100k")       \
+    X(kO200k, "o200k")         \
+    X(kLlama3, "llama3")       \
+    X(kQwen2, "qwen2")
+
+// kNone: a user's own regex, which only special tokens may cut and which Python scans with `regex`.
+#define BPE_PATTERN_ENUMERATOR(id, name) id,
+enum class Pattern : uint8_t { kNone, BPE_NATIVE_PATTERNS(BPE_PATTERN_ENUMERATOR) };
+#undef BPE_PATTERN_ENUMERATOR
+
+// Each native pattern's name, in the table's order.
+struct PatternName {
+    Pattern pattern;
+    const char *name;
+};
+#define BPE_PATTERN_NAME(id, name) {Pattern::id, name},
+inline constexpr PatternName kPatternNames[] = {BPE_NATIVE_PATTERNS(BPE_PATTERN_NAME)};
+#undef BPE_PATTERN_NAME
 
 // Calls emit(start, end) for each pre-token of s[0, n) under `pattern` (not kNone). Why a switch
 // per call and not per pre-token: callers scan whole special-free pieces, so the dispatch costs

@@ -17,16 +17,17 @@ namespace nb = nanobind;
 std::vector<std::string> special_list(const std::vector<nb::bytes> &specials);  // scanner.cpp
 
 // The native scanner of a pattern name (pretokenize.NATIVE_SCANNERS' values; '' = none, for a
-// user's own regex). Shared with scanner.cpp and encoder.cpp: the one place names are read.
+// user's own regex). Shared with scanner.cpp and encoder.cpp: the one place names are read, from
+// the one table of them (scanner_impl.h's BPE_NATIVE_PATTERNS).
 bpe::detail::Pattern pattern_of(const std::string &name) {
     using bpe::detail::Pattern;
-    if (name == "gpt2") return Pattern::kGpt2;
-    if (name == "cl100k") return Pattern::kCl100k;
-    if (name == "o200k") return Pattern::kO200k;
-    if (name == "llama3") return Pattern::kLlama3;
-    if (name == "qwen2") return Pattern::kQwen2;
+    for (const auto &p : bpe::detail::kPatternNames)
+        if (name == p.name) return p.pattern;
     if (name.empty()) return Pattern::kNone;
-    throw nb::value_error("pattern must be 'gpt2', 'cl100k', 'o200k', 'llama3', 'qwen2' or '' (none)");
+    std::string known;  // 'gpt2', 'cl100k', ... or '' (none)
+    for (const auto &p : bpe::detail::kPatternNames) known += "'" + std::string(p.name) + "', ";
+    known.resize(known.size() - 2);
+    throw nb::value_error(("pattern must be " + known + " or '' (none)").c_str());
 }
 
 namespace {
@@ -77,6 +78,9 @@ class Splitter {
 }  // namespace
 
 void register_splitter(nb::module_ &m) {
+    nb::list names;
+    for (const auto &p : bpe::detail::kPatternNames) names.append(p.name);
+    m.attr("SCANNERS") = nb::tuple(names);  // what PatternSpec.scanner may name
     nb::class_<Splitter>(m, "Splitter",
                          "Where text may be cut without changing pre-tokens or the special-token split "
                          "(native/splitter.h states the rules).")

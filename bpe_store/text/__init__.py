@@ -19,9 +19,14 @@ A new input kind: its format in ``inputs`` (``FORMATS``, the suffixes), a reader
 the CLI's ``InputFormat`` (cli/input_args.py) and docs/cli.md (``python tools/gen_cli_docs.py``).
 A new named pattern: one ``pretokenize.PatternSpec`` registered beside the others (its name,
 aliases, regex, native scanner, label and help note): ``PATTERNS``, the status label, the
-``--pattern`` help and completion derive from it (tests/text/test_pattern_registry.py). Then its
-native scanner, if it has one (native/scanner_impl.h, named in splitter.cpp's ``pattern_of`` and
-splitter.h's switches; the same test checks the core knows it), its name in training/options.py's
-docstring (checked too), and docs/cli.md regenerated (``python tools/gen_cli_docs.py``).
+``--pattern`` help and completion derive from it, and an export's rewrite for other regex engines
+needs nothing (``formats.portable_pattern`` rewrites any pattern). If it has a native scanner: a
+row of ``BPE_NATIVE_PATTERNS`` (native/scanner_impl.h: the enum, the names ``pattern_of`` reads and
+``_core.SCANNERS`` come from it), the scanner's code (a scan_*.h beside scan_gpt2.h), its case in
+``scan_pattern`` and in splitter.h's cut rules (``pattern_local_cut``, ``same_class_at``), then a
+rebuild (``pip install -e .``); tests/text/test_pattern_registry.py holds the registry and the
+native table equal, and tests/text/test_pattern_scanners.py tests every scanner against ``regex``.
+Then its name in training/options.py's docstring (checked by the same registry test) and docs/cli.md
+regenerated (``python tools/gen_cli_docs.py``).
 Uses only the native core's face (``bpe_store.native``) and the basics.
 """

@@ -63,7 +63,8 @@ class PatternSpec:
 
     ``name``: what ``--pattern`` and ``pattern=`` accept (and ``aliases`` too: tiktoken's encoding
     names); ``regex``: the pattern, verbatim from its source; ``scanner``: its hand-written native
-    scanner (a name native/splitter.cpp's ``pattern_of`` knows; "" for none: ``regex`` splits it);
+    scanner (a name in the native core's table, ``_core.SCANNERS``, from native/scanner_impl.h's
+    ``BPE_NATIVE_PATTERNS``; "" for none: ``regex`` splits it);
     ``label``: how a store's status shows it (default ``name``); ``note``: its words in the
     ``--pattern`` help ("the default")."""
 

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bpe_store.counting.count import (  # noqa: E402
+    RangeTask,
     add_counts,
     count_chunk_native_task,
     count_chunk_task,
@@ -37,7 +38,7 @@ from bpe_store.counting.count import (  # noqa: E402
 )
 from bpe_store.counting.parallel import count_chunks_threaded  # noqa: E402
 from bpe_store.text.chunks import DEFAULT_CHUNK_SIZE, plan_chunks  # noqa: E402
-from bpe_store.text.pretokenize import CL100K_PATTERN, GPT2_PATTERN  # noqa: E402
+from bpe_store.text.pretokenize import CL100K_PATTERN, GPT2_PATTERN, PretokenSpec  # noqa: E402
 
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpora" / "enwiki-100M.txt"
 SPECIALS = ["<|endoftext|>"]
@@ -84,7 +85,7 @@ def run_one(engine: str, pool_kind: str, workers: int, path: str, limit: int, ch
     if pool_kind == "store":
         return run_train_counting(pattern, workers, path, limit, chunk_size)
     chunks = plan_chunks(path, limit, SPECIALS, GPT2_PATTERN, chunk_size)
-    tasks = [(i, path, s, e, tuple(SPECIALS), pattern, "strict") for i, (s, e) in enumerate(chunks)]
+    tasks = [RangeTask(i, path, s, e, PretokenSpec(tuple(SPECIALS), pattern)) for i, (s, e) in enumerate(chunks)]
     cpu0 = cpu_seconds()
     t0 = time.perf_counter()
     pool = None

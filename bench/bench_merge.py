@@ -73,11 +73,11 @@ def counted_store(corpus: Path, workers: int) -> Path:
     import multiprocessing
 
     from bpe_store import __version__
-    from bpe_store.counting.count import count_chunk_task
+    from bpe_store.counting.count import RangeTask, count_chunk_task
     from bpe_store.store.store import Store
     from bpe_store.text.chunks import DEFAULT_CHUNK_SIZE, plan_chunks
     from bpe_store.text.input_checks import scan_source
-    from bpe_store.text.pretokenize import GPT2_PATTERN
+    from bpe_store.text.pretokenize import GPT2_PATTERN, PretokenSpec
     from bpe_store.training.options import check_params
 
     t0 = time.perf_counter()
@@ -90,7 +90,7 @@ def counted_store(corpus: Path, workers: int) -> Path:
     store = Store.create(tmp)
     try:
         store.init_run(params, [source], chunks, DEFAULT_CHUNK_SIZE, __version__)
-        tasks = [(c.id, source.path, c.start, c.end, tuple(SPECIALS), GPT2_PATTERN, "strict")
+        tasks = [RangeTask(c.id, source.path, c.start, c.end, PretokenSpec(tuple(SPECIALS), GPT2_PATTERN))
                  for c in store.chunks()]
         from collections import Counter
 

@@ -56,11 +56,12 @@ def start_ray(workers: int) -> None:
     """A local cluster of ``workers`` CPUs, its workers started and bpe_store imported in each."""
     import ray
 
-    from bpe_store.counting.count import count_unit_packed
+    from bpe_store.counting.count import RangeTask, count_unit_packed
+    from bpe_store.text.pretokenize import PretokenSpec
 
     ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     warm = ray.remote(num_cpus=1)(count_unit_packed)
-    tiny = (0, str(Path(__file__)), 0, 1, (), GPT2_PATTERN, "strict")
+    tiny = RangeTask(0, str(Path(__file__)), 0, 1, PretokenSpec((), GPT2_PATTERN))
     ray.get([warm.remote(tiny) for _ in range(4 * workers)])
 
 
@@ -77,12 +78,14 @@ def run_one(engine: str, workers: int, path: str, limit: int, chunk_size: int) -
 def adds_seconds_per_gb(corpus: str, units: int = 40, chunk: int = DEFAULT_CHUNK_SIZE) -> tuple[float, float]:
     """``(CPU-s per GB, packed MB per unit)`` of the driver's adds alone: ``WordCounter.add_packed``
     of ``units`` consecutive units' packed counts (what a combiner tree would shrink)."""
-    from bpe_store.counting.count import count_unit_packed
+    from bpe_store.counting.count import RangeTask, count_unit_packed
     from bpe_store.native import WordCounter
+    from bpe_store.text.pretokenize import PretokenSpec
 
     size = os.path.getsize(corpus)
     units = max(1, min(units, size // chunk))
-    packed = [count_unit_packed((i, corpus, i * chunk, (i + 1) * chunk, ("<|endoftext|>",), GPT2_PATTERN, "replace"))[1]
+    packed = [count_unit_packed(RangeTask(i, corpus, i * chunk, (i + 1) * chunk,
+                                          PretokenSpec(("<|endoftext|>",), GPT2_PATTERN, "replace")))[1]
               for i in range(units)]  # cut anywhere: a few words split at the edges do not matter here
     total = WordCounter()
     t0 = time.process_time()

@@ -16,14 +16,14 @@ def main() -> None:
     import ray
 
     from bpe_store.counting import ray_count
-    from bpe_store.counting.count import count_unit_packed
-    from bpe_store.text.pretokenize import GPT2_PATTERN
+    from bpe_store.counting.count import RangeTask, count_unit_packed
+    from bpe_store.text.pretokenize import GPT2_PATTERN, PretokenSpec
     from bpe_store.training.train import train
 
     corpus, db, flush_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     warm = ray.remote(num_cpus=1)(count_unit_packed)
-    ray.get([warm.remote((0, corpus, 0, 1, (), GPT2_PATTERN, "strict")) for _ in range(4)])
+    ray.get([warm.remote(RangeTask(0, corpus, 0, 1, PretokenSpec((), GPT2_PATTERN))) for _ in range(4)])
     takes: list[float] = []
     real = ray_count.RayCounter._take
 

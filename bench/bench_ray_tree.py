@@ -51,11 +51,12 @@ def run_one(corpus: str, workers: int, engine: str, chunk: int, flush_s: float) 
     if engine == "ray":
         import ray
 
-        from bpe_store.counting.count import count_unit_packed
+        from bpe_store.counting.count import RangeTask, count_unit_packed
+        from bpe_store.text.pretokenize import PretokenSpec
 
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         warm = ray.remote(num_cpus=1)(count_unit_packed)
-        ray.get([warm.remote((0, corpus, 0, 1, (), GPT2_PATTERN, "strict")) for _ in range(2 * workers)])
+        ray.get([warm.remote(RangeTask(0, corpus, 0, 1, PretokenSpec((), GPT2_PATTERN))) for _ in range(2 * workers)])
 
     writer = {"cpu": 0.0, "words": []}
     original = Store.add_word_counts
@@ -106,14 +107,15 @@ def subprocess_run(corpus: str, workers: int, engine: str, chunk: int, flush_s: 
 
 def component_rates(corpus: str, chunk: int, units: int = 24) -> dict:
     """One core's rates for the tree's parts, on the corpus's first ``units`` units."""
-    from bpe_store.counting.count import PackedCounts, WordCounter, count_unit_counts
+    from bpe_store.counting.count import PackedCounts, RangeTask, WordCounter, count_unit_counts
     from bpe_store.counting.ray_node import sum_packed
-    from bpe_store.text.pretokenize import GPT2_PATTERN
+    from bpe_store.text.pretokenize import GPT2_PATTERN, PretokenSpec
 
     window = WordCounter()
     c0 = time.process_time()
     for i in range(units):
-        _, counts, _ = count_unit_counts((i, corpus, i * chunk, (i + 1) * chunk, SPECIALS, GPT2_PATTERN, "replace"))
+        _, counts, _, _ = count_unit_counts(RangeTask(i, corpus, i * chunk, (i + 1) * chunk,
+                                                       PretokenSpec(tuple(SPECIALS), GPT2_PATTERN, "replace")))
         window.add(counts)
     count_s = time.process_time() - c0
     words = len(window)

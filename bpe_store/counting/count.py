@@ -35,6 +35,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -53,15 +54,44 @@ from ..native import (
     native_release_chunk_memory,
 )
 from ..text.input_checks import open_regular, raise_invalid_utf8, valid_utf8
+from ..text.inputs import Unit
 from ..text.pretokenize import (
     DOC_SEP,
     GPT2_PATTERN,
+    PretokenSpec,
     count_words,
     native_scanner,
     split_at_specials,
     split_long_words,
 )
 from ..text.units import unit_blocks
+
+
+@dataclass(frozen=True)
+class RangeTask:
+    """A counting task: the byte range ``[start, end)`` of the text file ``path`` (unit ``id``), read
+    by whoever counts it (a thread here, a Ray node elsewhere), split as ``spec`` says."""
+
+    id: int
+    path: str
+    start: int
+    end: int
+    spec: PretokenSpec
+
+
+@dataclass(frozen=True)
+class UnitTask:
+    """A counting task: a work unit of any input kind (``inputs.Unit``: a small picklable
+    description; the counter reads the file itself), read in blocks of ``block_size`` bytes."""
+
+    id: int
+    unit: Unit
+    spec: PretokenSpec
+    block_size: int
+
+
+#: What a counting engine is handed: a byte range of a text file or a unit of any kind.
+CountTask = RangeTask | UnitTask
 
 
 def count_chunk(path: str, start: int, end: int, special_tokens: Sequence[str], pattern: str,
@@ -144,45 +174,40 @@ def release_chunk_memory() -> None:
         native_release_chunk_memory()
 
 
-def count_chunk_native_task(args: tuple) -> tuple[int, ChunkCounts, int, bytes]:
-    """``count_chunk_native`` for a pool, same tuples as ``count_chunk_task``."""
-    cid, path, start, end, special_tokens, pattern, invalid_utf8, *max_bytes = args
-    counts = count_chunk_native(path, start, end, special_tokens, invalid_utf8, max_bytes[0] if max_bytes else None,
-                                pattern)
-    return cid, counts, counts.total, counts.digest
+def count_chunk_native_task(task: RangeTask) -> tuple[int, ChunkCounts, int, bytes]:
+    """``count_chunk_native`` for a pool, the same results as ``count_chunk_task``."""
+    spec = task.spec
+    counts = count_chunk_native(task.path, task.start, task.end, spec.special_tokens, spec.invalid_utf8,
+                                spec.max_pretoken_bytes, spec.pattern)
+    return task.id, counts, counts.total, counts.digest
 
 
-def count_unit_packed(task: tuple) -> tuple[int, bytes, int]:
+def count_unit_packed(task: CountTask) -> tuple[int, bytes, int]:
     """The map step for another process or machine: a unit -> ``(unit id, packed counts, pre-tokens)``.
 
-    ``task`` is the small, picklable unit description a local pool takes: that of
-    ``count_chunk_task`` (chunk id, path, start, end, specials, pattern, UTF-8 policy, max
-    pre-token bytes) for a byte range of a text file, or that of ``count_unit_task`` (chunk id,
-    ``inputs.Unit``, specials, pattern, policy, block size, max pre-token bytes) for any input
-    kind. The unit is read here, where it runs, so the input must be readable at the same path.
-    The counts come back as one bytes object (``ChunkCounts.pack``: ~8 bytes per distinct word)
-    for ``WordCounter.add_packed``, never as a dict per word. Needs the native core; any pattern
-    (a user's own regex counts through ``regex``).
+    ``task`` is the small, picklable unit description a local pool takes: a ``RangeTask`` for a
+    byte range of a text file, a ``UnitTask`` for any input kind. The unit is read here, where it
+    runs, so the input must be readable at the same path. The counts come back as one bytes object
+    (``ChunkCounts.pack``: ~8 bytes per distinct word) for ``WordCounter.add_packed``, never as a
+    dict per word. Needs the native core; any pattern (a user's own regex counts through ``regex``).
     """
     cid, counts, n, _ = count_unit_counts(task)
     return cid, counts if isinstance(counts, bytes) else counts.pack(), n
 
 
-def count_unit_counts(task: tuple) -> tuple[int, ChunkCounts | WordCounter | bytes, int, bytes | None]:
+def count_unit_counts(task: CountTask) -> tuple[int, ChunkCounts | WordCounter | bytes, int, bytes | None]:
     """``count_unit_packed`` without the packing where there is nothing to pack: the native counts
     (``ChunkCounts``, or a ``WordCounter`` for a unit read in blocks), packed bytes only for the
     ``regex`` path's dict; any of them goes into a ``WordCounter`` by ``add_counts``. For a process
     that sums many units itself (a Ray node counter, bpe_store.counting.ray_node). The last item
-    is the unit's fingerprint for a byte range of a text file (``count_chunk_task``), else None."""
-    if not isinstance(task[1], str):  # a unit of any input kind, read block by block (bpe_store.text.inputs)
-        if not native_counts(task[3]):
+    is the unit's fingerprint for a byte range of a text file (a ``RangeTask``), else None."""
+    if isinstance(task, UnitTask):  # a unit of any input kind, read block by block (bpe_store.text.inputs)
+        if not native_counts(task.spec.pattern):
             cid, words, n = count_unit_task(task)
             return cid, native_pack_counts(words), n, None
-        cid, unit, special_tokens, pattern, invalid_utf8, block_size, *rest = task
-        total, n = _count_unit_native(unit, special_tokens, pattern, invalid_utf8, block_size,
-                                      rest[0] if rest else None)
-        return cid, total, n, None
-    if native_counts(task[5]):
+        total, n = _count_unit_native(task.unit, task.spec, task.block_size)
+        return task.id, total, n, None
+    if native_counts(task.spec.pattern):
         return count_chunk_native_task(task)
     cid, words, n, digest = count_chunk_task(task)
     return cid, native_pack_counts(words), n, digest
@@ -226,16 +251,15 @@ def native_counts(pattern: str) -> bool:
     return native_scanner(pattern) != "" and native_count_words is not None
 
 
-def count_chunk_task(args: tuple) -> tuple[int, dict[bytes, int], int, bytes]:
-    """``count_chunk`` for a pool: ``(chunk id, path, start, end, specials, pattern, policy[,
-    max pre-token bytes])`` -> ``(chunk id, counts, pre-tokens, XXH3-128 of the bytes counted)``."""
-    cid, path, start, end, special_tokens, pattern, invalid_utf8, *max_bytes = args
-    counts, n, digest = _count_range(path, start, end, special_tokens, pattern, invalid_utf8,
-                                     max_bytes[0] if max_bytes else None)
-    return cid, counts, n, digest
+def count_chunk_task(task: RangeTask) -> tuple[int, dict[bytes, int], int, bytes]:
+    """``count_chunk`` for a pool: ``(unit id, counts, pre-tokens, XXH3-128 of the bytes counted)``."""
+    spec = task.spec
+    counts, n, digest = _count_range(task.path, task.start, task.end, spec.special_tokens, spec.pattern,
+                                     spec.invalid_utf8, spec.max_pretoken_bytes)
+    return task.id, counts, n, digest
 
 
-def count_into(task: Callable[[tuple], tuple], into: FlushBuffer, t: tuple) -> tuple[int, None, int]:
+def count_into(task: Callable[[RangeTask], tuple], into: FlushBuffer, t: RangeTask) -> tuple[int, None, int]:
     """``task(t)``, its counts (and its fingerprint, if it gives one) added into ``into`` on this thread."""
     cid, counts, n, *digest = task(t)
     into.add(cid, counts, n, *digest)
@@ -258,37 +282,35 @@ def count_block(block: bytes, special_tokens: Sequence[str], pattern: str,
     return counts
 
 
-def _count_unit_native(unit: object, special_tokens: Sequence[str], pattern: str, invalid_utf8: str,
-                       block_size: int, max_bytes: int | None) -> tuple[WordCounter, int]:
+def _count_unit_native(unit: Unit, spec: PretokenSpec, block_size: int) -> tuple[WordCounter, int]:
     """A whole unit counted natively (``native_counts``): its blocks summed in a ``WordCounter``."""
 
-    specials = block_specials(special_tokens, unit.has_documents)  # as count_units_threaded
-    scanner = native_scanner(pattern)
+    specials = block_specials(spec.special_tokens, unit.has_documents)  # as count_units_threaded
+    scanner, max_bytes = native_scanner(spec.pattern), spec.max_pretoken_bytes
     words, n = WordCounter(), 0
-    for block in unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size, max_bytes):
+    for block in unit_blocks(unit, spec.special_tokens, spec.pattern, spec.invalid_utf8, block_size, max_bytes):
         counts = native_count_chunk(block, specials, max_bytes or 0, scanner)
         n += counts.total
         words.add(counts)
     return words, n
 
 
-def count_unit_task(args: tuple) -> tuple[int, dict[bytes, int], int]:
+def count_unit_task(task: UnitTask) -> tuple[int, dict[bytes, int], int]:
     """A whole work unit counted in this process, for a process pool or another machine (the
-    ``Unit`` is a small picklable description; the worker reads the file itself):
-    ``(chunk id, Unit, specials, pattern, policy, block size[, max pre-token bytes])`` -> ``(chunk id, {word: count},
-    pre-tokens)``. Natively for a pattern with a native scanner (blocks summed in a
+    ``Unit`` is a small picklable description; the worker reads the file itself) -> ``(unit id,
+    {word: count}, pre-tokens)``. Natively for a pattern with a native scanner (blocks summed in a
     ``WordCounter``), through ``regex`` otherwise; the same counts either way."""
 
-    cid, unit, special_tokens, pattern, invalid_utf8, block_size, *rest = args
-    max_bytes = rest[0] if rest else None
-    if native_counts(pattern):
-        words, n = _count_unit_native(unit, special_tokens, pattern, invalid_utf8, block_size, max_bytes)
-        return cid, dict(words.items()), n
-    blocks = unit_blocks(unit, special_tokens, pattern, invalid_utf8, block_size, max_bytes)
+    spec, unit = task.spec, task.unit
+    if native_counts(spec.pattern):
+        words, n = _count_unit_native(unit, spec, task.block_size)
+        return task.id, dict(words.items()), n
+    max_bytes = spec.max_pretoken_bytes
+    blocks = unit_blocks(unit, spec.special_tokens, spec.pattern, spec.invalid_utf8, task.block_size, max_bytes)
     total: Counter[bytes] = Counter()
     for block in blocks:
-        total.update(count_block(block, special_tokens, pattern, unit.has_documents, max_bytes))
-    return cid, dict(total), sum(total.values())
+        total.update(count_block(block, spec.special_tokens, spec.pattern, unit.has_documents, max_bytes))
+    return task.id, dict(total), sum(total.values())
 
 
 class FlushBuffer:

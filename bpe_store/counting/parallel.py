@@ -23,6 +23,7 @@ from ..text.pretokenize import (
 from ..text.units import unit_blocks
 from .count import (
     FlushBuffer,
+    RangeTask,
     block_specials,
     count_block,
     count_chunk_task,
@@ -31,8 +32,8 @@ from .count import (
 )
 
 
-def count_chunks_threaded(tasks: Sequence[tuple], workers: int,
-                          task: Callable[[tuple], tuple] = count_chunk_task,
+def count_chunks_threaded(tasks: Sequence[RangeTask], workers: int,
+                          task: Callable[[RangeTask], tuple] = count_chunk_task,
                           into: FlushBuffer | None = None) -> Iterator[tuple]:
     """``task`` (``count_chunk_task`` or ``count_chunk_native_task``) over ``tasks`` on ``workers``
     threads, yielded in completion order.

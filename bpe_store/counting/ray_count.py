@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from ..errors import BpeStoreError, InputError
 from ..native import WordCounter
 from . import ray_reaper
-from .count import PackedCounts
+from .count import CountTask, PackedCounts
 from .ray_node import NodeCounter, sum_packed
 
 #: How to get Ray, in the one-line error when it is missing.
@@ -117,14 +117,14 @@ class RayCounter:
     node and will be counted again), and flush ``buffer`` (``take``: the counts and marks of
     every unit counted so far, summed in the cluster).
 
-    ``tasks``: the tuples ``count.count_unit_packed`` takes. ``address``: a running cluster
+    ``tasks``: the tasks ``count.count_unit_packed`` takes (``count.CountTask``). ``address``: a running cluster
     (``host:port``, ``ray://host:port`` or ``auto``) to connect to; None starts a local cluster
     with ``workers`` CPUs, shut down again by ``close()`` (and by ``ray_reaper`` if this process
     dies). If this process is already connected (``ray.init`` was called), that connection is
     used and left open.
     """
 
-    def __init__(self, tasks: Sequence[tuple], address: str | None, workers: int):
+    def __init__(self, tasks: Sequence[CountTask], address: str | None, workers: int):
         ray = import_ray()
         self._ray = ray
         self._started = False
@@ -153,7 +153,7 @@ class RayCounter:
         # the "take" group: a take runs at once, never queued behind the node's counting calls
         self._actor_class = ray.remote(concurrency_groups={"take": 1})(NodeCounter)
         self._sum = ray.remote(num_cpus=0)(sum_packed)  # short, and the node counters hold the CPUs
-        self._tasks: dict[int, tuple] = {t[0]: t for t in tasks}
+        self._tasks: dict[int, CountTask] = {t.id: t for t in tasks}
         self._queue: collections.deque[int] = collections.deque(self._tasks)
         self._losses: collections.Counter[int] = collections.Counter()
         self._lost: list[int] = []  # units reported counted, then lost: to report as lost

@@ -112,6 +112,20 @@ for _spec in (PatternSpec("gpt2", GPT2_PATTERN, "gpt2", ("r50k_base",), note="th
     register_pattern(_spec)
 
 
+@dataclass(frozen=True)
+class PretokenSpec:
+    """How a run's text becomes pre-tokens, as one value: its special tokens (they cut the text
+    first and are never counted), its pattern (a regex, as ``resolve_pattern`` gives it), its
+    invalid-UTF-8 policy ("strict" refuses, "replace" decodes as U+FFFD) and its piece bound (a
+    pre-token longer than ``max_pretoken_bytes`` counts as pieces, ``split_long_pretoken``; None:
+    no bound). Frozen and picklable: a counting task carries it to a thread or a Ray node whole."""
+
+    special_tokens: tuple[str, ...]
+    pattern: str = GPT2_PATTERN
+    invalid_utf8: str = "strict"
+    max_pretoken_bytes: int | None = None
+
+
 def pattern_names_help() -> str:
     """The named patterns as the ``--pattern`` help lists them.
 

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from ..counting.count import (
     FlushBuffer,
+    RangeTask,
+    UnitTask,
     add_counts,
     count_chunk_native_task,
     count_chunk_task,
@@ -30,7 +32,7 @@ from ..store.params import RunParams
 from ..store.store import Store
 from ..text.fingerprint import changed_since_planned
 from ..text.inputs import unit_of
-from ..text.pretokenize import describe_pattern
+from ..text.pretokenize import PretokenSpec, describe_pattern
 from ..text.sources import Source
 from ..text.streams import Stream
 from .job import Job
@@ -117,13 +119,12 @@ def _count_map(job: Job, sources: Sequence[Source], todo: Sequence) -> tuple[Ite
     # plain text cut into byte ranges: the map step reads its range itself (count_chunk*_task);
     # other kinds go through bpe_store.text.inputs' readers (count_units_threaded, count_unit_task)
     plain = all(c.kind == "range" and sources[c.source_id].format == "text" for c in todo)
+    spec = PretokenSpec(tuple(params.special_tokens), params.pattern, params.invalid_utf8, params.max_pretoken_bytes)
     if plain:
-        tasks = [(c.id, sources[c.source_id].path, c.start, c.end, params.special_tokens, params.pattern,
-                  params.invalid_utf8, params.max_pretoken_bytes) for c in todo]
+        tasks = [RangeTask(c.id, sources[c.source_id].path, c.start, c.end, spec) for c in todo]
     else:
         units = [(c.id, unit_of(sources[c.source_id], c.kind, c.start, c.end, c.part)) for c in todo]
-        tasks = [(cid, u, params.special_tokens, params.pattern, params.invalid_utf8, job.options.chunk_size,
-                  params.max_pretoken_bytes) for cid, u in units]
+        tasks = [UnitTask(cid, u, spec, job.options.chunk_size) for cid, u in units]
     # native: chunk counts stay in C++ (ChunkCounts summed into a WordCounter), so Python objects
     # are made only at a flush and the GIL is free while threads count
     native = native_counts(params.pattern)

@@ -432,11 +432,11 @@ def test_a_unit_is_counted_by_any_process_from_its_description(tmp_path, referen
     import pickle
     from collections import Counter
 
-    from bpe_store.counting.count import count_unit_task
+    from bpe_store.counting.count import UnitTask, count_unit_task
     from bpe_store.counting.parallel import count_units_threaded
     from bpe_store.counting.planning import plan_units, scan_input
     from bpe_store.text.inputs import unit_of
-    from bpe_store.text.pretokenize import GPT2_PATTERN
+    from bpe_store.text.pretokenize import GPT2_PATTERN, PretokenSpec
 
     docs, _ = reference
     path = tmp_path / "in.jsonl.gz"
@@ -457,7 +457,7 @@ def test_a_unit_is_counted_by_any_process_from_its_description(tmp_path, referen
             monkeypatch.setattr(count, "count_block", regex_block)
         got = Counter()
         for cid, unit in units:
-            task = pickle.loads(pickle.dumps((cid, unit, [EOT], pattern, "strict", 10_000)))
+            task = pickle.loads(pickle.dumps(UnitTask(cid, unit, PretokenSpec((EOT,), pattern), 10_000)))
             got.update(count_unit_task(task)[1])
         assert got == threaded
 

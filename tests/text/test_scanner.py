@@ -20,10 +20,10 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bpe_store import _core
-from bpe_store.counting.count import add_counts, count_chunk, native_counts
+from bpe_store.counting.count import RangeTask, add_counts, count_chunk, native_counts
 from bpe_store.counting.parallel import count_chunks_threaded
 from bpe_store.errors import InputError, Interrupted
-from bpe_store.text.pretokenize import GPT2_PATTERN, count_words
+from bpe_store.text.pretokenize import GPT2_PATTERN, PretokenSpec, count_words
 from bpe_store.training.train import train
 
 GPT2 = regex.compile(GPT2_PATTERN)
@@ -334,7 +334,7 @@ def test_add_counts_is_a_counter_update() -> None:
 def test_threaded_counting_stops_cleanly(tmp_path: Path) -> None:
     path = tmp_path / "c.txt"
     path.write_text("hello world " * 10_000, encoding="utf-8")
-    tasks = [(i, str(path), i * 1200, (i + 1) * 1200, (), GPT2_PATTERN, "strict") for i in range(100)]
+    tasks = [RangeTask(i, str(path), i * 1200, (i + 1) * 1200, PretokenSpec((), GPT2_PATTERN)) for i in range(100)]
     results = count_chunks_threaded(tasks, 2)
     first = next(results)
     results.close()  # the consumer stops early: queued chunks are cancelled, threads end

@@ -51,8 +51,13 @@ def update(h: Any, rows: Sequence[MergeRow]) -> Any:
     return h
 
 
-def merge_digest(rows: Sequence[MergeRow]) -> str:
-    """The hex digest of a whole merge log ``rows`` (rank order)."""
+def merge_digest(rows: Sequence[MergeRow], packed: bytes | None = None) -> str:
+    """The hex digest of a whole merge log ``rows`` (rank order); ``packed``: the same rows as
+    native int64s when the caller has them (hashed as they are on a little-endian machine)."""
+    if packed is not None and sys.byteorder == "little":
+        h = new_hash()
+        h.update(packed)
+        return h.hexdigest()
     return update(new_hash(), rows).hexdigest()
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 from ..errors import InputError, StoreError
@@ -64,11 +66,13 @@ def result_check(store: Store, specials: Sequence[str],
     if [k for _, _, k in vocab] != kinds or any(type(b) is not bytes for _, b, _ in vocab):
         i, _, _ = next(r for r, k in zip(vocab, kinds) if r[2] != k or type(r[1]) is not bytes)
         raise bad(f"vocab id {i} is not a {kinds[i]} token")
-    for rank, left, right, token, count in merges:
-        limit = first + rank
-        if not (type(left) is type(right) is type(token) is type(count) is int
-                and 0 <= left < limit and 0 <= right < limit and 0 <= token <= limit and count >= 0):
-            raise bad(f"merge {rank} is ({left!r}, {right!r}) -> {token!r} with count {count!r}")
+    table = _as_table(merges)  # every value a 64-bit integer, or None
+    if table is None or not _ids_in_range(table, first):
+        for rank, left, right, token, count in merges:  # says which merge is wrong
+            limit = first + rank
+            if not (type(left) is type(right) is type(token) is type(count) is int
+                    and 0 <= left < limit and 0 <= right < limit and 0 <= token <= limit and count >= 0):
+                raise bad(f"merge {rank} is ({left!r}, {right!r}) -> {token!r} with count {count!r}")
     tb = [b for _, b, _ in vocab]
     want = [s.encode("utf-8") for s in specials] + [bytes([b]) for b in range(256)]
     if tb[:first] != want:
@@ -81,18 +85,63 @@ def result_check(store: Store, specials: Sequence[str],
                   f"holds {_show(tb[first + rank])}")
     # training names a token by the lowest id of its bytes (a merge spelling an existing token reuses it)
     lowest = {b: i for i, b in zip(range(len(tb) - 1, n_special - 1, -1), reversed(tb[n_special:]))}
-    for rank, left, right, token, _ in merges:
-        if lowest[tb[left]] != left or lowest[tb[right]] != right or lowest[tb[first + rank]] != token:
-            raise bad(f"merge {rank} is ({left}, {right}) -> {token}, not the ids of its tokens' bytes")
+    if table is None or not _lowest_ids(table, [lowest.get(b, -1) for b in tb], first):
+        for rank, left, right, token, _ in merges:  # says which merge is wrong
+            if lowest[tb[left]] != left or lowest[tb[right]] != right or lowest[tb[first + rank]] != token:
+                raise bad(f"merge {rank} is ({left}, {right}) -> {token}, not the ids of its tokens' bytes")
     if digest_check:
-        check_merge_digest(store, merges)
+        check_merge_digest(store, merges, None if table is None else table.tobytes())
 
 
-def check_merge_digest(store: Store, merges: list[tuple[int, int, int, int, int]]) -> None:
+#: From this many merges on, ``result_check`` tests the merges' ids as whole arrays (numpy), and
+#: only where one fails, merge by merge to say which. Why: a loop over o200k_base extended (216 K
+#: merges) took ~0.35 CPU s of loading it; below, importing numpy would cost more than it saves.
+_ARRAY_CHECK = 20_000
+
+
+def _as_table(merges: list[tuple[int, int, int, int, int]]):
+    """``merges`` as an (n, 5) int64 numpy array when they are many (``_ARRAY_CHECK``) and every
+    value is a 64-bit integer (SQLite's integers; a float, text or blob is refused by ``array``),
+    else None (the check goes merge by merge)."""
+    if len(merges) < _ARRAY_CHECK:
+        return None
+    import numpy as np
+
+    try:
+        flat = array("q", chain.from_iterable(merges))
+    except (TypeError, OverflowError):
+        return None
+    return np.frombuffer(flat, dtype=np.int64).reshape(len(merges), 5)
+
+
+def _ids_in_range(table, first: int) -> bool:
+    """Whether every merge of ``table`` (``_as_table``) joins ids it already has into one at most its
+    own, with a count >= 0: the merge-by-merge test of ``result_check``, on whole columns."""
+    import numpy as np
+
+    limit = first + np.arange(len(table), dtype=np.int64)
+    left, right, token, count = table[:, 1], table[:, 2], table[:, 3], table[:, 4]
+    return bool(((left >= 0) & (left < limit) & (right >= 0) & (right < limit) & (token >= 0) & (token <= limit)
+                 & (count >= 0)).all())
+
+
+def _lowest_ids(table, lowest: list[int], first: int) -> bool:
+    """Whether every merge of ``table`` names its parts and its token by the lowest id of their bytes
+    (``lowest[id]``: that id, -1 for a special token), on whole columns."""
+    import numpy as np
+
+    low = np.array(lowest, dtype=np.int64)
+    left, right, token = table[:, 1], table[:, 2], table[:, 3]
+    made = low[first + np.arange(len(table))]
+    return bool(((low[left] == left) & (low[right] == right) & (made == token)).all())
+
+
+def check_merge_digest(store: Store, merges: list[tuple[int, int, int, int, int]], packed: bytes | None = None) -> None:
     """Refuse (StoreError) a merge log that is not the one the store's newest checkpoint recorded:
     another number of merges, no digest, or another digest (``bpe_store.store.digest``). A store
     made before digests existed (schema revision older than ``DIGEST_SINCE``, opened to be read or
-    upgraded) has none, and is accepted without."""
+    upgraded) has none, and is accepted without. ``packed``: the merges as native int64s
+    (``_as_table``), hashed as they are instead of being packed again."""
     revision = getattr(store, "revision", None) or HEAD
     if REVISIONS.index(revision) < REVISIONS.index(DIGEST_SINCE):
         return
@@ -107,7 +156,7 @@ def check_merge_digest(store: Store, merges: list[tuple[int, int, int, int, int]
         raise bad(f"it holds {len(merges)} merges, its newest checkpoint recorded {done!r}")
     if recorded is None:
         raise bad("its newest checkpoint has no digest of it")
-    if recorded != digest.merge_digest(merges):
+    if recorded != digest.merge_digest(merges, packed):
         raise bad("a merge differs from those its newest checkpoint's digest recorded")
 
 
@@ -122,6 +171,14 @@ def read_result(store: Store, vocab_size: int | None = None, *, checked: bool = 
     ``checked``: the caller has held the store since ``result_check`` passed and wrote every merge
     after (the end of ``train``: a resume checks the store before it writes), so it is not checked
     again (o200k_base extended: ~0.6 CPU s of a whole run's ~10)."""
+    return read_result_ids(store, vocab_size, checked=checked)[0]
+
+
+def read_result_ids(store: Store, vocab_size: int | None = None, *, checked: bool = False
+                    ) -> tuple[TrainResult, list[tuple[int, int, int]]]:
+    """``read_result`` and its merges as ``[(left, right, token)]`` model ids in rank order, each the
+    first (lowest) id of its bytes among the tokens, as the store's merge log names them: what a
+    tokenizer's encoder is built from without a dict lookup per merge (``Tables._from_result``)."""
     run = store.run_row()
     specials = json.loads(run["special_tokens"])
     n_special = len(specials)
@@ -134,13 +191,18 @@ def read_result(store: Store, vocab_size: int | None = None, *, checked: bool = 
         merges = merges[:keep]
         vocab_rows = vocab_rows[: n_special + 256 + len(merges)]
     by_id = {i: b for i, b, _ in vocab_rows}
+    ids = model_ids(store, len(by_id))  # a based store's tokens keep the base's ids
+    if ids is None:
+        triples = [(left, right, token) for _, left, right, token, _ in merges]
+    else:
+        triples = [(ids[left], ids[right], ids[token]) for _, left, right, token, _ in merges]
     return TrainResult(
-        vocab=renumber(by_id, model_ids(store, len(by_id))),  # a based store's tokens keep the base's ids
+        vocab=renumber(by_id, ids),
         merges=[(by_id[left], by_id[right]) for _, left, right, _, _ in merges],
         merge_counts=[c for *_, c in merges],
         phase=run["phase"],
         stop_reason=run["stop_reason"],
-    )
+    ), triples
 
 
 def store_tokenizer(db_path: str | os.PathLike, at: int | None = None
@@ -156,9 +218,7 @@ def store_tokenizer(db_path: str | os.PathLike, at: int | None = None
         if run["phase"] == "counting":
             raise StoreError(f"{p}: the store is still counting (no merges yet); finish training with "
                              f"`bpe-store train ... --db {p}` first")
-        result = read_result(store)
-        if at is not None:
-            if at > len(result.merges):
-                raise InputError(f"{p} holds {len(result.merges)} merges, not {at}")
-            result = read_result(store, len(specials) + 256 + at)
+        if at is not None and at > (held := store.count_merges()):  # the result is read (and checked) once
+            raise InputError(f"{p} holds {held} merges, not {at}")
+        result = read_result(store, None if at is None else len(specials) + 256 + at)
         return result.vocab, result.merges, specials, run["pattern"]

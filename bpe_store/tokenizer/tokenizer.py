@@ -36,7 +36,6 @@ check that both give the same ids.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -45,7 +44,7 @@ from typing import TYPE_CHECKING
 import regex
 
 from ..bpe import merge_pair
-from ..errors import ArgumentTypeError, ArgumentValueError, InputError, StoreError, path_argument, text_argument
+from ..errors import ArgumentTypeError, ArgumentValueError, InputError, path_argument, text_argument
 from ..native import core as native_core
 from ..text.pretokenize import (
     GPT2_PATTERN,
@@ -56,7 +55,15 @@ from ..text.pretokenize import (
 )
 from .raw_bytes import encode_bytes
 from .special_guard import SpecialSet, allowed_set, split_allowed
-from .tables import MergeTable, Tables, byte_ids, first_ids, merge_table
+from .tables import (
+    MergeTable,
+    Tables,
+    byte_ids,
+    first_ids,
+    load_store,  # noqa: F401 - where the exports and the inspection import it from
+    load_store_ids,
+    merge_table,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -227,7 +234,9 @@ class Tokenizer(Tables):
         path_argument(db_path, "db_path")
         if vocab_size is not None and (not isinstance(vocab_size, int) or isinstance(vocab_size, bool)):
             raise ArgumentTypeError(f"vocab_size must be an integer or None, not {type(vocab_size).__name__}")
-        vocab, merges, specials, pattern = load_store(db_path, vocab_size)
+        vocab, merges, specials, pattern, ids = load_store_ids(db_path, vocab_size)
+        if set(kwargs) <= {"native"}:  # the encoder from the store's merge ids, not a dict lookup per merge
+            return cls._from_result(vocab, merges, specials, pattern, ids, **kwargs)
         return cls(vocab, merges, specials, pattern=pattern, **kwargs)
 
     @classmethod
@@ -557,39 +566,6 @@ class Tokenizer(Tables):
     def __repr__(self) -> str:
         return (f"Tokenizer(vocab_size={len(self.vocab)}, merges={len(self.merges)}, "
                 f"special_tokens={self.special_tokens!r})")
-
-
-def load_store(db_path: str | os.PathLike, vocab_size: int | None = None
-               ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str], str]:
-    """``(vocab, merges, special tokens, pattern)`` of a store, for ``vocab_size`` (a prefix).
-
-    Refuses a store that has not finished counting (it has no merges yet) and a vocab_size
-    larger than the store holds.
-    """
-    from ..store.result import read_result
-    from ..store.store import Store
-
-    p = Path(db_path)
-    if not p.exists():
-        raise StoreError(f"{p}: no such store")
-    with Store.open(p, readonly=True) as store:
-        run = store.run_row()
-        specials = json.loads(run["special_tokens"])
-        if run["phase"] == "counting":
-            raise StoreError(f"{p}: the store is still counting (no merges yet); finish training with "
-                             f"`bpe-store train ... --db {p}` first")
-        result = read_result(store)
-        have = len(result.vocab)
-        if vocab_size is not None:
-            least = 256 + len(specials)
-            if vocab_size < least:
-                raise InputError(f"vocab size {vocab_size} is too small: at least 256 bytes + "
-                                 f"{len(specials)} special tokens = {least}")
-            if vocab_size > have:
-                more = "" if run["phase"] == "done" else " so far (training was stopped; resume it to get more)"
-                raise InputError(f"vocab size {vocab_size} is larger than {p} holds: {have}{more}")
-            result = read_result(store, vocab_size)
-        return result.vocab, result.merges, specials, run["pattern"]
 
 
 #: ``encode_files`` reads this many bytes per step: memory stays at a few times this.

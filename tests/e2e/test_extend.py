@@ -341,3 +341,20 @@ def test_a_ranks_base_read_natively_equals_the_python_reading(files, which):
                           _tiktoken_merge_list(ranks.mergeable(), path), specials)
         assert dataclasses.replace(native, store_merges=None) == python
         assert base_rows(native) == base_rows(python)
+
+
+def test_from_store_builds_the_tokenizer_its_vocab_and_merges_make(files, tmp_path):
+    """``Tokenizer.from_store`` makes its tables from the merge log's ids (``Tables._from_result``):
+    the same tables, ids and encodings as ``Tokenizer(vocab, merges, specials)`` of the same store,
+    for a plain store and a based one (whose ids are the base's)."""
+    from bpe_store.tokenizer.tokenizer import load_store
+
+    for db in (files["store"], _extend(files, "tiktoken", tmp_path)):
+        fast = Tokenizer.from_store(db)
+        vocab, merges, specials, pattern = load_store(db)
+        slow = Tokenizer(vocab, merges, specials, pattern=pattern)
+        for name in ("vocab", "merges", "special_tokens", "pattern", "_id_of", "_special_id", "_byte_id", "_table"):
+            assert getattr(fast, name) == getattr(slow, name), name
+        for text in samples():
+            assert fast.encode(text) == slow.encode(text) == Tokenizer(vocab, merges, specials, pattern=pattern,
+                                                                       native=False).encode(text)

@@ -239,3 +239,21 @@ def test_a_store_at_the_previous_revision_is_read_without_a_digest_and_upgraded_
     assert run("db", "upgrade", db).exit_code == 0
     assert run("db", "check", db).exit_code == 0
     assert Tokenizer.from_store(db).encode("the cat") == Tokenizer.from_store(pristine).encode("the cat")
+
+
+@pytest.mark.parametrize("case", [None, *TAMPER])
+def test_the_whole_array_check_refuses_and_accepts_as_the_merge_by_merge_one(tmp_path, pristine, monkeypatch, case):
+    """With the merges' ids tested as whole arrays (``result._ARRAY_CHECK``: large stores), a tampered
+    log is refused with the same message (the merge-by-merge loop says which) and an intact one is
+    read as before."""
+    from bpe_store.store import result
+
+    db = pristine if case is None else tampered(tmp_path, pristine, TAMPER[case][0])
+    want = None if case is not None else Tokenizer.from_store(pristine)
+    monkeypatch.setattr(result, "_ARRAY_CHECK", 1)
+    if case is None:
+        tok = Tokenizer.from_store(db)
+        assert (tok.vocab, tok.merges) == (want.vocab, want.merges)
+    else:
+        with pytest.raises(StoreError, match=TAMPER[case][1]):
+            Tokenizer.from_store(db)

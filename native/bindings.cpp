@@ -14,6 +14,7 @@ void register_store_db(nb::module_ &m);      // store_db.cpp: the store's bulk w
 void register_sql_format(nb::module_ &m);    // sql_format.cpp: sql --format csv|json|jsonl, rows formatted natively
 void register_tiktoken_ranks(nb::module_ &m);  // tiktoken_ranks.cpp: .tiktoken ranks files read natively
 void register_tiktoken_merges(nb::module_ &m);  // tiktoken_merges.cpp: tiktoken's rule as one merge per token
+void register_words_digest(nb::module_ &m);  // words_digest.cpp: the digest of a store's words
 
 NB_MODULE(_core, m) {
     m.doc() = "bpe_store native core: hot loops only (scanning, counting, merging, encoding).";
@@ -28,4 +29,5 @@ NB_MODULE(_core, m) {
     register_sql_format(m);
     register_tiktoken_ranks(m);
     register_tiktoken_merges(m);
+    register_words_digest(m);
 }

@@ -512,8 +512,8 @@ def _sql_error(exc: sqlite3.Error, auth: _ReadOnlyAuthorizer, store: Store) -> B
     msg = str(exc)
     if isinstance(exc, sqlite3.Warning):  # more than one statement
         return InputError(f"give one SQL statement at a time ({exc})")
-    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT:
-        return store._error(exc)  # Ctrl-C or the time limit
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT or "malformed" in msg:
+        return store._error(exc)  # Ctrl-C or the time limit; a damaged store (exit 4, the table named)
     if auth.denied is not None or "not authorized" in msg:
         return InputError(f"bpe-store sql is read-only: {auth.denied or msg}; the store was not changed")
     if "readonly" in msg or "read-only" in msg or "query_only" in msg or "query only" in msg:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,8 @@ from pathlib import Path
 from ..errors import StoreError
 from . import migrate
 from .base_rows import base_row
+from .connection import sqlite_uri
+from .damage import damaged_tables
 from .result import DIGEST_SINCE, result_check
 from .schemas import REVISIONS
 from .store import Store
@@ -111,6 +114,23 @@ def _merge_log(store: Store) -> str:
             + (", digest matches the newest checkpoint's" if has_digest else " (no digest: an older schema)"))
 
 
+def _words_digest(store: Store) -> str:
+    """The words' digests the checkpoints recorded: the newest checkpoint holds one, and every
+    checkpoint since the first that recorded one holds the same (``--deep`` recomputes it from the
+    words). An upgraded store's older checkpoints hold none."""
+    if store.run_row()["phase"] == "counting":
+        return "counting: recorded when counting ends"
+    rows = store.sql("SELECT id, words_digest FROM checkpoints WHERE id >= (SELECT coalesce(min(id), 0) FROM"
+                     " checkpoints WHERE words_digest IS NOT NULL) ORDER BY id").fetchall()
+    newest = rows[-1][1] if rows else None
+    bad = next((cid for cid, v in rows if v != newest), None)
+    if not isinstance(newest, str) or bad is not None:
+        where = f"checkpoint {bad}" if bad is not None else "the newest checkpoint has none"
+        raise StoreError(f"{store.path}: the checkpoints' digests of the words are missing or differ ({where}); "
+                         "the words may have been changed: check them with db check --deep")
+    return f"{newest.split(':')[0]} words, one digest recorded by {len(rows)} checkpoints since counting ended"
+
+
 def _is_date(v: object) -> bool:
     if not isinstance(v, str):
         return False
@@ -166,18 +186,24 @@ def history_problems(store: Store, checkpoint_limit: int | None = None,
 #: ``(name, check)``: each returns what it found, or raises StoreError saying what is wrong.
 CHECKS: tuple[tuple[str, Callable[[Store], str]], ...] = (
     ("schema", _schema), ("run", _run), ("inputs", _inputs), ("phase", _phase),
-    ("merge log", _merge_log), ("history", _history),
+    ("merge log", _merge_log), ("words digest", _words_digest), ("history", _history),
 )
 
 
 #: Checks that read columns only the newest schema has.
-_NEED_HEAD = {"inputs", "history", "words"}
+_NEED_HEAD = {"inputs", "history", "words", "words digest"}
 
 
 def _sqlite_pages(store: Store) -> str:
-    rows = [r[0] for r in store.sql("PRAGMA quick_check(10)")]
+    try:
+        rows = [r[0] for r in store.sql("PRAGMA quick_check(10)")]
+    except sqlite3.DatabaseError as exc:  # a page so damaged that the check itself stops
+        rows = [str(exc)]
     if rows != ["ok"]:
-        raise StoreError(f"{store.path}: SQLite finds the file damaged ({'; '.join(map(str, rows[:3]))})")
+        tables = [t if t.startswith("the ") else f"table {t}"
+                  for t in damaged_tables(sqlite_uri(store.path, mode="ro"), first_only=False) or ["the file"]]
+        first = str(rows[0]).replace("*** in database main ***", "").strip().splitlines()[:1]
+        raise StoreError(f"{store.path}: SQLite finds {', '.join(tables)} damaged (first: {'; '.join(first)})")
     return "PRAGMA quick_check: ok"
 
 
@@ -212,6 +238,9 @@ def check_store(path: str | os.PathLike, *, deep: bool = False,
                     findings.append(Finding(name, None, check(store)))
                 except StoreError as exc:
                     findings.append(Finding(name, str(exc)))
+    except StoreError as exc:  # ending the read: a damaged page a check met may fail it again
+        if all(f.ok for f in findings):
+            findings.append(Finding("sqlite", str(exc)))
     finally:
         store.close()
     return findings

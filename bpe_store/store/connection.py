@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from ..errors import StoreError
 from ..interrupts import CtrlC
+from .damage import damaged_tables
 
 #: ``PRAGMA application_id`` of every bpe_store file ("BPE1"): tells our stores from other SQLite files.
 APPLICATION_ID = 0x42504531
@@ -71,7 +72,12 @@ def sqlite_error(path: Path, exc: BaseException) -> BaseException:
         CtrlC.pending = False  # this KeyboardInterrupt is the Ctrl-C
         return KeyboardInterrupt()
     msg = str(orig)
-    if "not a database" in msg or "malformed" in msg:
+    if "malformed" in msg:  # SQLITE_CORRUPT: a page of the store is damaged
+        tables = damaged_tables(sqlite_uri(path, mode="ro"))
+        where = f"table {tables[0]}" if tables and not tables[0].startswith("the ") else (tables or ["a page"])[0]
+        return StoreError(f"{path}: the store is damaged: SQLite finds {where} damaged ({msg}); restore it from a "
+                          "copy, or start over with --restart")
+    if "not a database" in msg:
         return StoreError(f"{path}: the database file is corrupt or not a SQLite database ({msg})")
     if "readonly" in msg or "read-only" in msg or "unable to open" in msg:
         return StoreError(f"{path}: cannot write the database here ({msg})")

@@ -210,7 +210,7 @@ class CountingRows:
                 # flush that is already the counting phase's peak
                 batch = _WORD_LOAD_BATCH
                 while True:
-                    rows = self._read_native_words(ndb, "SELECT id, bytes, count, NULL FROM words "
+                    rows = self.read_native_words(ndb, "SELECT id, bytes, count, NULL FROM words "
                                                    f"WHERE id > {len(words)} ORDER BY id LIMIT {batch}")
                     words.load_rows(rows)
                     if len(rows) < batch:
@@ -295,7 +295,7 @@ class CountingRows:
         sql = f"SELECT id, bytes, count, {column} FROM words {{}} ORDER BY id"
         top = self.sql("SELECT coalesce(max(id), 0) FROM words").scalar()
         if top < _PARALLEL_READ_MIN:
-            return self._read_native_words(ndb, sql.format(""))
+            return self.read_native_words(ndb, sql.format(""))
         mid = top // 2
         try:
             other = native_connection.connect(self.path, busy_timeout_ms=BUSY_TIMEOUT_MS, synchronous="OFF",
@@ -306,14 +306,14 @@ class CountingRows:
 
         def read_upper() -> None:
             try:
-                upper.append(self._read_native_words(other, sql.format(f"WHERE id > {mid}")))
+                upper.append(self.read_native_words(other, sql.format(f"WHERE id > {mid}")))
             except BaseException as exc:  # re-raised below, in the caller's thread
                 upper.append(exc)
 
         reader = threading.Thread(target=read_upper, name="bpe_store-read-words")
         try:
             reader.start()
-            rows = self._read_native_words(ndb, sql.format(f"WHERE id <= {mid}"))
+            rows = self.read_native_words(ndb, sql.format(f"WHERE id <= {mid}"))
         finally:
             reader.join()
             other.close()
@@ -322,7 +322,7 @@ class CountingRows:
         rows.extend(upper[0])
         return rows
 
-    def _read_native_words(self, ndb: Any, sql: str) -> WordRows:
+    def read_native_words(self, ndb: Any, sql: str) -> WordRows:
         """``sql``'s rows ``(id, bytes, count, tokens)`` read by the native connection; a row of the
         wrong types is a damaged store, as the engine says of Python rows."""
         try:

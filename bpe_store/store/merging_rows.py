@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import StoreError
 from ..pauses import pause_for_tests as _test_pause
-from . import digest
+from . import digest, words_digest
 from .bulk import BulkWriter, words_bulk
 from .connection import now
 from .schema_check import WORDS_BY_COUNT, WORDS_BY_COUNT_MIN
@@ -78,7 +78,9 @@ class MergingRows:
         ``pairs`` None (a reader pins the WAL): no pair rows (and no ``words_by_count`` index) are
         written, only the move to merging; ``pair_counts`` stays empty (``pairs_merges`` NULL while
         merging), which a resume recounts from the words (``merge_step.load_engine``) and the first
-        full checkpoint fills (the engine's ``forget_stored_pairs``)."""
+        full checkpoint fills (the engine's ``forget_stored_pairs``). Records the words' digest
+        (``store.words_digest``): from here on they do not change."""
+        words = words_digest.of_table(self)
         with self.transaction():
             self.sql("DELETE FROM pair_counts")
             if pairs is not None:
@@ -88,7 +90,7 @@ class MergingRows:
                      " WHERE id = 1", (None if pairs is None else 0, now()))
             if pairs is not None:
                 self._index_words_by_count()
-            self.add_checkpoint_row("merging", 0, elapsed_s, None)
+            self.add_checkpoint_row("merging", 0, elapsed_s, None, words_digest=words)
         self._words = None  # counting is over; free the map
         self._fresh_rows = None
 

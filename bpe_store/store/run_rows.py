@@ -159,13 +159,17 @@ class RunRows:
                         " GROUP BY phase").fetchall()
 
     def add_checkpoint_row(self, phase: str, merges_done: int, elapsed_s: float, write_s: float | None,
-                           writer: BulkWriter | None = None, merge_digest: str = digest.EMPTY) -> None:
+                           writer: BulkWriter | None = None, merge_digest: str = digest.EMPTY,
+                           words_digest: str | None = None) -> None:
         """The ``checkpoints`` row of a write (inside its transaction; ``writer``: its bulk writer),
         with the digest of the ``merges_done`` merges the store holds once it commits; before any
-        merge of its own (``merges_done`` 0), a superword store holds its stage 1's (``stage1_log``)."""
+        merge of its own (``merges_done`` 0), a superword store holds its stage 1's (``stage1_log``).
+        ``words_digest``: the words' (``store.words_digest``), given when counting ends; None
+        carries the previous checkpoint's (the words do not change after counting)."""
         if merges_done == 0 and merge_digest == digest.EMPTY:
             merges_done, merge_digest = self.stage1_log()
         (writer or BulkWriter(self, None)).execute(
-            "INSERT INTO checkpoints (at, phase, chunks_counted, merges_done, elapsed_s, write_s, merge_digest)"
-            " VALUES (?, ?, (SELECT count(*) FROM chunks WHERE counted = 1), ?, ?, ?, ?)",
-            (now(), phase, merges_done, elapsed_s, write_s, merge_digest))
+            "INSERT INTO checkpoints (at, phase, chunks_counted, merges_done, elapsed_s, write_s, merge_digest,"
+            " words_digest) VALUES (?, ?, (SELECT count(*) FROM chunks WHERE counted = 1), ?, ?, ?, ?,"
+            " coalesce(?, (SELECT words_digest FROM checkpoints ORDER BY id DESC LIMIT 1)))",
+            (now(), phase, merges_done, elapsed_s, write_s, merge_digest, words_digest))

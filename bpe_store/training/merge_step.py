@@ -9,6 +9,7 @@ import sys
 import time
 
 from ..errors import Interrupted, StoreError
+from ..store import words_digest
 from ..store.params import RunParams
 from ..store.result import result_check
 from ..store.store import Store
@@ -71,6 +72,7 @@ def load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engine
     replay = [(left, right, token) for _rank, left, right, token, _count in merges[state or 0:]]
     # packed: no Python tuple per word
     rows = store.load_word_rows(packed=uses_native(engine), tokens=state is not None)
+    words_digest.check(store, rows)  # a count or word edited since counting ended: other merges
     try:
         merger = new_engine(rows, token_bytes, n_special, first, len(merges), engine,
                             min_frequency=params.min_frequency, max_token_length=params.max_token_length,
@@ -102,7 +104,7 @@ def check_words(store: Store) -> str:
         return "counting: words are checked against pairs once merging starts"
     load_engine(store, store.params())
     n = store.last_word_id()
-    return f"{n} words spell their bytes under the merges; the pair counts are theirs"
+    return f"{n} words match their digest and spell their bytes under the merges; the pair counts are theirs"
 
 
 def _byte_vocab(n_specials: int) -> list[bytes | None]:

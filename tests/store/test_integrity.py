@@ -124,7 +124,7 @@ def test_a_tampered_merge_log_is_refused_everywhere_and_left_as_it_was(tmp_path,
     r = run("db", "check", db)
     assert r.exit_code == 4 and "FAILED  merge log" in r.stdout and what in r.stdout, r.output
     # (a merge removed also leaves the run done short of its vocabulary size: the phase check says so)
-    assert r.stderr.startswith(f"error: {db}: ") and "of 7 checks failed" in r.stderr
+    assert r.stderr.startswith(f"error: {db}: ") and "of 8 checks failed" in r.stderr
     assert store_dump(db) == before
 
 
@@ -171,8 +171,9 @@ def test_db_check_passes_a_good_store_and_says_what_it_checked(pristine):
     r = run("db", "check", pristine)
     assert r.exit_code == 0 and r.stderr == "", r.output
     lines = r.stdout.splitlines()
-    assert [ln.split()[0] for ln in lines] == ["ok"] * 7
-    assert [ln.split()[1] for ln in lines] == ["open", "schema", "run", "inputs", "phase", "merge", "history"]
+    assert [ln.split()[0] for ln in lines] == ["ok"] * 8
+    assert [ln.split()[1] for ln in lines] == ["open", "schema", "run", "inputs", "phase", "merge", "words",
+                                               "history"]
     assert "digest matches the newest checkpoint's" in r.stdout
     r = run("db", "check", pristine, "--deep", "--json")
     assert r.exit_code == 0, r.output
@@ -197,7 +198,7 @@ def test_db_check_names_every_problem(tmp_path, pristine):
     failed = [ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("FAILED")]
     assert failed == ["inputs", "merge", "history"], r.stdout
     assert "argv '[not json' is not a JSON list" in r.stdout and "at 'yesterday' is not a date" in r.stdout
-    assert r.stderr == f"error: {db}: 3 of 7 checks failed: inputs (and 2 more)\n"
+    assert r.stderr == f"error: {db}: 3 of 8 checks failed: inputs (and 2 more)\n"
 
 
 @pytest.mark.parametrize("content", [b"", b"not a database at all, just some text" * 3])

@@ -78,6 +78,8 @@ def check(store: Store, rows: Any) -> None:
     if want is None:
         raise StoreError(f"{store.path}: the store's newest checkpoint has no digest of its words; "
                          "refusing to use them: start over with --restart")
+    if not (native.BUILT and isinstance(rows, native.core.WordRows)):
+        _checked(store, rows)  # a value of the wrong type: damaged, as the engine would say
     got = digest.words_digest_text(of_rows(rows))
     if got != want:
         n = got.split(":")[0]

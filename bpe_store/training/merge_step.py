@@ -102,9 +102,19 @@ def check_words(store: Store) -> str:
     run = store.run_row()
     if run["phase"] == "counting":
         return "counting: words are checked against pairs once merging starts"
-    load_engine(store, store.params())
+    merger = load_engine(store, store.params())
     n = store.last_word_id()
-    return f"{n} words match their digest and spell their bytes under the merges; the pair counts are theirs"
+    if store.state_merges() is not None:
+        return f"{n} words match their digest and spell their bytes under the merges; the pair counts are theirs"
+    # a finished store keeps the tokens of its most frequent words only, for inspection (not read by
+    # a resume or a grow, which start from the bytes): they must be what the merges make of them
+    kept = store.sql("SELECT tokens, id FROM words WHERE tokens IS NOT NULL ORDER BY id").fetchall()
+    want = [(bytes(blob), word) for blob, word in merger.top_word_rows(KEEP_WORD_TOKENS)]
+    if kept != want:
+        bad = min(w for _, w in set(kept) ^ set(want))
+        raise StoreError(f"{store.path}: the tokens the store keeps for word {bad} are not what its merges make of "
+                         "it (they are kept for inspection only: a resume or a grow does not read them)")
+    return (f"{n} words match their digest and their merges; the {len(kept)} kept words' tokens are theirs")
 
 
 def _byte_vocab(n_specials: int) -> list[bytes | None]:

@@ -203,3 +203,15 @@ def test_a_damaged_page_is_exit_4_naming_its_table_in_every_command_that_meets_i
     if table != "words":
         with pytest.raises(StoreError, match=said):
             Tokenizer.from_store(db)
+
+
+@pytest.mark.parametrize("statement", ["UPDATE words SET tokens = x'010203' WHERE id = 3",  # the 3 bytes
+                                       "UPDATE words SET tokens = NULL WHERE id = 3",
+                                       "UPDATE words SET tokens = CAST(tokens || tokens AS BLOB) WHERE id = 3"])
+def test_db_check_deep_sees_the_tokens_a_finished_store_keeps_changed(tmp_path, trained_store, statement):
+    con = sqlite3.connect(trained_store)
+    assert con.execute("SELECT tokens IS NOT NULL FROM words WHERE id = 3").fetchone() == (1,)  # kept
+    con.close()
+    db = tampered(tmp_path, trained_store, statement)
+    r = run("db", "check", db, "--deep")
+    assert r.exit_code == 4 and "tokens the store keeps for word 3 are not what its merges make" in r.stdout, r.output

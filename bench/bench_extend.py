@@ -64,12 +64,19 @@ _RSS = ("\nimport resource as _r, sys as _s\nprint('RSS_KB', max(_r.getrusage(_r
         "_r.getrusage(_r.RUSAGE_CHILDREN).ru_maxrss), file=_s.stderr)\n")
 
 
-def run_job(args: list[str]) -> dict:
+def run_job(args: list[str], timeout: float | None = None) -> dict:
     """``python -c`` job in a subprocess: its wall, CPU s (user + sys, its process tree) and peak RSS
-    (MB, the job's own: it reports it as it ends)."""
+    (MB, the job's own: it reports it as it ends); after ``timeout`` seconds it is killed and
+    reported ``stopped`` with the wall and CPU it had taken."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", args[0] + _RSS, *args[1:]], capture_output=True, text=True)
+    try:
+        p = subprocess.run([sys.executable, "-c", args[0] + _RSS, *args[1:]], capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:  # killed and waited for: its CPU is in RUSAGE_CHILDREN
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        return {"wall_s": round(time.perf_counter() - t, 2), "cpu_s": round(cpu, 2), "stopped": True}
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode:
@@ -179,13 +186,58 @@ def main() -> None:
     print(json.dumps({"load": os.getloadavg()}))
 
 
+#: Loading a base: ``train(..., extend=o200k_base)`` from the call to the first counting event (the
+#: base read, its merges derived, the store created with them), then stopped; wall and CPU s of
+#: that span, measured in the process (the job's own line adds the interpreter and the imports).
+TO_COUNTING = """
+import sys, time, resource
+from bpe_store import train
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+class Counting(Exception):
+    pass
+def progress(e):
+    if e.get("stage") == "counting":
+        raise Counting
+t, c = time.perf_counter(), cpu()
+try:
+    train([sys.argv[1]], sys.argv[2], 210_000, [], extend=sys.argv[3], workers=2, progress=progress)
+except Counting:
+    pass
+print(round(time.perf_counter() - t, 3), round(cpu() - c, 3))
+"""
+#: ``Tokenizer.from_store`` of a store, measured in the process as TO_COUNTING.
+FROM_STORE = """
+import sys, time, resource
+from bpe_store import Tokenizer
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+t, c = time.perf_counter(), cpu()
+tok = Tokenizer.from_store(sys.argv[1])
+print(round(time.perf_counter() - t, 3), round(cpu() - c, 3), len(tok.vocab))
+"""
+#: A store continued to a larger vocabulary on its own corpus (a resume with a larger --vocab-size).
+CONTINUE = """
+import sys
+from bpe_store import train
+train([sys.argv[1]], sys.argv[2], int(sys.argv[3]), [], pattern=sys.argv[4], workers=2)
+"""
+
+
 def speed(out: Path, peers: bool) -> None:
+    import shutil
+
     out.mkdir(parents=True, exist_ok=True)
     zh = CORPORA / "zhwiki-20M.txt"
     res = {"fresh 16K (o200k pattern)": run_job([FRESH, str(zh), str(_fresh_db(out / "s-fresh.db")), "16384",
                                                   "o200k"]),
            "extend o200k_base +16K": run_job([EXTEND, str(zh), str(_fresh_db(out / "s-ext.db")), "o200k_base",
-                                               "16384"])}
+                                               "16384"]),
+           "load o200k_base (train --extend to counting)": run_job([TO_COUNTING, str(zh),
+                                                                    str(_fresh_db(out / "s-load.db")), "o200k_base"]),
+           "Tokenizer.from_store (o200k_base +16K)": run_job([FROM_STORE, str(out / "s-ext.db")])}
     for k, v in res.items():
         print(json.dumps({k: v}), flush=True)
     base16 = out / "s-16k.db"  # 16,384 tokens: 256 bytes + 16,128 merges, no special token
@@ -193,6 +245,10 @@ def speed(out: Path, peers: bool) -> None:
         run_job([FRESH, str(zh), str(base16), str(16384 - 256), "gpt2"])
     r = run_job([EXTEND, str(zh), str(_fresh_db(out / "s-20k.db")), str(base16), str(20000 - 16384)])
     print(json.dumps({"bpe_store 16K store -> 20K (--extend)": r}), flush=True)
+    cont = _fresh_db(out / "s-16k-cont.db")
+    shutil.copy(base16, cont)
+    r = run_job([CONTINUE, str(zh), str(cont), "20000", "gpt2"])
+    print(json.dumps({"bpe_store 16K store continued to 20K (resume, larger --vocab-size)": r}), flush=True)
     if peers:
         _peers(out, zh, base16)
 
@@ -214,7 +270,7 @@ def _peers(out: Path, zh: Path, base16: Path) -> None:
         export_store(base16, "hf", hf)
     r = run_job([PEER_BPE_CONTINUE, str(hf / "tokenizer.json"), str(zh), str(out / "bpe-continue-20k.json")])
     print(json.dumps({"bpe-continue 16K -> 20K": r}), flush=True)
-    r = run_job([PEER_TINYBPE, str(base16), str(zh), str(TINYBPE_MERGES)])
+    r = run_job([PEER_TINYBPE, str(base16), str(zh), str(TINYBPE_MERGES)], timeout=TINYBPE_TIMEOUT)
     print(json.dumps({f"tinybpe 16K -> +{TINYBPE_MERGES} merges": r}), flush=True)
     _compare_peers(out, base16, zh)
 
@@ -222,6 +278,8 @@ def _peers(out: Path, zh: Path, base16: Path) -> None:
 #: tinybpe merges so slowly (491 s for 60 merges here in issue 37's measurement) that it is run
 #: for this many merges only: its seconds per merge, beside the others' whole jobs.
 TINYBPE_MERGES = 10
+#: ... and stopped after this many seconds (it had not finished its 10 merges in 760 s).
+TINYBPE_TIMEOUT = 300
 PEER_TINYBPE = """
 import sys, time, regex
 from tinybpe import Trainer

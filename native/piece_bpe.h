@@ -1,0 +1,258 @@
+// BPE of one pre-token ("piece"): the merge rule of bpe_store/bpe.py (the spec, tested equal) and
+// tiktoken's, with the thread's piece cache in front.
+//
+// * Merge by rank (trained stores): repeatedly find the adjacent pair with the lowest merge rank and
+//   merge every occurrence of it, left to right (a round), until no pair of the table is left.
+// * tiktoken's rules (`Tokenizer.from_tiktoken`): a piece that is a token is that token (one probe
+//   of the token index, after the piece cache), else one merge at a time of the leftmost pair whose
+//   merged token has the lowest id. A pair made by a merge competes at once, so a pair that ranks
+//   below the merge that made it (possible in tiktoken's ranks) goes first, as in tiktoken.
+//
+// Why it looks the way it does:
+// * Every adjacent pair's (rank, merged id) is kept beside the ids: a step finds the lowest by a
+//   scan of that small array, without hashing, and looks up only the pairs beside the tokens it
+//   made. A piece's first n - 1 pairs are pairs of bytes, read from the pair table's dense byte
+//   table (pair_table.h) without a probe.
+// * Pieces up to kShort bytes are merged in stack arrays (a scan per step costs less than a heap
+//   at that size); longer ones (CJK runs, long numbers and whitespace) take a heap over (rank,
+//   position) and a linked list, O(n log n): rescanning a 300-byte piece once per merge is what
+//   made Chinese text slow. A heap entry carries its pair's two ids, so a stale entry is seen by
+//   comparing them, not by looking the pair up again.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <climits>
+#include <cstring>
+#include <tuple>
+#include <vector>
+
+#include "pair_table.h"
+#include "piece_cache.h"
+#include "token_index.h"
+
+namespace bpe::enc {
+
+class PieceBpe {
+  public:
+    static constexpr size_t kShort = 64;  // longer pieces take the heap path
+
+    void build(const std::vector<uint32_t> &byte_ids, const std::vector<std::tuple<uint32_t, uint32_t, uint32_t>> &merges) {
+        std::copy(byte_ids.begin(), byte_ids.end(), byte_id_);
+        table_.build(merges);
+        table_.build_bytes(byte_id_);
+        merged_by_rank_.resize(merges.size());
+        for (size_t r = 0; r < merges.size(); ++r) merged_by_rank_[r] = std::get<2>(merges[r]);
+    }
+    // tiktoken's rules from now on, with `whole` the tokens' index
+    void use_tiktoken(bool on) { tiktoken_ = on; }
+    TokenIndex &whole() { return whole_; }
+
+    // BPE of one piece, appended to `out`.
+    void bpe(const uint8_t *p, size_t n, PieceCache &cache, std::vector<uint32_t> &out) const {
+        bpe(p, n, n > 1 && n <= PieceCache::kMaxLen ? piece_hash(p, n) : 0, cache, out);
+    }
+    // the hash the piece cache keys a piece by (0 for one it does not keep)
+    static inline uint64_t cache_hash(const uint8_t *p, size_t n) {
+        return n > 1 && n <= PieceCache::kMaxLen ? piece_hash(p, n) : 0;
+    }
+    // bpe() of a piece whose cache_hash is h
+    void bpe(const uint8_t *p, size_t n, uint64_t h, PieceCache &cache, std::vector<uint32_t> &out) const {
+        if (n == 1) {
+            out.push_back(byte_id_[p[0]]);
+            return;
+        }
+        if (n <= PieceCache::kMaxLen) {
+            uint8_t k;
+            if (const uint32_t *hit = cache.get(p, n, h, k)) {
+                // why not out.insert(range): a call to memmove per piece for 1-8 ids
+                for (uint8_t j = 0; j < k; ++j) out.push_back(hit[j]);
+                return;
+            }
+        }
+        if (tiktoken_) {  // tiktoken: a piece that is a token is that token
+            uint32_t whole = whole_.find(p, n, n <= PieceCache::kMaxLen ? h : piece_hash(p, n));
+            if (whole != kNone) {
+                if (n <= PieceCache::kMaxLen) cache.put(p, n, h, &whole, 1);
+                out.push_back(whole);
+                return;
+            }
+        }
+        if (n > kShort) {
+            bpe_long(p, n, cache.scratch, out);
+            return;
+        }
+        uint32_t ids[kShort];
+        size_t m = tiktoken_ ? merge_short_tiktoken(p, n, ids, cache.pairs) : merge_short_rounds(p, n, ids, cache.pairs);
+        if (n <= PieceCache::kMaxLen) cache.put(p, n, h, ids, m);
+        for (size_t j = 0; j < m; ++j) out.push_back(ids[j]);
+    }
+
+  private:
+    // Merge by rank, rounds, on a short piece: ids written to `ids`; returns their number. A round
+    // merges every pair of the lowest rank left to right (a rank is one pair); then only the pairs
+    // beside a new token are looked up, the others keep their (rank, merged id).
+    size_t merge_short_rounds(const uint8_t *p, size_t n, uint32_t *ids, PairMemo &memo) const {
+        Rank rk[kShort];
+        for (size_t i = 0; i < n; ++i) ids[i] = byte_id_[p[i]];
+        for (size_t i = 0; i + 1 < n; ++i) rk[i] = table_.find_bytes(p[i], p[i + 1]);
+        size_t m = n;
+        while (m > 1) {
+            uint32_t best = kNone;
+            for (size_t i = 0; i + 1 < m; ++i) best = std::min(best, rk[i].rank);
+            if (best == kNone) break;
+            size_t w = 0, left_at = 0;  // left_at: where the last written token was read from
+            bool left_new = false;
+            for (size_t i = 0; i < m;) {
+                const bool merge = i + 1 < m && rk[i].rank == best;
+                const uint32_t id = merge ? rk[i].merged : ids[i];
+                if (w > 0) rk[w - 1] = left_new || merge ? pair(ids[w - 1], id, memo) : rk[left_at];
+                ids[w++] = id;
+                left_new = merge;
+                left_at = i;
+                i += merge ? 2 : 1;
+            }
+            m = w;
+        }
+        return m;
+    }
+
+    // tiktoken's rule on a short piece: each adjacent pair's merged id (its rank) is kept in `rk`
+    // at the position of its left token; a step merges the leftmost lowest and looks up only the two
+    // pairs beside it, as tiktoken does. Positions stay put (a merged-away one holds kDead and is
+    // skipped by the links), so a step moves no memory, and its scan for the lowest rank is a
+    // branch-free min over a fixed array the compiler vectorizes: ranks are stored with the sign bit
+    // flipped, an unsigned order as a signed one (SSE2 has a signed compare, no unsigned min).
+    size_t merge_short_tiktoken(const uint8_t *p, size_t n, uint32_t *ids, PairMemo &memo) const {
+        constexpr int32_t kDead = INT32_MAX;  // kNone, flipped
+        auto flip = [](uint32_t r) { return int32_t(r ^ 0x80000000u); };
+        int32_t rk[kShort];
+        uint8_t nxt[kShort + 1], prv[kShort];
+        for (size_t i = 0; i < n; ++i) {
+            ids[i] = byte_id_[p[i]];
+            nxt[i] = uint8_t(i + 1);
+            prv[i] = uint8_t(i - 1);  // 255 for the first: never read
+        }
+        for (size_t i = 0; i + 1 < n; ++i) rk[i] = flip(table_.find_bytes(p[i], p[i + 1]).merged);
+        rk[n - 1] = kDead;
+        for (size_t m = n; m > 1; --m) {
+            int32_t best = kDead;
+            for (size_t i = 0; i < n; ++i) best = std::min(best, rk[i]);
+            if (best == kDead) break;
+            size_t at = 0;
+            while (rk[at] != best) ++at;
+            const size_t j = nxt[at];
+            ids[at] = uint32_t(best) ^ 0x80000000u;  // the merged token, whose id is its rank
+            rk[j] = kDead;
+            nxt[at] = nxt[j];
+            if (nxt[at] < n) {
+                prv[nxt[at]] = uint8_t(at);
+                rk[at] = flip(pair(ids[at], ids[nxt[at]], memo).merged);
+            } else {
+                rk[at] = kDead;
+            }
+            if (at > 0) rk[prv[at]] = flip(pair(ids[prv[at]], ids[at], memo).merged);
+        }
+        size_t m = 0;
+        for (size_t i = 0; i < n; i = nxt[i]) ids[m++] = ids[i];
+        return m;
+    }
+
+    // A long piece. Positions below are 32-bit (kNone marks "none"): a piece of 4 GiB or more (no
+    // trained store holds one: training splits pre-tokens at max_pretoken_bytes) is encoded in
+    // parts of at most 2 GiB cut at character starts, instead of overflowing them.
+    void bpe_long(const uint8_t *p, size_t n, HeapScratch &scratch, std::vector<uint32_t> &out) const {
+        if (n >= kNone) {
+            for (size_t at = 0; at < n;) {
+                size_t end = std::min(n, at + (size_t(1) << 31));
+                while (end < n && end > at + 1 && (p[end] & 0xC0) == 0x80) --end;
+                bpe_heap(p + at, end - at, scratch, out);
+                at = end;
+            }
+            return;
+        }
+        bpe_heap(p, n, scratch, out);
+    }
+
+    // table_.find through the thread's memo
+    inline Rank pair(uint32_t a, uint32_t b, PairMemo &memo) const {
+        return memo.get(a, b, [this](uint32_t x, uint32_t y) { return table_.find(x, y); });
+    }
+
+    // the rank a heap orders by: tiktoken's is the merged token's id
+    inline uint32_t order_of(Rank r) const { return tiktoken_ ? r.merged : r.rank; }
+
+    // bpe_long of a piece shorter than 4 GiB: the heap over (rank, position) and a linked list.
+    // The thread's scratch is reached through its piece cache: no allocation per piece once the
+    // buffers have grown, and no thread_local lookup per piece (in a shared library each one is a
+    // __tls_get_addr call: 4.5 % of encoding Chinese, whose long pieces all come here).
+    void bpe_heap(const uint8_t *p, size_t n, HeapScratch &s, std::vector<uint32_t> &out) const {
+        std::vector<uint32_t> &id = s.id, &nxt = s.nxt, &prv = s.prv;
+        s.heap.clear();
+        id.resize(n);
+        nxt.resize(n);
+        prv.resize(n);
+        for (size_t i = 0; i < n; ++i) {
+            id[i] = byte_id_[p[i]];
+            nxt[i] = uint32_t(i + 1);  // n = none
+            prv[i] = i ? uint32_t(i - 1) : kNone;
+        }
+        for (size_t i = 0; i + 1 < n; ++i) {
+            Rank r = table_.find_bytes(p[i], p[i + 1]);
+            if (r.rank != kNone) s.heap.push_back({uint64_t(order_of(r)) << 32 | i, id[i], id[i + 1]});
+        }
+        std::make_heap(s.heap.begin(), s.heap.end(), later);
+        heap_rounds(s, uint32_t(n));
+        for (uint32_t i = 0; i < n; i = nxt[i]) out.push_back(id[i]);
+    }
+
+    static bool later(const HeapItem &a, const HeapItem &b) { return a.key > b.key; }
+
+    // The merges of bpe_heap: rounds of one rank, each entry in position order (the heap's tie order).
+    void heap_rounds(HeapScratch &s, uint32_t n) const {
+        std::vector<uint32_t> &id = s.id, &nxt = s.nxt, &prv = s.prv, &merged = s.merged;
+        auto &heap = s.heap;
+        auto look = [&](uint32_t i) {  // queue the pair at i, if it merges
+            if (i == kNone || nxt[i] >= n) return;
+            Rank r = table_.find(id[i], id[nxt[i]]);
+            if (r.rank == kNone) return;
+            heap.push_back({uint64_t(order_of(r)) << 32 | i, id[i], id[nxt[i]]});
+            std::push_heap(heap.begin(), heap.end(), later);
+        };
+        while (!heap.empty()) {
+            const uint32_t r = uint32_t(heap.front().key >> 32);
+            merged.clear();
+            while (!heap.empty() && uint32_t(heap.front().key >> 32) == r) {
+                const HeapItem top = heap.front();
+                std::pop_heap(heap.begin(), heap.end(), later);
+                heap.pop_back();
+                const uint32_t i = uint32_t(top.key), j = nxt[i];
+                if (id[i] != top.left || j >= n || id[j] != top.right) continue;  // stale
+                id[i] = tiktoken_ ? r : merged_by_rank_[r];
+                id[j] = kNone;
+                nxt[i] = nxt[j];
+                if (nxt[j] < n) prv[nxt[j]] = i;
+                if (tiktoken_) {  // tiktoken: the new pairs compete at once
+                    look(prv[i]);
+                    look(i);
+                } else {
+                    merged.push_back(i);
+                }
+            }
+            for (uint32_t i : merged) {  // the round's new pairs enter only now, as in the spec's rescan
+                if (id[i] == kNone) continue;
+                look(prv[i]);
+                look(i);
+            }
+        }
+    }
+
+    uint32_t byte_id_[256];
+    PairTable table_;
+    std::vector<uint32_t> merged_by_rank_;  // merge by rank: a rank's merged id
+    bool tiktoken_ = false;
+    TokenIndex whole_;  // tiktoken: the tokens, for a piece that is one
+};
+
+}  // namespace bpe::enc

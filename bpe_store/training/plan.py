@@ -70,11 +70,13 @@ def run_plan(job: Job) -> Engine | None:
     checks built it (a store past counting)."""
     store = _open_for_training(job.db, job.paths, job.params.invalid_utf8, job.options.restart, job.options.durable)
     if store is None:
+        job.params = _with_pretoken_limit(job.params, None)
         job.store = _create(job)
         job.remove_if_refused = True
         return None
     try:
         store.check_plan()
+        job.params = _with_pretoken_limit(job.params, store.params())
         if diffs := base_diff(store, *((job.base.sha256, job.base.source) if job.base else (None, None))):
             raise ResumeMismatch(f"{store.path} was started with another base: {diffs[0]}. Use the same "
                                  "--extend, or --restart to start over")
@@ -99,8 +101,7 @@ def _create(job: Job) -> Store:
     for p in job.paths:
         job.emit(stage="plan", file=str(p.name if isinstance(p, Stream) else p.path))
         sources.append(p.source() if isinstance(p, Stream) else plan_source(p, job.params.invalid_utf8))
-    limit = max_pretoken_bytes(job.params.max_pretoken_bytes, None)  # a new store: the given one or the default
-    params = dataclasses.replace(job.params, max_pretoken_bytes=limit)
+    params = job.params
     chunks: list[tuple[int, int, int, str, int | None]] = []
     for i, s in enumerate(sources):
         if isinstance(job.paths[i], Stream):
@@ -179,6 +180,14 @@ def _same_inputs(store: Store, paths: Sequence[FileInput | Stream], params: RunP
     return params.vocab_size > old.vocab_size
 
 
+def _with_pretoken_limit(params: RunParams, stored: RunParams | None) -> RunParams:
+    """``params`` with the pre-token limit the run uses (``options.max_pretoken_bytes``: the one
+    given, else the store's ``stored``, else the default for a new store): set here, once, as the
+    store is opened or created, so every later step (the checks of a resume, planning, counting,
+    the store's row) reads one value."""
+    return dataclasses.replace(params, max_pretoken_bytes=max_pretoken_bytes(params.max_pretoken_bytes, stored))
+
+
 def _param_diffs(old: RunParams, params: RunParams) -> list[str]:
     """How ``params`` differ from the store's ``old`` ones (the vocabulary size aside)."""
     diffs = []
@@ -193,7 +202,7 @@ def _param_diffs(old: RunParams, params: RunParams) -> list[str]:
             diffs.append(f"{option} {getattr(old, option)} -> {getattr(params, option)}")
     if old.stage1_pattern != params.stage1_pattern:
         diffs.append(f"stage-1 pattern {old.stage1_pattern!r} -> {params.stage1_pattern!r}")
-    if old.max_pretoken_bytes != max_pretoken_bytes(params.max_pretoken_bytes, old):
+    if old.max_pretoken_bytes != params.max_pretoken_bytes:
         diffs.append(f"max pre-token bytes {old.max_pretoken_bytes or 'no limit'} -> {params.max_pretoken_bytes}")
     return diffs
 

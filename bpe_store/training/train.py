@@ -46,7 +46,7 @@ from .count_step import run_count
 from .job import Job, Progress, without_gc_store_errors
 from .merge import release_free_memory
 from .merge_step import run_merge, run_pairs
-from .options import TrainOptions, max_pretoken_bytes, options_doc
+from .options import TrainOptions, options_doc
 from .plan import run_check, run_plan
 from .superword_plan import check_superword_inputs, read_stage1, stage1_done, stage1_path, superword_params
 
@@ -166,9 +166,6 @@ def _session(job: Job) -> Iterator[None]:
     try:
         session = sessions.begin(store)
         job.elapsed0 = store.elapsed()
-        # the store's own value (a resume that did not give one; NULL = no limit in older stores)
-        limit = max_pretoken_bytes(job.params.max_pretoken_bytes, store.params())
-        job.params = dataclasses.replace(job.params, max_pretoken_bytes=limit)
         yield
         job.writes.wait()
         sessions.end(store, session)

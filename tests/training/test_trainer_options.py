@@ -257,3 +257,30 @@ def test_kill_9_mid_merge_then_resume_equals_straight_run(ru_corpus, straight, t
     # resumed with the other engine: the store, not the process, holds the state
     r = train([ru_corpus], db, 900, [EOT], engine="python" if engine == "native" else "auto", **OPTIONS)
     assert (r.merges, r.merge_counts) == (straight.merges, straight.merge_counts)
+
+
+def test_the_pretoken_limit_is_decided_once_as_the_store_is_opened(tmp_path):
+    """The run's ``max_pretoken_bytes`` is set in ``job.params`` when the plan step creates or opens
+    the store (the one given, else the store's, else the default), before any check or step reads
+    it; it used to be patched in again after the store was opened, and compared through a second
+    call of the same rule."""
+    from bpe_store.training.options import DEFAULT_MAX_PRETOKEN_BYTES, TrainOptions
+    from bpe_store.training.plan import run_check, run_plan
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("hello world, hello there " * 200, encoding="utf-8")
+    db = tmp_path / "run.db"
+
+    def planned(**given) -> int | None:
+        job = run_check([corpus], db, 300, [], TrainOptions(**given), None, None)
+        try:
+            run_plan(job)
+            return job.params.max_pretoken_bytes
+        finally:
+            job.store.close()
+
+    assert planned() == DEFAULT_MAX_PRETOKEN_BYTES  # a new store: the default
+    db.unlink()
+    assert planned(max_pretoken_bytes=64) == 64
+    assert planned() == 64  # a resume that does not give it: the store's
+    assert Store.open(db, readonly=True).params().max_pretoken_bytes == 64

@@ -171,14 +171,15 @@ def read_result(store: Store, vocab_size: int | None = None, *, checked: bool = 
     ``checked``: the caller has held the store since ``result_check`` passed and wrote every merge
     after (the end of ``train``: a resume checks the store before it writes), so it is not checked
     again (o200k_base extended: ~0.6 CPU s of a whole run's ~10)."""
-    return read_result_ids(store, vocab_size, checked=checked)[0]
+    return read_result_ids(store, vocab_size, checked=checked, ids=False)[0]
 
 
-def read_result_ids(store: Store, vocab_size: int | None = None, *, checked: bool = False
+def read_result_ids(store: Store, vocab_size: int | None = None, *, checked: bool = False, ids: bool = True
                     ) -> tuple[TrainResult, list[tuple[int, int, int]]]:
     """``read_result`` and its merges as ``[(left, right, token)]`` model ids in rank order, each the
     first (lowest) id of its bytes among the tokens, as the store's merge log names them: what a
-    tokenizer's encoder is built from without a dict lookup per merge (``Tables._from_result``)."""
+    tokenizer's encoder is built from without a dict lookup per merge (``Tables._from_result``);
+    ``ids`` False: ``[]`` instead (``read_result``)."""
     run = store.run_row()
     specials = json.loads(run["special_tokens"])
     n_special = len(specials)
@@ -191,13 +192,15 @@ def read_result_ids(store: Store, vocab_size: int | None = None, *, checked: boo
         merges = merges[:keep]
         vocab_rows = vocab_rows[: n_special + 256 + len(merges)]
     by_id = {i: b for i, b, _ in vocab_rows}
-    ids = model_ids(store, len(by_id))  # a based store's tokens keep the base's ids
-    if ids is None:
+    model = model_ids(store, len(by_id))  # a based store's tokens keep the base's ids
+    if not ids:
+        triples = []
+    elif model is None:
         triples = [(left, right, token) for _, left, right, token, _ in merges]
     else:
-        triples = [(ids[left], ids[right], ids[token]) for _, left, right, token, _ in merges]
+        triples = [(model[left], model[right], model[token]) for _, left, right, token, _ in merges]
     return TrainResult(
-        vocab=renumber(by_id, ids),
+        vocab=renumber(by_id, model),
         merges=[(by_id[left], by_id[right]) for _, left, right, _, _ in merges],
         merge_counts=[c for *_, c in merges],
         phase=run["phase"],

@@ -34,6 +34,7 @@ from __future__ import annotations
 import array
 import gc
 import heapq
+import itertools
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -407,7 +408,7 @@ class NativeMergeEngine:
                  first_merge_id: int, next_rank: int, min_frequency: int = 1,
                  max_token_length: int | None = None, replay: Replay = (), max_words: int = 0):
         core = native.core
-        log = array.array("I", [x for m in replay for x in m])
+        log = array.array("I", itertools.chain.from_iterable(replay))  # a base's 200 K merges: no list of 600 K
         if sys.byteorder == "big":  # pragma: no cover
             log.byteswap()  # the engine reads little-endian uint32
         if hasattr(rows, "pack"):  # a WordCounter: its words as ids 1, 2, ... (see new_engine)

@@ -59,6 +59,7 @@ from ..text.pretokenize import (
     DOC_SEP,
     GPT2_PATTERN,
     PretokenSpec,
+    check_covered,
     count_words,
     native_scanner,
     split_at_specials,
@@ -116,7 +117,7 @@ def _count_range(path: str, start: int, end: int, special_tokens: Sequence[str],
         text = data.decode("utf-8", "replace" if invalid_utf8 == "replace" else "strict")
     except UnicodeDecodeError:
         invalid_utf8_error(path)
-    words = regex_count_words(text, special_tokens, pattern, max_pretoken_bytes)
+    words = regex_count_words(text, special_tokens, pattern, max_pretoken_bytes, cover=True)
     return dict(words), sum(words.values()), digest
 
 
@@ -224,21 +225,29 @@ _REGEX_COUNT_BATCH = 1 << 16
 
 
 def regex_count_words(text: str, special_tokens: Sequence[str], pattern: str,
-                      max_pretoken_bytes: int | None = None) -> Counter[bytes]:
+                      max_pretoken_bytes: int | None = None, cover: bool = False) -> Counter[bytes]:
     """``pretokenize.count_words`` for a pattern without a native scanner (a user's own regex):
-    ``regex`` finds the pre-tokens, the native core counts them (``count_strings``).
+    ``regex`` finds the pre-tokens, the native core counts them (``count_strings``). ``cover``:
+    refuse a pattern whose pre-tokens leave some of the text out (``check_covered``), as training
+    does: the named patterns (the native scanners) cover any text.
 
     Why: ``Counter(findall(...))`` hashed every match as a Python str with the GIL held, ~40 % of
     this path's CPU, so counting threads could not overlap it; ``count_strings`` holds the GIL
     only to take each match's UTF-8 view. The same counts (tests/text/test_pattern_scanners.py)."""
-    if native_count_strings is None:
-        return count_words(text, special_tokens, pattern, max_pretoken_bytes)
     import regex
 
     compiled = regex.compile(pattern)  # `regex` caches compiled patterns: no cost per call
+    if native_count_strings is None:
+        if cover:
+            for piece in split_at_specials(text, special_tokens):
+                check_covered(pattern, piece, compiled.findall(piece, concurrent=True), compiled)
+        return count_words(text, special_tokens, pattern, max_pretoken_bytes)
     total, found = WordCounter(), []
     for piece in split_at_specials(text, special_tokens):
-        found += compiled.findall(piece, concurrent=True)  # concurrent: matching releases the GIL
+        matches = compiled.findall(piece, concurrent=True)  # concurrent: matching releases the GIL
+        if cover:
+            check_covered(pattern, piece, matches, compiled)
+        found += matches
         if len(found) >= _REGEX_COUNT_BATCH:
             total.add(native_count_strings(found))
             found = []
@@ -278,7 +287,8 @@ def count_block(block: bytes, special_tokens: Sequence[str], pattern: str,
 
     counts: Counter[bytes] = Counter()
     for doc in block.split(DOC_SEP) if documents else [block]:
-        counts.update(regex_count_words(doc.decode("utf-8"), special_tokens, pattern, max_pretoken_bytes))
+        counts.update(regex_count_words(doc.decode("utf-8"), special_tokens, pattern, max_pretoken_bytes,
+                                        cover=True))
     return counts
 
 

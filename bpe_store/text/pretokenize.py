@@ -275,6 +275,27 @@ def count_words(
     return split_long_words(Counter({w.encode("utf-8"): c for w, c in counts.items()}), max_pretoken_bytes)
 
 
+def check_covered(pattern: str, piece: str, found: Sequence[str], compiled) -> None:
+    """Refuse (PatternError) a pattern whose matches ``found`` in ``piece`` (text between special
+    tokens) do not cover it: what no pre-token holds would be lost, silently, to training (never
+    counted) and to encoding (no id spells it). Matches never overlap, so they cover ``piece``
+    exactly when their lengths add up to its length: a sum, not a second match.
+    """
+    if sum(map(len, found)) == len(piece):
+        return
+    at = 0
+    for m in compiled.finditer(piece):
+        if m.start() > at:
+            break
+        at = max(at, m.end())
+    ch = piece[at]
+    raise PatternError(
+        f"the pattern {describe_pattern(pattern)} leaves {ch!r} (U+{ord(ch):04X}, character {at} of a "
+        f"{len(piece)}-character text) outside every pre-token: its matches must cover all the text outside "
+        "special tokens, or what it skips is lost to training and encoding; add an alternative such as "
+        "|\\s+|. to it")
+
+
 def split_long_words(words: Counter[bytes], max_pretoken_bytes: int | None) -> Counter[bytes]:
     """``words`` with each pre-token longer than ``max_pretoken_bytes`` counted as its pieces
     (``split_long_pretoken``), in place; None or 0 means no limit."""

@@ -48,6 +48,7 @@ from ..errors import ArgumentTypeError, ArgumentValueError, InputError, path_arg
 from ..native import core as native_core
 from ..text.pretokenize import (
     GPT2_PATTERN,
+    check_covered,
     compile_pattern,
     cut_context,
     native_scanner,
@@ -299,8 +300,10 @@ class Tokenizer(Tables):
         return hit
 
     def _encode_ordinary(self, text: str) -> list[int]:
-        """Encode text that holds no special token (regex pre-tokenization)."""
+        """Encode text that holds no special token (regex pre-tokenization); a pattern that leaves
+        some of it out of every pre-token is refused (``check_covered``): no id would spell it."""
         pieces = self._pat.findall(text)
+        check_covered(self.pattern, text, pieces, self._pat)
         if self._core is not None:
             return self._core.encode_pieces(pieces).tolist()
         out: list[int] = []

@@ -197,23 +197,56 @@ def _counted(db):
         con.close()
 
 
-def test_a_pattern_matching_nothing_is_an_error_not_0_merges(tmp_path, corpus):
+def test_a_pattern_that_leaves_text_out_is_refused_where_the_text_is_first_seen(tmp_path, corpus, capsys):
+    """A pattern whose pre-tokens do not cover the text (``\\p{Han}+`` on English, ``\\w+`` and its
+    spaces) lost that text silently: training never counted it (a pattern matching none of it
+    trained 0 merges), and encode wrote no id for it (``from_tiktoken(p, r"\\w+").encode("a b")``
+    gave the ids of "ab"). Now it is refused where the text is first read, exit 2, and a first run
+    leaves no store."""
+    from cli_helpers import run_main
+
+    from bpe_store import export_store
+
+    db = tmp_path / "han.db"
+    for pattern in (r"\p{Han}{5}", r"\p{Han}+", r"\w+"):
+        with pytest.raises(PatternError, match=r"leaves '.' \(U\+[0-9A-F]{4}, character \d+ of a \d+-character text\) "
+                                                "outside every pre-token"):
+            train([corpus], db, 400, [EOT], pattern=pattern)
+        assert not db.exists()
+    code, err = run_main(["train", corpus, "--db", db, "--vocab-size", 300, "--pattern", r"\w+", "--progress",
+                          "none"], capsys)
+    assert code == 2 and "outside every pre-token" in err and not db.exists(), err
+    # encode: a tokenizer's own pattern, a ranks file's, and the command
+    bytes_only = Tokenizer({i: bytes([i]) for i in range(256)}, [], pattern=r"\w+")
+    with pytest.raises(PatternError, match="outside every pre-token"):
+        bytes_only.encode("a b")
+    assert Tokenizer({i: bytes([i]) for i in range(256)}, [], pattern=r"\w+|\s+").encode("a b") == [97, 32, 98]
+    train([corpus], tmp_path / "ok.db", 300, [EOT])
+    export_store(tmp_path / "ok.db", "tiktoken", tmp_path / "tt")
+    ranks = next((tmp_path / "tt").glob("*.tiktoken"))
+    with pytest.raises(PatternError, match="outside every pre-token"):
+        Tokenizer.from_tiktoken(ranks, r"\w+").encode("hello world")
+    out = tmp_path / "ids.npy"
+    code, err = run_main(["encode", "--tokenizer", ranks, "--pattern", r"\w+", corpus, "-o", out], capsys)
+    assert code == 2 and "outside every pre-token" in err and not out.exists(), err
+
+
+def test_a_corpus_of_special_tokens_only_is_nothing_to_train_on(tmp_path):
+    """A covering pattern matches all text there is: only a corpus with no text outside its
+    special tokens counts no pre-token, an error (not 0 merges), and the store stays as counting
+    left it, so the same command fails the same way at once."""
+    corpus = tmp_path / "specials.txt"
+    corpus.write_text(EOT * 50)
     db = tmp_path / "none.db"
-    with pytest.raises(InputError, match=r"nothing to train on: the pattern '\\p\{Han\}\{5\}' matches none"):
-        train([corpus], db, 400, [EOT], pattern=r"\p{Han}{5}")
-    # left as counting left it: every chunk counted, no words, still counting
+    with pytest.raises(InputError, match="nothing to train on: the pattern gpt2 matches none"):
+        train([corpus], db, 400, [EOT])
     state = _counted(db)
     assert state[:3] == ("counting", 0, 0)
-    # the same command fails the same way at once (nothing is counted again)
     with pytest.raises(InputError, match="nothing to train on"):
-        train([corpus], db, 400, [EOT], pattern=r"\p{Han}{5}")
+        train([corpus], db, 400, [EOT])
     assert _counted(db) == state
-    # another pattern: refused as any parameter change; with restart it trains
     with pytest.raises(ResumeMismatch):
-        train([corpus], db, 400, [EOT], pattern=r"\p{Han}+")
-    r = train([corpus], db, 262, [EOT], pattern=r"\p{Han}+", restart=True)
-    text = corpus.read_bytes().decode("utf-8")
-    assert r.merges == reference_train_bpe(text, 262, [EOT], pattern=r"\p{Han}+")[1] and len(r.merges) == 5
+        train([corpus], db, 400, [EOT], pattern=r"\S+|\s+")
 
 
 def test_a_word_that_is_no_name_is_refused(tmp_path, corpus):
@@ -265,8 +298,9 @@ def test_empty_matches_are_not_words(tmp_path):
     assert count_words("ab, cd", [], r"\w*") == count_words("ab, cd", [], r"\w+")
     p = tmp_path / "c.txt"
     p.write_text("ab ab, cd!")
-    assert (train([p], tmp_path / "a.db", 300, [], pattern=r"\w*").merges
-            == train([p], tmp_path / "b.db", 300, [], pattern=r"\w+").merges)
+    # patterns that cover the text (training refuses others), one with empty matches at the end
+    assert (train([p], tmp_path / "a.db", 300, [], pattern=r"\W+|\w*").merges
+            == train([p], tmp_path / "b.db", 300, [], pattern=r"\W+|\w+").merges)
 
 
 # -- the tokenizer of a store trained with a named pattern ----------------------------------------

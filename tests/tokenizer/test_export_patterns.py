@@ -167,7 +167,7 @@ def test_user_pattern_rewritten_or_refused(tmp_path, capsys):
     src = tmp_path / "t.txt"
     src.write_text(_NUMBERS + fixture_text(EN, 30_000), encoding="utf-8")
     good, bad = tmp_path / "good.db", tmp_path / "bad.db"
-    train([src], good, 400, [EOT], workers=1, pattern=r"(?i:[a-z]+)|\d{1,2}+|\s+$|[^\S\n]+|\n|[^\s\w]+")
+    train([src], good, 400, [EOT], workers=1, pattern=r"(?i:[a-z]+)|\d{1,2}+|\s+$|[^\S\n]+|\n|[^\s\w]+|.")
     train([src], bad, 300, [EOT], workers=1, pattern=r"\w+\b|\W")
     ours = Tokenizer.from_store(good)
     export_store(good, "hf", tmp_path / "hf")

@@ -24,6 +24,7 @@ from ..text.units import unit_blocks
 from .count import (
     FlushBuffer,
     RangeTask,
+    UnitTask,
     block_specials,
     count_block,
     count_chunk_task,
@@ -67,11 +68,10 @@ def count_chunks_threaded(tasks: Sequence[RangeTask], workers: int,
                 fut.cancel()
 
 
-def count_units_threaded(tasks: Sequence[tuple[int, object]], workers: int, special_tokens: Sequence[str],
-                         pattern: str, invalid_utf8: str, block_size: int,
-                         max_pretoken_bytes: int | None = None) -> Iterator[tuple[int, ChunkCounts | WordCounter, int]]:
-    """The native map step over work units ``[(chunk id, Unit)]``, yielding ``(chunk id, counts,
-    pre-tokens)`` per unit as units complete.
+def count_units_threaded(tasks: Sequence[UnitTask],
+                         workers: int) -> Iterator[tuple[int, ChunkCounts | WordCounter, int]]:
+    """The native map step over work units (``UnitTask``: each its unit, pre-tokenization spec and
+    block size), yielding ``(unit id, counts, pre-tokens)`` per unit as units complete.
 
     Why readers apart from counters: reading a unit (decompressing, parsing JSON, reading
     parquet) is sequential within the unit and partly holds the GIL, while counting a block
@@ -85,10 +85,10 @@ def count_units_threaded(tasks: Sequence[tuple[int, object]], workers: int, spec
     thread outlives the generator.
     """
     slots = threading.Semaphore(2 * workers)
-    state: dict[int, _UnitCounts] = {cid: _UnitCounts() for cid, _ in tasks}
+    state: dict[int, _UnitCounts] = {t.id: _UnitCounts() for t in tasks}
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-count") as counters, \
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bpe-read") as readers:
-        reader = _UnitReader(counters, slots, special_tokens, pattern, invalid_utf8, block_size, max_pretoken_bytes)
+        reader = _UnitReader(counters, slots)
         futures = [readers.submit(reader.read, t) for t in tasks]
         try:
             while state:
@@ -117,34 +117,32 @@ class _UnitReader:
     counting threads, a block holding one of the ``slots`` until its counts are summed; what
     happens is put on ``events`` as ``(chunk id, "block" | "read" | "error", value)``."""
 
-    def __init__(self, counters: ThreadPoolExecutor, slots: threading.Semaphore, special_tokens: Sequence[str],
-                 pattern: str, invalid_utf8: str, block_size: int, max_pretoken_bytes: int | None) -> None:
+    def __init__(self, counters: ThreadPoolExecutor, slots: threading.Semaphore) -> None:
         import queue
 
         self.counters, self.slots = counters, slots
-        self.special_tokens, self.pattern, self.invalid_utf8 = special_tokens, pattern, invalid_utf8
-        self.block_size, self.max_pretoken_bytes = block_size, max_pretoken_bytes
-        self.scanner = native_scanner(pattern)
         self.stopping = threading.Event()
         self.events: queue.SimpleQueue = queue.SimpleQueue()
 
-    def count(self, block: bytes, specials: list[bytes]) -> ChunkCounts:
-        return native_count_chunk(block, specials, self.max_pretoken_bytes or 0, self.scanner)
+    @staticmethod
+    def count(block: bytes, specials: list[bytes], max_bytes: int | None, scanner: str) -> ChunkCounts:
+        return native_count_chunk(block, specials, max_bytes or 0, scanner)
 
-    def read(self, task: tuple[int, object]) -> None:
-        cid, unit = task
-        specials = block_specials(self.special_tokens, unit.has_documents)
+    def read(self, task: UnitTask) -> None:
+        cid, unit, spec = task.id, task.unit, task.spec
+        specials = block_specials(spec.special_tokens, unit.has_documents)
+        scanner = native_scanner(spec.pattern)
         n = 0
         try:
-            for block in unit_blocks(unit, self.special_tokens, self.pattern, self.invalid_utf8, self.block_size,
-                                     self.max_pretoken_bytes):
+            for block in unit_blocks(unit, spec.special_tokens, spec.pattern, spec.invalid_utf8, task.block_size,
+                                     spec.max_pretoken_bytes):
                 while not self.slots.acquire(timeout=0.1):
                     if self.stopping.is_set():
                         return
                 if self.stopping.is_set():
                     self.slots.release()
                     return
-                fut = self.counters.submit(self.count, block, specials)
+                fut = self.counters.submit(self.count, block, specials, spec.max_pretoken_bytes, scanner)
                 fut.add_done_callback(lambda f, cid=cid: self.events.put((cid, "block", f)))
                 n += 1
                 del block

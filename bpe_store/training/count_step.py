@@ -123,8 +123,8 @@ def _count_map(job: Job, sources: Sequence[Source], todo: Sequence) -> tuple[Ite
     if plain:
         tasks = [RangeTask(c.id, sources[c.source_id].path, c.start, c.end, spec) for c in todo]
     else:
-        units = [(c.id, unit_of(sources[c.source_id], c.kind, c.start, c.end, c.part)) for c in todo]
-        tasks = [UnitTask(cid, u, spec, job.options.chunk_size) for cid, u in units]
+        tasks = [UnitTask(c.id, unit_of(sources[c.source_id], c.kind, c.start, c.end, c.part), spec,
+                          job.options.chunk_size) for c in todo]
     # native: chunk counts stay in C++ (ChunkCounts summed into a WordCounter), so Python objects
     # are made only at a flush and the GIL is free while threads count
     native = native_counts(params.pattern)
@@ -138,8 +138,7 @@ def _count_map(job: Job, sources: Sequence[Source], todo: Sequence) -> tuple[Ite
         return results, results.buffer, results.status
     buffer = FlushBuffer(native)
     if native and not plain:
-        return count_units_threaded(units, workers, params.special_tokens, params.pattern, params.invalid_utf8,
-                                    job.options.chunk_size, params.max_pretoken_bytes), buffer, dict
+        return count_units_threaded(tasks, workers), buffer, dict
     if workers > 1 and len(tasks) > 1:
         # Both map steps release the GIL while they scan: the native counter, and `regex` with
         # concurrent=True (pretokenize.count_words). So threads give the parallelism of processes

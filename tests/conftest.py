@@ -41,9 +41,10 @@ collect_ignore = ["tiktoken_suite"]
 #: files with the most tests first), and a long one begun last would leave the other worker idle at
 #: the end. Measured with ``--durations`` on 2 cores (docs/development.md); every other file takes
 #: less than the last of these.
-LONGEST_FILES = ("test_merge_engine.py", "test_portable_pattern.py", "test_ray_count.py", "test_ray_tree.py",
-                 "test_from_tiktoken.py", "test_native_sanitizers.py", "test_wal_reader.py", "test_api.py",
-                 "test_sql_formats.py", "test_reference_diff.py", "test_pattern_scanners.py", "test_scanner.py")
+LONGEST_FILES = ("test_merge_engine.py", "test_extend.py", "test_portable_pattern.py", "test_ray_count.py",
+                 "test_ray_tree.py", "test_from_tiktoken.py", "test_native_sanitizers.py", "test_wal_reader.py",
+                 "test_api.py", "test_sql_formats.py", "test_reference_diff.py", "test_pattern_scanners.py",
+                 "test_scanner.py", "test_tiktoken_suite.py", "test_tokenizer_pickle.py")
 #: Files that run as one unit, one after the other on one worker: each starts a Ray cluster (two
 #: workers; three raylets), and two clusters at once on 2 cores starve each other's health checks.
 ONE_UNIT = {"test_ray_count.py": "Ray clusters", "test_ray_tree.py": "Ray clusters"}

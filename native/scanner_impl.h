@@ -19,12 +19,14 @@
 #pragma once
 
 // Its parts: char_classes.h (characters and runs of one class), scan_gpt2.h, scan_tiktoken.h,
+// scan_superword.h (SuperBPE's stage 2),
 // word_table.h (the counting table); here the patterns' dispatch.
 #include <cstddef>
 #include <cstdint>
 
 #include "char_classes.h"
 #include "scan_gpt2.h"
+#include "scan_superword.h"
 #include "scan_tiktoken.h"
 #include "word_table.h"
 
@@ -40,7 +42,8 @@ namespace bpe::detail {
     X(kCl100k, "cl100k")       \
     X(kO200k, "o200k")         \
     X(kLlama3, "llama3")       \
-    X(kQwen2, "qwen2")
+    X(kQwen2, "qwen2")         \
+    X(kSuperword, "superword")
 
 // kNone: a user's own regex, which only special tokens may cut and which Python scans with `regex`.
 #define BPE_PATTERN_ENUMERATOR(id, name) id,
@@ -66,6 +69,7 @@ inline void scan_pattern(Pattern pattern, const uint8_t *s, size_t n, Emit &&emi
         case Pattern::kLlama3: return scan_cl100k<false, 3>(s, n, emit);
         case Pattern::kQwen2: return scan_cl100k<false, 1>(s, n, emit);
         case Pattern::kO200k: return scan_o200k(s, n, emit);
+        case Pattern::kSuperword: return scan_superword(s, n, emit);
         default: return scan(s, n, emit);
     }
 }

@@ -320,6 +320,9 @@ inline bool same_class_at(Pattern pattern, const uint8_t *s, size_t x, size_t c,
             const auto lower_only = [](uint8_t f) { return (f & (kFLo | kFUp)) == kFLo; };
             return cls == kLetter && lower_only(fchar(s, k, s + c).f) && lower_only(fchar(s, c, s + y).f);
         }
+        // SuperBPE's stage 2: letters only. A run of punctuation there is a match of two or more
+        // marks, and the rest of it cut short may hold one mark, which no longer matches.
+        case Pattern::kSuperword: return cls == kLetter;
         default: return cls == kLetter || cls == kOther;
     }
 }

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ..errors import PatternError
+from .superword_split import STAGE2_PATTERN
 
 TYPE_CHECKING = False  # not typing's (its import costs more than this module)
 if TYPE_CHECKING:
@@ -66,7 +67,9 @@ class PatternSpec:
     scanner (a name in the native core's table, ``_core.SCANNERS``, from native/scanner_impl.h's
     ``BPE_NATIVE_PATTERNS``; "" for none: ``regex`` splits it);
     ``label``: how a store's status shows it (default ``name``); ``note``: its words in the
-    ``--pattern`` help ("the default")."""
+    ``--pattern`` help ("the default"); ``listed`` False: a pattern bpe_store applies itself
+    (SuperBPE's stage 2), with a native scanner but no name a user gives: not in ``PATTERNS``,
+    the help or the completion."""
 
     name: str
     regex: str
@@ -74,6 +77,7 @@ class PatternSpec:
     aliases: tuple[str, ...] = ()
     label: str = ""
     note: str = ""
+    listed: bool = True
 
 
 #: The named patterns, in the order the help lists them.
@@ -97,9 +101,10 @@ def register_pattern(spec: PatternSpec) -> None:
     if taken:
         raise ValueError(f"pattern name(s) already registered: {', '.join(taken)}")
     PATTERN_SPECS.append(spec)
-    for name in (spec.name, *spec.aliases):
-        PATTERNS[name] = spec.regex
-    _NAME_OF.setdefault(spec.regex, spec.label or spec.name)
+    if spec.listed:
+        for name in (spec.name, *spec.aliases):
+            PATTERNS[name] = spec.regex
+        _NAME_OF.setdefault(spec.regex, spec.label or spec.name)
     if spec.scanner:
         NATIVE_SCANNERS.setdefault(spec.regex, spec.scanner)
 
@@ -108,7 +113,8 @@ for _spec in (PatternSpec("gpt2", GPT2_PATTERN, "gpt2", ("r50k_base",), note="th
               PatternSpec("gpt4", CL100K_PATTERN, "cl100k", ("cl100k", "cl100k_base"), "gpt4 (cl100k)", "= cl100k"),
               PatternSpec("o200k", O200K_PATTERN, "o200k", ("o200k_base",)),
               PatternSpec("llama3", LLAMA3_PATTERN, "llama3"),
-              PatternSpec("qwen2", QWEN2_PATTERN, "qwen2")):
+              PatternSpec("qwen2", QWEN2_PATTERN, "qwen2"),
+              PatternSpec("superword", STAGE2_PATTERN, "superword", listed=False)):
     register_pattern(_spec)
 
 
@@ -132,7 +138,7 @@ def pattern_names_help() -> str:
     >>> pattern_names_help()
     'gpt2 (the default), gpt4 (= cl100k), o200k, llama3, qwen2'
     """
-    return ", ".join(f"{s.name} ({s.note})" if s.note else s.name for s in PATTERN_SPECS)
+    return ", ".join(f"{s.name} ({s.note})" if s.note else s.name for s in PATTERN_SPECS if s.listed)
 
 
 def resolve_pattern(pattern: str | None) -> str:

@@ -12,7 +12,7 @@ from conftest import ROOT
 
 from bpe_store.native import BUILT
 from bpe_store.text import pretokenize
-from bpe_store.text.pretokenize import PATTERN_SPECS, PatternSpec, register_pattern
+from bpe_store.text.pretokenize import PATTERN_SPECS, PATTERNS, PatternSpec, register_pattern
 from bpe_store.training.options import TrainOptions
 
 #: Registers a pattern before anything reads the registry, then prints what users would see.
@@ -44,7 +44,8 @@ def test_a_registered_pattern_is_in_the_help_the_completion_and_the_docs():
 def test_a_name_is_registered_once():
     with pytest.raises(ValueError, match="already registered: gpt4"):
         register_pattern(PatternSpec("gpt4", r"\w+"))
-    assert [s.name for s in PATTERN_SPECS] == ["gpt2", "gpt4", "o200k", "llama3", "qwen2"]
+    assert [s.name for s in PATTERN_SPECS] == ["gpt2", "gpt4", "o200k", "llama3", "qwen2", "superword"]
+    assert "superword" not in PATTERNS  # stage 2's pattern: scanned natively, not a name users give
 
 
 @pytest.mark.skipif(not BUILT, reason="the native core is not built here")
@@ -56,12 +57,13 @@ def test_the_registry_and_the_native_name_table_name_the_same_scanners():
     assert sorted({s.scanner for s in PATTERN_SPECS if s.scanner}) == sorted(core.SCANNERS)
     for name in core.SCANNERS:
         core.Splitter([], name)  # pattern_of reads the same table
-    with pytest.raises(ValueError, match="pattern must be 'gpt2', 'cl100k', 'o200k', 'llama3', 'qwen2' or '' "):
+    with pytest.raises(ValueError,
+                       match="pattern must be 'gpt2', 'cl100k', 'o200k', 'llama3', 'qwen2', 'superword' or '' "):
         core.Splitter([], "no-such-scanner")
 
 
 def test_the_options_docstring_names_every_built_in_pattern():
     # the one hand-written list left (help(train) shows it): it must name what the registry holds
     doc = TrainOptions.__doc__.split("pattern:", 1)[1].split("workers:", 1)[0]
-    assert [s.name for s in PATTERN_SPECS if f'"{s.name}"' not in doc] == []
+    assert [s.name for s in PATTERN_SPECS if s.listed and f'"{s.name}"' not in doc] == []
     assert pretokenize.pattern_names_help().startswith("gpt2 (the default)")

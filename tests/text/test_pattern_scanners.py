@@ -27,12 +27,13 @@ from bpe_store import _core
 from bpe_store.counting.count import count_chunk_native, native_counts
 from bpe_store.text.chunks import plan_chunks
 from bpe_store.text.pretokenize import NATIVE_SCANNERS, PATTERNS, count_words, native_scanner, native_splitter
+from bpe_store.text.superword_split import STAGE2_PATTERN
 from bpe_store.tokenizer.tokenizer import Tokenizer
 from bpe_store.training.reference import reference_train_bpe
 from bpe_store.training.train import train
 
 ROOT = Path(__file__).resolve().parents[2]
-NAMES = list(NATIVE_SCANNERS.values())  # gpt2, cl100k, o200k, llama3, qwen2
+NAMES = list(NATIVE_SCANNERS.values())  # gpt2, cl100k, o200k, llama3, qwen2, superword
 REGEX = {name: pattern for pattern, name in NATIVE_SCANNERS.items()}
 COMPILED = {name: regex.compile(pattern) for name, pattern in REGEX.items()}
 EOT = "<|endoftext|>"
@@ -181,7 +182,8 @@ def test_corpus_slices_split_as_regex(name: str, corpus: str, offsets: tuple[int
 
 
 def test_every_named_pattern_has_a_native_scanner() -> None:
-    assert {PATTERNS[n] for n in PATTERNS} == set(NATIVE_SCANNERS)
+    # and one pattern bpe_store applies itself, with a scanner but no name (SuperBPE's stage 2)
+    assert {PATTERNS[n] for n in PATTERNS} | {STAGE2_PATTERN} == set(NATIVE_SCANNERS)
     assert all(native_counts(p) for p in PATTERNS.values())
     assert native_scanner(r"\w+|\s+") == "" and not native_counts(r"\w+|\s+")
     with pytest.raises(ValueError):
@@ -278,14 +280,15 @@ def test_a_file_counts_the_same_in_any_chunks(tmp_path: Path, name: str) -> None
 
 # -- training and encoding -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["cl100k", "o200k", "llama3"])
+@pytest.mark.parametrize("name", ["cl100k", "o200k", "llama3", "superword"])
 def test_training_equals_the_reference_for_any_threads_and_chunk_size(tmp_path: Path, name: str) -> None:
     text = fixture_text(EN, 30_000) + EOT + fixture_text(RU, 10_000) + EOT + fixture_text(ZH, 10_000)
     path = tmp_path / "corpus.txt"
     path.write_text(text, encoding="utf-8")
     ref_vocab, ref_merges = reference_train_bpe(text, 500, [EOT], pattern=REGEX[name])
     for i, (threads, chunk) in enumerate(((1, 1 << 20), (2, 2048))):
-        result = train([path], tmp_path / f"{i}.db", 500, [EOT], pattern=name, workers=threads, chunk_size=chunk)
+        result = train([path], tmp_path / f"{i}.db", 500, [EOT], pattern=REGEX[name], workers=threads,
+                       chunk_size=chunk)
         assert result.merges == ref_merges and result.vocab == ref_vocab, (name, threads, chunk)
 
 
@@ -300,8 +303,8 @@ def trained() -> dict[str, tuple[dict[int, bytes], list[tuple[bytes, bytes]]]]:
 @given(text=text_with_specials, name=st.sampled_from(NAMES))
 def test_the_native_encoder_equals_the_spec(trained, text: str, name: str) -> None:
     vocab, merges = trained[name]
-    native = Tokenizer(vocab, merges, [EOT], pattern=name)
-    spec = Tokenizer(vocab, merges, [EOT], pattern=name, native=False)
+    native = Tokenizer(vocab, merges, [EOT], pattern=REGEX[name])
+    spec = Tokenizer(vocab, merges, [EOT], pattern=REGEX[name], native=False)
     assert native._core is not None and native._core.native_split
     ids = spec.encode(text)
     assert native.encode(text) == ids
@@ -315,8 +318,8 @@ def test_the_native_encoder_equals_the_spec(trained, text: str, name: str) -> No
 def test_encoding_a_long_document_on_threads_equals_the_spec(trained, name: str) -> None:
     vocab, merges = trained[name]
     text = (fixture_text(EN, 300_000) + EOT + fixture_text(ZH, 200_000) + fixture_text(RU, 200_000)) * 2
-    native = Tokenizer(vocab, merges, [EOT], pattern=name)
-    spec = Tokenizer(vocab, merges, [EOT], pattern=name, native=False)
+    native = Tokenizer(vocab, merges, [EOT], pattern=REGEX[name])
+    spec = Tokenizer(vocab, merges, [EOT], pattern=REGEX[name], native=False)
     ids = spec.encode(text)
     for threads in (1, 2, 3):
         assert native.encode_to_array(text, threads).tolist() == ids

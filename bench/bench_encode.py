@@ -34,6 +34,10 @@ tiktoken's:
     python bench/bench_encode.py --openai cl100k_base,o200k_base --limit 8000000 --threads 1,2 \\
         --corpus ../shared/corpora/enwiki-100M.txt,../shared/corpora/zhwiki-20M.txt \\
         --out bench/RESULTS-encode-openai.md
+
+``--store DB`` (with ``--openai`` or alone) adds a trained store's tables in the same form:
+bpe_store's own encoder (``Tokenizer.from_store``; its ids moved to the export's) beside the peers
+that load the store's ``--specials-last`` export (tiktoken, gigatoken, fastokens, HF tokenizers).
 """
 
 from __future__ import annotations
@@ -140,7 +144,8 @@ OPENAI_EOT = {"cl100k_base": 100257, "o200k_base": 199999}
 OPENAI_CONTENDERS = ["bpe_store array", "bpe_store documents", "bpe_store lists", "tiktoken batch",
                      "gigatoken batch", "fastokens flat", "quicktok-v1 batch", "toktok-rs batch", "bpe-openai batch"]
 #: the package each peer is, for its version in the results
-PACKAGE = {"tiktoken": "tiktoken", "gigatoken": "gigatoken", "fastokens": "fastokens", "quicktok-v1": "quicktok-v1",
+PACKAGE = {"tiktoken": "tiktoken", "tokenizers": "tokenizers", "gigatoken": "gigatoken", "fastokens": "fastokens",
+           "quicktok-v1": "quicktok-v1",
            "toktok-rs": "toktok-rs", "bpe-openai": "bpe-openai", "bpe_store": "bpe-store"}
 
 
@@ -160,8 +165,74 @@ def _ranks_file(name: str) -> str:
     return str(out)
 
 
-def _openai_load(which: str, name: str, threads: int):
+def _store_export(db: str) -> Path:
+    """``--store``: the store exported once, as tiktoken ranks and a tokenizer.json with its special
+    tokens after the merges (``--specials-last``, the form the fast encoders load): an ordinary
+    token's id there is the store's less its number of specials."""
+    from bpe_store.tokenizer.export import export_store
+
+    out = Path(tempfile.gettempdir()) / "bench-encode-ranks" / f"store-{Path(db).stem}"
+    out.mkdir(parents=True, exist_ok=True)
+    for fmt in ("tiktoken", "hf"):
+        if not (out / fmt).exists():
+            export_store(db, fmt, out / fmt, force=True, specials_last=True)
+    return out
+
+
+def _store_load(which: str, db: str, threads: int):
+    """``--store``'s contenders: bpe_store's own encoder (``Tokenizer.from_store``, ids moved to the
+    export's) and the peers that load an export (tiktoken, gigatoken, fastokens, HF tokenizers)."""
+    export = _store_export(db)
+    meta = json.loads((export / "tiktoken" / "tiktoken.json").read_text(encoding="utf-8"))
+    ranks = str(export / "tiktoken" / meta["ranks_file"])
+    if which.startswith("bpe_store"):
+        import numpy as np
+
+        from bpe_store.tokenizer.tokenizer import Tokenizer
+
+        tok = Tokenizer.from_store(db)
+        shift = len(tok.special_tokens)  # the store's specials come first
+        eot = tok._special_id[EOT]
+        if which == "bpe_store array":
+            def run(docs):
+                ids = tok.encode_to_array(EOT.join(docs), threads)
+                return lambda: [ids[ids != eot] - shift]
+            return run
+        if which == "bpe_store documents":
+            return lambda docs: (lambda ids: (lambda: [ids - shift]))(tok.encode_documents(docs, threads)[0])
+        return lambda docs: (lambda out: (lambda: [np.asarray(o, np.int64) - shift for o in out]))(
+            tok.encode_batch(docs, threads))
+    if which == "tiktoken batch":
+        from bpe_store.tokenizer.export import load_tiktoken
+
+        enc = load_tiktoken(export / "tiktoken")
+        return lambda docs: (lambda out: (lambda: out))(enc.encode_ordinary_batch(docs, num_threads=threads))
+    if which == "gigatoken batch":
+        import gigatoken
+        import numpy as np
+
+        g = gigatoken.Tokenizer.from_tiktoken(ranks, pretokenizer="gpt2")
+        return lambda docs: (lambda out: (lambda: [np.asarray(__import__("awkward").flatten(out))]))(
+            g.encode_batch(docs, parallel=threads > 1))
+    if which == "fastokens flat":
+        import fastokens
+        import numpy as np
+
+        f = fastokens.Tokenizer.from_tiktoken(ranks, pattern=meta["pattern"])
+        return lambda docs: (lambda out: (lambda: [np.frombuffer(out[0], np.uint32)]))(f.encode_batch_flat(docs))
+    if which == "tokenizers batch":
+        import tokenizers
+
+        tk = tokenizers.Tokenizer.from_file(str(export / "hf" / "tokenizer.json"))
+        return lambda docs: (lambda out: (lambda: [e.ids for e in out]))(
+            tk.encode_batch(docs, add_special_tokens=False))
+    raise ImportError(name="no loader for a custom ranks file")
+
+
+def _openai_load(which: str, name: str, threads: int, db: str | None = None):
     """(encode(docs) -> sequences of ids, what it loaded) for one contender; ImportError if absent."""
+    if name == "store":
+        return _store_load(which, db, threads)
     path = _ranks_file(name)
     if which.startswith("bpe_store"):
         from bpe_store.tokenizer.tokenizer import Tokenizer
@@ -231,7 +302,7 @@ def openai_child(which: str, args: argparse.Namespace) -> dict:
     docs, nbytes = _read_docs(args.corpus, args.limit)
     try:
         t0, c0 = time.perf_counter(), time.process_time()
-        run = _openai_load(which, args.encoding, int(args.threads))
+        run = _openai_load(which, args.encoding, int(args.threads), args.db)
         load = time.perf_counter() - t0
         t0, c0 = time.perf_counter(), time.process_time()
         result = run(docs)
@@ -248,25 +319,36 @@ def run_openai(args: argparse.Namespace) -> None:
     """``--openai``: for each encoding, corpus and thread count, each contender in its own process;
     ids checked against tiktoken's."""
     tables: dict[str, list[dict]] = {}
-    for name in args.openai.split(","):
-        if name not in OPENAI_PATTERN:
+    names = args.openai.split(",") if args.openai else []
+    for name in names + (["store"] if args.store else []):
+        if name not in OPENAI_PATTERN and name != "store":
             raise SystemExit(f"--openai: {name!r} is not one of {', '.join(OPENAI_PATTERN)}")
         for corpus in args.corpus.split(","):
             for threads in [int(t) for t in str(args.threads).split(",")]:
-                key = f"{name}, {Path(corpus).name}, {threads} thread{'s' if threads > 1 else ''}"
+                label = f"store {Path(args.store).name}" if name == "store" else name
+                key = f"{label}, {Path(corpus).name}, {threads} thread{'s' if threads > 1 else ''}"
                 tables[key] = _openai_cell(args, name, corpus, threads, key)
-    if args.out:
-        write_openai_markdown(args, tables)
+                if args.out:  # after every cell: a run cut short keeps what it measured
+                    write_openai_markdown(args, tables)
 
 
 def _openai_cell(args: argparse.Namespace, name: str, corpus: str, threads: int, key: str) -> list[dict]:
-    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+    # OPENBLAS_NUM_THREADS=1: NumPy's OpenBLAS threads spin after its import, and a process's CPU
+    # time (all threads) would count their spinning as the contender's encoding
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1")
     results = []
-    for which in args.contenders.split(",") if args.contenders else OPENAI_CONTENDERS:
+    every = STORE_CONTENDERS if name == "store" else OPENAI_CONTENDERS
+    for which in [w for w in args.contenders.split(",") if w in every] if args.contenders else every:
         cmd = [sys.executable, __file__, "--child", which, "--encoding", name, "--corpus", corpus,
                "--threads", str(threads)] + (["--limit", str(args.limit)] if args.limit else [])
+        cmd += ["--db", args.store] if name == "store" else []
         load = os.getloadavg()[0]
-        r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if done.returncode != 0:  # a peer that fails on this input (bpe-openai's chunk limit): said, not fatal
+            err = (done.stderr.strip().splitlines() or ["?"])[-1]
+            r = {"name": which, "skipped": f"failed: {err[:160]}"}
+        else:
+            r = json.loads(done.stdout)
         r["load"] = load
         results.append(r)
         if "skipped" in r:
@@ -321,6 +403,10 @@ def write_openai_markdown(args: argparse.Namespace, tables: dict[str, list[dict]
     Path(args.out).write_text("\n".join(lines), encoding="utf-8")
 
 
+#: ``--store``'s contenders: those that load a custom ranks file or tokenizer.json
+STORE_CONTENDERS = ["bpe_store array", "bpe_store documents", "bpe_store lists", "tiktoken batch", "gigatoken batch",
+                    "fastokens flat", "tokenizers batch"]
+
 CONTENDERS = ["bpe_store batch", "bpe_store file", "tiktoken batch", "tiktoken 1 string", "tokenizers batch"]
 
 
@@ -337,15 +423,18 @@ def main() -> None:
     ap.add_argument("--openai", default=None, metavar="NAMES",
                     help="encode with OpenAI's real ranks instead of a store: cl100k_base,o200k_base")
     ap.add_argument("--contenders", default=None, help="--openai: a comma list of contenders (default: all)")
+    ap.add_argument("--store", default=None, metavar="DB",
+                    help="with --openai (or alone): also a trained store's tables, beside the peers that load its "
+                         "export (--specials-last)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--encoding", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if not args.openai and not args.encoding:
+    if not args.openai and not args.store and not args.encoding:
         args.threads = int(args.threads)
     if args.child:
         print(json.dumps(openai_child(args.child, args) if args.encoding else child(args.child, args)))
         return
-    if args.openai:
+    if args.openai or args.store:
         run_openai(args)
         return
 

@@ -70,6 +70,11 @@ class RunRows:
                 self.executemany("INSERT INTO vocab (id, bytes, kind) VALUES (?, ?, 'merge')", merge_vocab)
                 self.executemany('INSERT INTO merges (rank, "left", "right", token, count) VALUES (?, ?, ?, ?, ?)',
                                  merges)
+                # a checkpoint recording them (as a based store's, ``write_base``): without one, a kill
+                # before the first counting flush committed left stage 1's merges with no digest to
+                # match, and every resume was refused ("it holds 400 merges, its newest checkpoint
+                # recorded 0")
+                self.add_checkpoint_row("counting", 0, 0.0, None)
 
     def run_row(self) -> dict:
         row = self.sql("SELECT * FROM run WHERE id = 1").mappings().first()

@@ -12,7 +12,7 @@ import time
 
 import pytest
 from cli_helpers import ROOT, SPECIAL, run
-from conftest import EN, RU, ZH, fixture_text
+from conftest import EN, RU, ZH, fixture_text, kill_when_paused
 
 from bpe_store import train
 from bpe_store.text.superword_split import STAGE2_PATTERN, word_parts
@@ -158,9 +158,13 @@ def test_sigkill_in_stage_two_resumes_to_identical_merges(tmp_path):
     expected = train([corpus], tmp_path / "whole.db", 257 + 1200, [SPECIAL], superword_from=400, superword_base=base)
     db = tmp_path / "killed.db"
     seen = []
-    # while stage 2 counts, while its engine is built (merging, no superword merge yet), then
-    # while it merges (merges past the transition point)
-    for phase, target in (("counting", 1), ("merging", 400), ("merging", 450), ("merging", 700), ("merging", 1000)):
+    # inside stage 2's counting flush (a pause point: its units go in one flush, so the state the
+    # poll once waited for, "counting, a unit counted", lasts only from that flush's commit to the
+    # move to merging, a few ms, and was seen or not by the load's luck), while its engine is built
+    # (merging, no superword merge yet), then while it merges (past the transition point)
+    kill_when_paused([sys.executable, "-c", RUNNER, str(corpus), str(db), str(base)], "flush:1")
+    seen.append(_state(db))
+    for phase, target in (("merging", 400), ("merging", 450), ("merging", 700), ("merging", 1000)):
         proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(corpus), str(db), str(base)], cwd=ROOT)
         deadline = time.monotonic() + 120
         while proc.poll() is None and time.monotonic() < deadline and not _reached(db, phase, target):
@@ -176,5 +180,5 @@ def test_sigkill_in_stage_two_resumes_to_identical_merges(tmp_path):
     assert r.merges == expected.merges and r.merge_counts == expected.merge_counts
     phases = [p for p, _, _ in seen]
     merges = [m for _, _, m in seen]
-    assert phases[0] == "counting" and phases[1] == "merging" and merges == sorted(merges), seen
+    assert seen[0][:2] == ("counting", 0) and phases[1] == "merging" and merges == sorted(merges), seen
     assert 400 < merges[2] < merges[-1] < 1200, seen  # killed inside stage 2

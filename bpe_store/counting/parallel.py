@@ -18,6 +18,7 @@ from ..native import (
     native_count_chunk,
 )
 from ..text.pretokenize import (
+    PretokenSpec,
     native_scanner,
 )
 from ..text.units import unit_blocks
@@ -184,11 +185,10 @@ class _UnitCounts:
         return (self.counts if self.counts is not None else WordCounter()), self.n
 
 
-def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, special_tokens: Sequence[str],
-                         pattern: str, documents: bool,
-                         max_pretoken_bytes: int | None = None
+def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, spec: PretokenSpec, documents: bool
                          ) -> Iterator[tuple[object, ChunkCounts | Counter[bytes], int]]:
-    """``(mark, counts, pre-tokens)`` per ``(block, mark)`` of a stream, in the stream's order.
+    """``(mark, counts, pre-tokens)`` per ``(block, mark)`` of a stream, in the stream's order, split
+    as ``spec`` says (``documents``: the blocks join documents with ``DOC_SEP``).
 
     Natively, blocks are counted on ``workers`` threads (GIL released) with at most
     ``2 * workers`` in flight. In order, so that every mark the caller commits covers exactly
@@ -196,6 +196,7 @@ def count_blocks_ordered(blocks: Iterator[tuple[bytes, object]], workers: int, s
     ``(None, None, 0)`` once the blocks before it are counted."""
     from collections import deque
 
+    special_tokens, pattern, max_pretoken_bytes = spec.special_tokens, spec.pattern, spec.max_pretoken_bytes
     if not native_counts(pattern):
         for block, mark in blocks:
             if block is None:

@@ -12,9 +12,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
+
+if TYPE_CHECKING:
+    from ..text.pretokenize import PretokenSpec
 
 #: Most special tokens a run may have (a store with more is refused as damaged or hostile: each
 #: becomes an alternative of the special-token regex, and 200 K of them took minutes to compile).
@@ -66,6 +69,13 @@ class RunParams:
     @property
     def num_merges(self) -> int:
         return self.vocab_size - 256 - len(self.special_tokens)
+
+    @property
+    def pretoken_spec(self) -> PretokenSpec:
+        """How this run's text becomes pre-tokens, as the one value counting's tasks and streams take."""
+        from ..text.pretokenize import PretokenSpec
+
+        return PretokenSpec(tuple(self.special_tokens), self.pattern, self.invalid_utf8, self.max_pretoken_bytes)
 
 
 def _is_int(v: Any) -> bool:

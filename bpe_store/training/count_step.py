@@ -32,7 +32,7 @@ from ..store.params import RunParams
 from ..store.store import Store
 from ..text.fingerprint import changed_since_planned
 from ..text.inputs import unit_of
-from ..text.pretokenize import PretokenSpec, describe_pattern
+from ..text.pretokenize import describe_pattern
 from ..text.sources import Source
 from ..text.streams import Stream
 from .job import Job
@@ -119,7 +119,7 @@ def _count_map(job: Job, sources: Sequence[Source], todo: Sequence) -> tuple[Ite
     # plain text cut into byte ranges: the map step reads its range itself (count_chunk*_task);
     # other kinds go through bpe_store.text.inputs' readers (count_units_threaded, count_unit_task)
     plain = all(c.kind == "range" and sources[c.source_id].format == "text" for c in todo)
-    spec = PretokenSpec(tuple(params.special_tokens), params.pattern, params.invalid_utf8, params.max_pretoken_bytes)
+    spec = params.pretoken_spec
     if plain:
         tasks = [RangeTask(c.id, sources[c.source_id].path, c.start, c.end, spec) for c in todo]
     else:
@@ -327,8 +327,7 @@ def _count_stream(job: Job, stream: Stream, chunk) -> None:
     # read in a thread, with ticks while the stream pauses: the counts so far are still committed
     # every `flush_seconds`, and a stop request is heard while a pipe is silent
     results = count_blocks_ordered(ticking(blocks, min(flush_seconds, 1.0) or 0.05), job.options.workers,
-                                   params.special_tokens, params.pattern, documents=stream.format != "text",
-                                   max_pretoken_bytes=params.max_pretoken_bytes)
+                                   params.pretoken_spec, documents=stream.format != "text")
     at = (source.size, source.documents or 0, source.digest)
     delta = new_word_counts(native)
     pretokens = 0

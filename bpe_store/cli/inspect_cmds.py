@@ -98,6 +98,7 @@ def _base_lines(b: dict | None) -> Iterator[str]:
 
 def _notes(st: dict) -> Iterator[str]:
     """The lines about damaged history rows and a WAL a reader pins, when there are any."""
+    from ..inspection.answers import reader_budgets_text
     from ..inspection.progress import format_bytes
 
     if st.get("history_problems"):
@@ -105,6 +106,9 @@ def _notes(st: dict) -> Iterator[str]:
                "lists every problem (speed, ETA and sessions are not shown)")
     if st.get("wal_note"):
         yield f"wal          {format_bytes(st['wal_bytes'])}: {st['wal_note']}"
+    elif st.get("held") and st.get("reader_budgets"):  # a run in progress: what a reader would cost it
+        yield ("readers      a reader that pins the WAL defers the run's writes: "
+               f"{reader_budgets_text(st['reader_budgets'])}")
 
 
 def _holder_line(st: dict) -> str:

@@ -36,7 +36,7 @@ from ..store.files import wal_state
 from ..store.store import Store
 from ..text.inputs import ITERABLE, STDIN
 from ..text.pretokenize import describe_pattern, is_gpt2
-from ..training.options import DEFERRED_WAL_BYTES
+from ..training.options import DEFERRED_COUNT_WORDS, DEFERRED_WAL_BYTES
 
 #: ``show`` tables: what each lists, in which order (ties broken as the trainer breaks them).
 SHOW_QUERIES = {
@@ -209,14 +209,39 @@ def _db_bytes(path: Path) -> int:
     return total
 
 
-def _wal_note(wal: Row, last_write_deferred: bool) -> str | None:
+def _reader_budgets(store: Store) -> Row:
+    """The newest session's reader budgets (``train --reader-memory-words``, ``--reader-wal-bytes``):
+    ``recorded`` False when it recorded none (an older schema or bpe_store), the defaults then."""
+    cols = {r[1] for r in store.sql("PRAGMA table_info(sessions)")}
+    row = None
+    if "reader_wal_bytes" in cols:
+        row = store.sql("SELECT reader_memory_words, reader_wal_bytes FROM sessions ORDER BY id DESC LIMIT 1").first()
+    words, wal = row if row is not None else (None, None)
+    recorded = isinstance(words, int) and isinstance(wal, int)
+    return {"memory_words": words if recorded else DEFERRED_COUNT_WORDS,
+            "wal_bytes": wal if recorded else DEFERRED_WAL_BYTES, "recorded": recorded}
+
+
+def _reader_budgets_default() -> Row:
+    return {"memory_words": DEFERRED_COUNT_WORDS, "wal_bytes": DEFERRED_WAL_BYTES, "recorded": False}
+
+
+def reader_budgets_text(b: Row) -> str:
+    """The budgets as status says them."""
+    wal = b["wal_bytes"]
+    size = f"{wal >> 30} GiB" if wal >= 1 << 30 and wal % (1 << 30) == 0 else f"{wal:,} bytes"
+    whose = "the run's" if b["recorded"] else "the defaults of"
+    return (f"up to {b['memory_words']:,} words of counts in memory, then into the WAL while it is under "
+            f"{size} ({whose} --reader-memory-words, --reader-wal-bytes)")
+
+
+def _wal_note(wal: Row, last_write_deferred: bool, budgets: Row) -> str | None:
     notes = []
     if wal["wal_blocked"]:
         notes.append(f"{wal['wal_frames_pending']} WAL frames not yet copied into the store: a reader holds an "
                      "old snapshot (or a checkpoint is being copied right now), so the WAL cannot be emptied; "
                      "meanwhile a trainer writes only its merge logs and defers full checkpoints and counting "
-                     "flushes (keeping up to --reader-memory-words words in memory, then writing them into the "
-                     f"WAL while it is under --reader-wal-bytes, by default {DEFERRED_WAL_BYTES >> 30} GiB)")
+                     f"flushes: {reader_budgets_text(budgets)}")
     if last_write_deferred:
         notes.append("the run finished while a reader held an old snapshot, so its last checkpoint only logged "
                      "the merges: the result is complete, and the same train command drops the working state "
@@ -243,6 +268,7 @@ def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
         last = None if problems else store.sql("SELECT at, phase, merges_done, elapsed_s FROM checkpoints"
                                                " ORDER BY id DESC LIMIT 1").mappings().first()
         sessions = [] if problems else _sessions(store)
+        budgets = _reader_budgets(store) if not problems else _reader_budgets_default()
         pairs = pairs_state(store)
         if pairs["next"] is not None:  # text, for --json
             pairs["next"] = {**pairs["next"], "left": token_text(pairs["next"]["left"]),
@@ -276,7 +302,8 @@ def status(path: str | os.PathLike, *, timeout: float | None = None) -> Row:
     info["history_problems"] = problems
     info["db_bytes"] = _db_bytes(p)
     info.update(wal_state(p))
-    info["wal_note"] = _wal_note(info, last_write_deferred)
+    info["reader_budgets"] = budgets
+    info["wal_note"] = _wal_note(info, last_write_deferred, budgets)
     info["held"] = held
     info["holder"] = _holder(held, sessions)
     info["sessions"] = sessions

@@ -21,17 +21,20 @@ from .connection import now
 from .store import Store
 
 
-def begin(store: Store) -> int | None:
+def begin(store: Store, reader_budgets: tuple[int, int] | None = None) -> int | None:
     """Record that this process starts training in ``store``, with its first write; returns the
-    session id. (The trainer holds the store's lock, so no other session takes the id meanwhile.)"""
+    session id. (The trainer holds the store's lock, so no other session takes the id meanwhile.)
+    ``reader_budgets``: the run's ``(reader_memory_words, reader_wal_bytes)``, which ``status``
+    shows."""
     from .._version import __version__
 
     merges = store.count_merges()
     session = store.sql("SELECT coalesce(max(id), 0) + 1 FROM sessions").scalar()
+    words, wal = reader_budgets or (None, None)
     store.defer_write(
-        "INSERT INTO sessions (id, pid, host, argv, bpe_store_version, started_at, merges_start)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (session, os.getpid(), socket.gethostname(), json.dumps(sys.argv), __version__, now(), merges))
+        "INSERT INTO sessions (id, pid, host, argv, bpe_store_version, started_at, merges_start,"
+        " reader_memory_words, reader_wal_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (session, os.getpid(), socket.gethostname(), json.dumps(sys.argv), __version__, now(), merges, words, wal))
     return session
 
 

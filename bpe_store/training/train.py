@@ -164,7 +164,7 @@ def _session(job: Job) -> Iterator[None]:
     store is closed at the end, whatever happens."""
     store, session = job.store, None
     try:
-        session = sessions.begin(store)
+        session = sessions.begin(store, (job.options.reader_memory_words, job.options.reader_wal_bytes))
         job.elapsed0 = store.elapsed()
         yield
         job.writes.wait()

@@ -111,7 +111,8 @@ def test_a_reader_through_merging_and_the_end_bounds_the_wal_and_changes_no_resu
             deferred.append(e["what"])
 
     try:
-        r = train([CORPUS], db, VOCAB, [SPECIAL], progress=progress, **OPTIONS)
+        r = train([CORPUS], db, VOCAB, [SPECIAL], progress=progress, reader_memory_words=1234,
+                  reader_wal_bytes=3 << 30, **OPTIONS)
         with Store.open(clean, readonly=True) as s:
             assert r.merges == read_result(s).merges
         assert 0 < peak[0] <= BOUND, peak[0]
@@ -119,6 +120,9 @@ def test_a_reader_through_merging_and_the_end_bounds_the_wal_and_changes_no_resu
         st = answers.status(db)
         assert st["wal_blocked"] and "defers full checkpoints" in st["wal_note"]
         assert "its last checkpoint only logged the merges" in st["wal_note"]
+        # the budgets status names are the run's own (sessions.reader_*), not the defaults
+        assert st["reader_budgets"] == {"memory_words": 1234, "wal_bytes": 3 << 30, "recorded": True}
+        assert "up to 1,234 words of counts in memory" in st["wal_note"] and "the run's" in st["wal_note"]
         with Store.open(db, readonly=True) as s:  # a finished run, with its working state kept
             assert s.run_row()["phase"] == "done" and s.state_merges() < len(r.merges)
     finally:

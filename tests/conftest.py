@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 from collections.abc import Callable, Iterator
@@ -228,6 +229,17 @@ def train_text(tmp: Path, text: str, vocab_size: int, specials, **kw):
     for suffix in ("", "-wal", "-shm"):
         (tmp / ("run.db" + suffix)).unlink(missing_ok=True)
     return train([path], tmp / "run.db", vocab_size, specials, **kw)
+
+
+def tampered(tmp_path: Path, pristine: Path, *statements: str) -> Path:
+    """A copy of ``pristine`` changed as someone with the sqlite3 shell could."""
+    db = tmp_path / "tampered.db"
+    shutil.copy(pristine, db)
+    con = sqlite3.connect(db)
+    con.executescript(";\n".join(statements))
+    con.commit()
+    con.close()
+    return db
 
 
 def store_dump(db: Path) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from alembic import command
 from cli_helpers import SPECIAL, run
-from conftest import FIXTURES, stopped_run, store_dump
+from conftest import FIXTURES, stopped_run, store_dump, tampered
 
 from bpe_store import StoreError, Tokenizer, train
 from bpe_store.store import digest, migrate
@@ -22,17 +22,6 @@ from bpe_store.store.store import Store
 
 VOCAB = 300
 FIRST = 1 + 256  # the first merge's id: one special token, the 256 bytes
-
-
-def tampered(tmp_path: Path, pristine: Path, *statements: str) -> Path:
-    """A copy of ``pristine`` changed as someone with the sqlite3 shell could."""
-    db = tmp_path / "tampered.db"
-    shutil.copy(pristine, db)
-    con = sqlite3.connect(db)
-    con.executescript(";\n".join(statements))
-    con.commit()
-    con.close()
-    return db
 
 
 def merges_of(db: Path) -> list[tuple]:

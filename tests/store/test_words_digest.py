@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import SPECIAL, run
-from conftest import FIXTURES, stopped_run, store_dump
+from conftest import FIXTURES, stopped_run, store_dump, tampered
 
 from bpe_store import StoreError, Tokenizer, native, train
 from bpe_store.store import digest, words_digest
@@ -20,16 +20,6 @@ from bpe_store.store.native_connection import connect
 from bpe_store.store.store import Store
 
 VOCAB = 300
-
-
-def tampered(tmp_path: Path, pristine: Path, *statements: str) -> Path:
-    db = tmp_path / "tampered.db"
-    shutil.copy(pristine, db)
-    con = sqlite3.connect(db)
-    con.executescript(";\n".join(statements))
-    con.commit()
-    con.close()
-    return db
 
 
 def words_of(db: Path) -> list[tuple[int, bytes, int]]:

@@ -25,7 +25,7 @@ from ..store.run_rows import StageOne
 from ..store.store import Store
 from ..text.inputs import FileInput
 from ..text.streams import Stream
-from .options import TrainOptions
+from .options import RunOptions
 from .wal_watch import WalWatch
 
 if TYPE_CHECKING:  # the bases' readers import regex: a run without a base does not load them
@@ -43,8 +43,8 @@ class Job:
     db: Path
     #: what defines the result (stored with the run)
     params: RunParams
-    #: the run's settings, checked (``TrainOptions.checked``: the pattern a regex, workers a count)
-    options: TrainOptions
+    #: the run's other settings, checked (``TrainOptions.checked``: workers a count); none is in ``params``
+    options: RunOptions
     progress: Progress | None
     stop: threading.Event | None
     #: the tokenizer the run extends (``options.extend``), and its merges in the store's ids

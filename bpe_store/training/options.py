@@ -1,15 +1,19 @@
 """A training run's settings (``TrainOptions``) and their checks, before anything is written.
 
-``TrainOptions`` is the one source of a run's settings and their defaults: ``train``'s keyword
-parameters default to its fields, the CLI's options to the same, and ``checked`` validates them
-all against the bounds below and ``bpe_store.store.params``'s (the bounds a store's run row is
-held to). ``check_params`` checks what defines a run (stored with it: a resume must give the
-same), ``check_trainer_options`` the trainer's options stored with it, ``check_run_options`` and
-``check_engines`` what never changes a run's result. Each raises ``InputError`` naming the bad
-value (exit code 2 on the command line). ``train`` (step 1, check) calls ``checked``.
+``TrainOptions`` is the one source of a run's settings and their defaults, as a caller gives
+them: ``train``'s keyword parameters default to its fields, the CLI's options to the same, and
+``checked`` validates them all against the bounds below and ``bpe_store.store.params``'s (the
+bounds a store's run row is held to). ``checked`` splits them in two that share no field: the
+``RunParams`` that define the result (stored with the run: a resume must give the same) and the
+``RunOptions`` that do not; the job the steps share holds those two. ``check_params`` checks
+what defines a run, ``check_trainer_options`` the trainer's options stored with it,
+``check_run_options`` and ``check_engines`` what never changes a run's result. Each raises
+``InputError`` naming the bad value (exit code 2 on the command line). ``train`` (step 1, check)
+calls ``checked``.
 
 A new run option: a field here (with its default and a check), a keyword parameter of ``train``
-(a test holds the two equal), and, if it defines the result, a ``RunParams`` field and a column.
+(a test holds the two equal), and a field of either ``RunOptions`` or, if it defines the result,
+``RunParams`` (with a column; ``PARAMS_OF_OPTIONS`` then names it).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from ..store.params import (
 from ..text.chunks import DEFAULT_CHUNK_SIZE
 from ..text.inputs import DEFAULT_TEXT_FIELD
 from ..text.pretokenize import GPT2_PATTERN, resolve_pattern
-from ..text.superword_split import MAX_WORDS
+from ..text.superword_split import MAX_WORDS, STAGE2_PATTERN
 from .merge import ENGINES, native_available
 
 #: Counting threads: far more than any machine has cores; each may hold two chunks in memory.
@@ -162,10 +166,20 @@ class TrainOptions:
         these fields, by name); other names are ignored."""
         return cls(**{f.name: given[f.name] for f in dataclasses.fields(cls)})
 
-    def checked(self, vocab_size: int, special_tokens: Sequence[str]) -> tuple[TrainOptions, RunParams]:
-        """These options checked, their pattern resolved to its regex and ``workers`` to a count,
-        and the ``RunParams`` they define with ``vocab_size`` and ``special_tokens``; InputError
-        naming the first bad value."""
+    @classmethod
+    def of_run(cls, options: RunOptions, params: RunParams) -> TrainOptions:
+        """The options that ``checked`` splits into ``options`` and ``params`` (a plain run's: a
+        superword store's stage-1 run is ``stage1_params`` of its own)."""
+        given = {name: getattr(params, field) for name, field in PARAMS_OF_OPTIONS.items()}
+        if params.superword_max_words is None:
+            given["max_superword_words"] = cls.max_superword_words
+        return cls(**given, **dataclasses.asdict(options))
+
+    def checked(self, vocab_size: int, special_tokens: Sequence[str]) -> tuple[RunOptions, RunParams]:
+        """These options checked and split in two: the ``RunOptions`` (``workers`` resolved to a
+        count) and the ``RunParams`` they define with ``vocab_size`` and ``special_tokens`` (the
+        pattern resolved to its regex; a superword run's are its store's: ``superword_params``);
+        InputError naming the first bad value."""
         pattern = resolve_pattern(self.pattern) if isinstance(self.pattern, str) else self.pattern
         params = check_params(vocab_size, special_tokens, pattern, self.invalid_utf8, self.max_pretoken_bytes)
         params = dataclasses.replace(params, **check_trainer_options(self.min_frequency, self.max_token_length))
@@ -174,7 +188,59 @@ class TrainOptions:
         check_engines(self.engine, self.count_engine, self.ray_address)
         check_reader_budgets(self.reader_memory_words, self.reader_wal_bytes)
         check_superword_options(self.superword_from, self.superword_base, self.max_superword_words, params)
-        return dataclasses.replace(self, pattern=pattern, workers=workers), params
+        if self.superword_from is not None:
+            params = superword_params(params, self.superword_from, self.max_superword_words)
+        run = {f.name: getattr(self, f.name) for f in dataclasses.fields(RunOptions)}
+        return RunOptions(**{**run, "workers": workers}), params
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """A run's settings, checked, that do not define its result (``TrainOptions.checked``; what
+    defines it is its ``RunParams``, and no field is in both): ``TrainOptions``' fields but
+    ``PARAMS_OF_OPTIONS``', ``workers`` a count. Its docstring says each."""
+
+    workers: int
+    chunk_size: int
+    checkpoint_merges: int | None
+    checkpoint_seconds: float
+    count_flush_seconds: float
+    restart: bool
+    engine: str
+    durable: bool
+    format: str | None
+    text_field: str
+    count_engine: str
+    ray_address: str | None
+    superword_base: str | os.PathLike | None
+    extend: str | os.PathLike | None
+    reader_memory_words: int
+    reader_wal_bytes: int
+    verify_inputs: bool
+
+
+#: The ``TrainOptions`` that ``checked`` makes ``RunParams`` fields: ``{option: its RunParams field}``
+#: (a test holds that these and ``RunOptions``' fields are ``TrainOptions``' fields, each once).
+PARAMS_OF_OPTIONS: dict[str, str] = {
+    "pattern": "pattern", "invalid_utf8": "invalid_utf8", "min_frequency": "min_frequency",
+    "max_token_length": "max_token_length", "max_pretoken_bytes": "max_pretoken_bytes",
+    "superword_from": "superword_from", "max_superword_words": "superword_max_words"}
+
+
+def superword_params(params: RunParams, superword_from: int, max_words: int) -> RunParams:
+    """The parameters of the superword store (docs/superword.md) of a run whose stage-1 parameters
+    are ``params``: stage 2's pattern, the stage-1 pattern kept beside it."""
+    return dataclasses.replace(params, pattern=STAGE2_PATTERN, stage1_pattern=params.pattern,
+                               superword_from=superword_from, superword_max_words=max_words)
+
+
+def stage1_params(params: RunParams) -> RunParams:
+    """The parameters of a superword run's stage 1 (``params``: the superword store's): a plain run
+    of its stage-1 pattern to ``superword_from`` merges (``superword_params`` undone)."""
+    assert params.superword_from is not None and params.stage1_pattern is not None
+    return dataclasses.replace(params, pattern=params.stage1_pattern, stage1_pattern=None, superword_from=None,
+                               superword_max_words=None,
+                               vocab_size=len(params.special_tokens) + 256 + params.superword_from)
 
 
 def options_doc() -> str:

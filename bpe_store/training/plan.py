@@ -52,14 +52,14 @@ def run_check(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream, 
         raise InputError("no input files given")
     if len(paths) > 1 and any(isinstance(p, Stream) for p in paths):
         raise InputError("a stream (standard input '-' or an iterable) must be the only input")
-    options, params = options.checked(vocab_size, special_tokens)
-    if options.extend is None:
-        return Job(paths, Path(db), params, options, progress, stop, on_checkpoint=on_checkpoint)
-    if options.superword_from is not None:
+    run, params = options.checked(vocab_size, special_tokens)
+    if run.extend is None:
+        return Job(paths, Path(db), params, run, progress, stop, on_checkpoint=on_checkpoint)
+    if params.superword_from is not None:
         raise InputError("--extend and --superword-from do not go together: a superword run's first merges "
                          "are its stage 1's")
-    base, params = based_params(options.extend, options.pattern, special_tokens, params)
-    return Job(paths, Path(db), params, options, progress, stop, on_checkpoint=on_checkpoint, base=base,
+    base, params = based_params(run.extend, params.pattern, special_tokens, params)
+    return Job(paths, Path(db), params, run, progress, stop, on_checkpoint=on_checkpoint, base=base,
                 base_rows=base_rows(base))
 
 

@@ -10,7 +10,6 @@ engine applies the copied merges to the pieces as a resume applies logged merges
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from ..errors import InputError, ResumeMismatch, StoreError
@@ -20,7 +19,6 @@ from ..store.run_rows import StageOne
 from ..store.store import Store
 from ..text.pretokenize import describe_pattern
 from ..text.streams import Stream
-from ..text.superword_split import STAGE2_PATTERN
 from .job import Job
 
 
@@ -28,12 +26,6 @@ def stage1_path(db: Path) -> Path:
     """Where ``train(..., superword_from=t)`` without a base trains stage 1: beside ``db``,
     ``<name>.stage1<suffix>`` (``super.db`` -> ``super.stage1.db``)."""
     return db.with_name(f"{db.stem}.stage1{db.suffix}")
-
-
-def superword_params(params: RunParams, superword_from: int, max_words: int) -> RunParams:
-    """The parameters of the superword store of a run whose (stage-1) parameters are ``params``."""
-    return dataclasses.replace(params, pattern=STAGE2_PATTERN, stage1_pattern=params.pattern,
-                               superword_from=superword_from, superword_max_words=max_words)
 
 
 def check_superword_inputs(job: Job, base: str | None) -> None:

@@ -46,9 +46,9 @@ from .count_step import run_count
 from .job import Job, Progress, without_gc_store_errors
 from .merge import release_free_memory
 from .merge_step import run_merge, run_pairs
-from .options import TrainOptions, options_doc
+from .options import TrainOptions, options_doc, stage1_params
 from .plan import run_check, run_plan
-from .superword_plan import check_superword_inputs, read_stage1, stage1_done, stage1_path, superword_params
+from .superword_plan import check_superword_inputs, read_stage1, stage1_done, stage1_path
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store.store import Store
@@ -137,20 +137,20 @@ def train_with(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream,
 
 def _superword_stage1(job: Job, inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream,
                       special_tokens: Sequence[str]) -> None:
-    """SuperBPE (docs/superword.md): make ``job`` the superword store's, with its stage 1 read from
-    its base; without one, train stage 1 into ``stage1_path(db)`` first (a plain run, resumed like
-    any; skipped when it is finished with enough merges). Checks all before anything is written."""
-    options, t = job.options, job.options.superword_from
+    """SuperBPE (docs/superword.md): read the superword store's stage 1 from its base into ``job``;
+    without one, train stage 1 into ``stage1_path(db)`` first (a plain run, resumed like any;
+    skipped when it is finished with enough merges). Checks all before anything is written."""
+    t = job.params.superword_from
     if t is None:
         return
-    check_superword_inputs(job, options.superword_base)
-    base = Path(options.superword_base) if options.superword_base is not None else stage1_path(job.db)
-    if options.superword_base is None and not stage1_done(base, t):
-        plain = dataclasses.replace(options, superword_from=None, superword_base=None)
-        stage1_vocab = len(job.params.special_tokens) + 256 + t
-        train_with(inputs, base, stage1_vocab, special_tokens, plain, job.progress, job.stop)
-    job.stage1 = read_stage1(base, job.params, t)
-    job.params = superword_params(job.params, t, options.max_superword_words)
+    stage1 = stage1_params(job.params)
+    check_superword_inputs(job, job.options.superword_base)
+    given = job.options.superword_base
+    base = Path(given) if given is not None else stage1_path(job.db)
+    if given is None and not stage1_done(base, t):
+        plain = TrainOptions.of_run(dataclasses.replace(job.options, superword_base=None), stage1)
+        train_with(inputs, base, stage1.vocab_size, special_tokens, plain, job.progress, job.stop)
+    job.stage1 = read_stage1(base, stage1, t)
 
 
 # help(train) lists the options from TrainOptions' docstring, where each is said once

@@ -284,3 +284,45 @@ def test_the_pretoken_limit_is_decided_once_as_the_store_is_opened(tmp_path):
     assert planned(max_pretoken_bytes=64) == 64
     assert planned() == 64  # a resume that does not give it: the store's
     assert Store.open(db, readonly=True).params().max_pretoken_bytes == 64
+
+
+def test_run_params_and_run_options_share_no_field_and_make_the_options_whole(tmp_path):
+    """``TrainOptions.checked`` splits the options in two that share no field: what defines the run
+    (``RunParams``) and the rest (``RunOptions``), which the job holds side by side; every option is
+    in exactly one of them, and ``TrainOptions.of_run`` puts them back together (a superword run's
+    stage 1 is trained from its own). They overlapped in five fields (the pattern, the invalid-UTF-8
+    policy, min_frequency, max_token_length, max_pretoken_bytes), two of which could disagree once
+    the plan step decided the pre-token limit."""
+    import dataclasses
+
+    from bpe_store.store.params import RunParams
+    from bpe_store.text.pretokenize import PATTERNS
+    from bpe_store.text.superword_split import STAGE2_PATTERN
+    from bpe_store.training.options import PARAMS_OF_OPTIONS, RunOptions, TrainOptions, stage1_params
+    from bpe_store.training.plan import run_check
+
+    options = {f.name for f in dataclasses.fields(TrainOptions)}
+    run = {f.name for f in dataclasses.fields(RunOptions)}
+    params = {f.name for f in dataclasses.fields(RunParams)}
+    assert not run & params and not run & set(PARAMS_OF_OPTIONS)
+    assert run | set(PARAMS_OF_OPTIONS) == options
+    assert set(PARAMS_OF_OPTIONS.values()) <= params
+
+    given = TrainOptions(pattern="gpt4", workers=3, min_frequency=2, max_token_length=9, invalid_utf8="replace",
+                         max_pretoken_bytes=64, chunk_size=1 << 16, engine="python")
+    run_options, run_params = given.checked(400, [EOT])
+    assert TrainOptions.of_run(run_options, run_params) == dataclasses.replace(given, pattern=PATTERNS["gpt4"])
+    assert (run_params.min_frequency, run_params.max_token_length, run_params.max_pretoken_bytes) == (2, 9, 64)
+
+    superword = dataclasses.replace(given, superword_from=40, max_superword_words=3)
+    run_options, run_params = superword.checked(400, [EOT])
+    assert (run_params.pattern, run_params.stage1_pattern) == (STAGE2_PATTERN, PATTERNS["gpt4"])
+    assert (run_params.superword_from, run_params.superword_max_words) == (40, 3)
+    stage1 = TrainOptions.of_run(run_options, stage1_params(run_params))
+    assert stage1 == dataclasses.replace(given, pattern=PATTERNS["gpt4"])
+    assert stage1_params(run_params).vocab_size == 1 + 256 + 40
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("hello world " * 50, encoding="utf-8")
+    job = run_check([corpus], tmp_path / "run.db", 300, [], given, None, None)
+    assert isinstance(job.options, RunOptions) and isinstance(job.params, RunParams)

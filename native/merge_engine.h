@@ -66,6 +66,7 @@
 //   merge_tables.h   the pair index, the pair -> words lists, one step's pair changes
 //   merge_build.cpp  loading words (Python rows, packed counts, the store's rows), first pair count
 //   merge_replay.cpp catching words up with merges the store logged after their tokens
+//   replay_cuts.h    where a word may be cut so that its parts replay alone (and are cached)
 //   merge_loop.cpp   the merge loop: the heap, applying a merge to its words
 //   merge_rows.cpp   the changes since the last take: checkpoint rows, changed words and pairs
 //   merge_engine.cpp inspection, and the Python face (register_merge_engine)

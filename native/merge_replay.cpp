@@ -2,11 +2,12 @@
 // checkpoint wrote the merges, not yet the words) has them applied to its words when the engine
 // is built, before any pair is counted. See merge_engine.h for the whole.
 #include "merge_engine.h"
+#include "piece_cache.h"
+#include "replay_cuts.h"
 
 #include <algorithm>
 #include <functional>
 #include <thread>
-#include <unordered_map>
 
 namespace bpe::merge {
 
@@ -168,63 +169,54 @@ u32 replay_long(const ReplayLog &log, u32 *p, u32 len, LongScratch &s) {
 // Words at least this long are replayed through the heap (replay_long); shorter ones by scans,
 // which cost less there (no heap, no list).
 constexpr u32 kLongWord = 48;
+// Words at least this long are replayed part by part (replay_parts): a Han run of three
+// characters may already hold a cut; a shorter word costs less replayed than tested for cuts.
+constexpr u32 kPartsWord = 8;
 
-// Where a word still its bytes may be cut without changing its replay: between bytes x and y
-// that no token of the log holds side by side, no merge can ever join (a merge across the cut
-// would make a token holding x, y), so the parts replay alone and their tokens are the word's.
-// Why: SuperBPE's stage 2 (docs/superword.md) replays stage 1 on pieces that are whole phrases;
-// cut between a word and the space before the next, they are stage-1 words again, most of them
-// seen before: ReplayCache keeps their tokens, as an encoder caches its pre-tokens.
-class ReplayCuts {
-  public:
-    ReplayCuts(const std::vector<u32> &log, const std::vector<std::string> &tb) : inner_(256 * 256, 0) {
-        for (size_t k = 2; k < log.size(); k += 3) {
-            const std::string &t = tb[log[k]];
-            for (size_t i = 0; i + 1 < t.size(); ++i) inner_[u8(t[i]) * 256 + u8(t[i + 1])] = 1;
-        }
-    }
-    bool cut(u32 x, u32 y) const { return !inner_[x * 256 + y]; }  // x, y: bytes
-
-  private:
-    std::vector<u8> inner_;
-};
-
-// A thread's cache of replayed parts: their bytes -> their tokens. Bounded: once full, parts not
-// in it are replayed without being kept.
+// A thread's cache of replayed parts: the encoder's piece cache (piece_cache.h: direct-mapped,
+// keys and ids inline, parts up to 22 bytes and 8 tokens), and the word's bytes. Why not a hash
+// map of strings: a lookup there was a chain of misses (bucket, node, key, tokens) and a miss
+// allocated twice; on zhwiki's words (16 K merges) those lookups were most of the replay.
 struct ReplayCache {
-    static constexpr size_t kMostParts = 1 << 20;
-    std::unordered_map<std::string, std::vector<u32>> parts;
-    std::string key;
+    enc::PieceCache parts;
+    std::string bytes;
 };
 
-// A long word's replay, part by part (ReplayCuts): each part's tokens from the cache, or replayed
-// by `one` and kept; the parts' tokens are written back in place, left to right (a part never
+// A word's replay, part by part (ReplayCuts): each part's tokens from the cache, or replayed by
+// `one` and kept; the parts' tokens are written back in place, left to right (a part never
 // grows). Its new length, or kNone when nothing merged. A word not all bytes (a store whose words
-// took merges before) is replayed whole.
+// took merges before) or with no cut is replayed whole (a word is met once: nothing to keep).
 template <class One>
 u32 replay_parts(const ReplayCuts &cuts, ReplayCache &cache, u32 *p, u32 len, u32 base, One &one) {
-    for (u32 i = 0; i < len; ++i)
+    std::string &b = cache.bytes;
+    b.resize(len);
+    for (u32 i = 0; i < len; ++i) {
         if (p[i] - base >= 256) return one(p, len);
+        b[i] = char(p[i] - base);
+    }
+    const u8 *w8 = reinterpret_cast<const u8 *>(b.data());
     u32 w = 0, start = 0;
     bool any = false;
     for (u32 i = 1; i <= len; ++i) {
-        if (i < len && !cuts.cut(p[i - 1] - base, p[i] - base)) continue;
+        if (i < len && !cuts.cut(w8, len, i)) continue;
+        if (start == 0 && i == len) return one(p, len);
         const u32 n = i - start;
-        cache.key.resize(n);
-        for (u32 k = 0; k < n; ++k) cache.key[k] = char(p[start + k] - base);
-        auto hit = cache.parts.find(cache.key);
-        if (hit == cache.parts.end()) {
+        const u8 *key = w8 + start;
+        const u64 h = n > 1 && n <= enc::PieceCache::kMaxLen ? enc::piece_hash(key, n) : 0;
+        u8 k = 0;
+        if (n == 1) {
+            p[w++] = p[start];
+        } else if (const u32 *hit = h ? cache.parts.get(key, n, h, k) : nullptr) {
+            any |= k != n;
+            for (u32 j = 0; j < k; ++j) p[w + j] = hit[j];
+            w += k;
+        } else {
             const u32 m = one(p + start, n);
             const u32 got = m == kNone ? n : m;
-            if (cache.parts.size() < ReplayCache::kMostParts)
-                hit = cache.parts.emplace(cache.key, std::vector<u32>(p + start, p + start + got)).first;
+            if (h) cache.parts.put(key, n, h, p + start, got);
             any |= m != kNone;
-            for (u32 k = 0; k < got; ++k) p[w + k] = p[start + k];
+            for (u32 j = 0; j < got; ++j) p[w + j] = p[start + j];
             w += got;
-        } else {
-            any |= hit->second.size() != n;
-            for (u32 k = 0; k < hit->second.size(); ++k) p[w + k] = hit->second[k];
-            w += u32(hit->second.size());
         }
         start = i;
     }
@@ -309,7 +301,7 @@ void MergeEngine::replay_words(const std::vector<u32> &log, u32 base) {
         for (size_t o = from; o < to; o = next_word(o)) {
             const u32 len = ar_[o + kLen];
             if (len < 2) continue;
-            const u32 merged = len >= kLongWord ? replay_parts(cuts, cache, &ar_[o + kHdr], len, base, one)
+            const u32 merged = len >= kPartsWord ? replay_parts(cuts, cache, &ar_[o + kHdr], len, base, one)
                                                 : one(&ar_[o + kHdr], len);
             if (merged == kNone) continue;
             shorten(o, merged);

@@ -14,8 +14,9 @@ import sqlite3
 import sys
 
 import pytest
+import regex
 from alembic import command
-from conftest import EN, fixture_text, kill_when_paused, stopped_run, store_contents
+from conftest import EN, RU, ZH, fixture_text, kill_when_paused, stopped_run, store_contents
 from hypothesis import given
 from hypothesis import strategies as st
 from test_merge_engine import KINDS, SPECIALS, byte_vocab, listed, needs_native, rows_of, words_st
@@ -26,6 +27,7 @@ from bpe_store.inspection.answers import splitter
 from bpe_store.store import migrate
 from bpe_store.store.counting_rows import unpack_tokens
 from bpe_store.store.store import Store
+from bpe_store.text.pretokenize import resolve_pattern
 from bpe_store.training import merge_step as train_module
 from bpe_store.training.merge import new_engine
 
@@ -53,6 +55,45 @@ def merged(word_counts: dict[bytes, int], kind: str, n: int):
 def test_replaying_logged_merges_equals_merging_them(kind, word_counts, n, cut):
     """Small alphabets make repeated bytes (b"aaaa") and merges that spell an existing token (a
     reused id, so a merged pair can come back under a later rank)."""
+    replay_equals_merging(word_counts, kind, n, cut)
+
+
+#: Words of a few characters of 1 to 4 UTF-8 bytes, with bytes that are no whole character among
+#: them (a character cut short, a continuation byte alone, 0xFF): merges join characters into
+#: tokens of several, and tokens that begin or end inside a character.
+utf8_words_st = st.dictionaries(
+    st.lists(st.sampled_from(["的", "是", "一", "é", "a", " ", "🙂", b"\xe7", b"\x84", b"\xff"]), min_size=1,
+             max_size=24).map(lambda units: b"".join(u if isinstance(u, bytes) else u.encode() for u in units)),
+    st.integers(min_value=1, max_value=50), min_size=1, max_size=16)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@given(word_counts=utf8_words_st, n=st.integers(1, 80), cut=st.floats(0, 1))
+def test_replaying_utf8_words_part_by_part_equals_merging_them(kind, word_counts, n, cut):
+    """The native replay cuts a word between two characters no token holds side by side, and
+    replays the parts alone (replay_cuts.h): a token across the cut, whole characters or parts of
+    them, must keep it whole."""
+    replay_equals_merging(word_counts, kind, n, cut)
+
+
+@needs_native
+@pytest.mark.parametrize("name", [ZH, RU])
+def test_replaying_a_corpus_slice_part_by_part_equals_merging_it(name):
+    """Real text: Han runs are the words the character cuts are for."""
+    words: dict[bytes, int] = {}
+    for w in regex.findall(resolve_pattern("gpt2"), fixture_text(name, 300_000)):
+        words[w.encode()] = words.get(w.encode(), 0) + 1
+    whole, merges = merged(words, "native", 1200)
+    at_k, _ = merged(words, "native", 1000)
+    replayed = built(words, "native", merges, 1000)
+    assert replayed.pair_counts() == at_k.pair_counts()
+    assert listed(replayed.take_checkpoint_rows())[0] == listed(at_k.take_checkpoint_rows())[0]
+    assert replayed.step(200) == merges[1000:]
+
+
+def replay_equals_merging(word_counts: dict[bytes, int], kind: str, n: int, cut: float) -> None:
+    """``merges[:k]`` replayed on the words (``built``) is where merging them left off: the same
+    pair counts, first checkpoint and next merges."""
     whole, merges = merged(word_counts, kind, n)
     k = int(cut * len(merges))
     at_k, _ = merged(word_counts, kind, k)

@@ -15,6 +15,7 @@ void register_sql_format(nb::module_ &m);    // sql_format.cpp: sql --format csv
 void register_tiktoken_ranks(nb::module_ &m);  // tiktoken_ranks.cpp: .tiktoken ranks files read natively
 void register_tiktoken_merges(nb::module_ &m);  // tiktoken_merges.cpp: tiktoken's rule as one merge per token
 void register_words_digest(nb::module_ &m);  // words_digest.cpp: the digest of a store's words
+void register_merge_log_reader(nb::module_ &m);  // merge_log_reader.cpp: a store's merge log read natively
 
 NB_MODULE(_core, m) {
     m.doc() = "bpe_store native core: hot loops only (scanning, counting, merging, encoding).";
@@ -30,4 +31,5 @@ NB_MODULE(_core, m) {
     register_tiktoken_ranks(m);
     register_tiktoken_merges(m);
     register_words_digest(m);
+    register_merge_log_reader(m);
 }

@@ -231,6 +231,10 @@ void register_encoder(nb::module_ &m) {
                     nb::arg("pattern"), nb::rv_policy::take_ownership,
                     "An encoder by tiktoken's rules from ``TiktokenRanks`` (as ``use_tiktoken_rules``), its pair "
                     "table built natively.")
+        .def_static("from_packed_merges", &Encoder::from_packed_merges, nb::arg("byte_ids"), nb::arg("merges"),
+                    nb::arg("specials"), nb::arg("pattern"), nb::rv_policy::take_ownership,
+                    "As the constructor, with ``merges`` packed as native uint32 (left, right, merged) triples "
+                    "(``MergeLog.encoder_tables``).")
         .def_ro("native_split", &Encoder::native_split)
         .def("use_tiktoken_rules", &Encoder::use_tiktoken_rules, nb::arg("tokens"),
              "Encode by tiktoken's rules from now on: a piece that is one of ``tokens`` (``(bytes, id)``) is "

@@ -109,6 +109,18 @@ class Encoder {
         return e;
     }
 
+    // An encoder by merge rank from ids packed natively (a store's merge log, merge_log_reader.cpp):
+    // `merges` holds (left, right, merged) uint32 triples in rank order, no Python tuple each.
+    static Encoder *from_packed_merges(const std::vector<uint32_t> &byte_ids, nb::bytes merges,
+                                       const std::vector<std::pair<nb::bytes, uint32_t>> &specials,
+                                       const std::string &pattern) {
+        if (merges.size() % 12) throw std::invalid_argument("merges must be packed uint32 triples");
+        std::vector<std::tuple<uint32_t, uint32_t, uint32_t>> rows(merges.size() / 12);
+        const auto *p = reinterpret_cast<const uint32_t *>(merges.c_str());
+        for (size_t r = 0; r < rows.size(); ++r) rows[r] = {p[3 * r], p[3 * r + 1], p[3 * r + 2]};
+        return new Encoder(byte_ids, rows, specials, pattern);
+    }
+
     // BPE of one piece, appended to `out`.
     void bpe(const uint8_t *p, size_t n, PieceCache &cache, std::vector<uint32_t> &out) const {
         bpe_.bpe(p, n, cache, out);

@@ -4,8 +4,10 @@ Owns the connection, the schema and its migrations, and the rows: training and t
 write the store only through its methods (inspection's ``status``/``show``/``why`` still run their
 read-only queries themselves). From the top:
 
-- ``check`` every check of a store at once (``db check``); ``sessions`` the log of runs; ``result``
-  a store's (vocab, merges), checked (``TrainResult``, ``read_result``).
+- ``check`` every check of a store at once (``db check``); ``merge_log`` the merge log, vocabulary
+  and base ids read natively in one transaction and checked (``read_checked``: what
+  ``Tokenizer.from_store`` loads from); ``sessions`` the log of runs; ``result`` a store's (vocab,
+  merges), checked (``TrainResult``, ``read_result``).
 - ``store``: ``Store``, opening, creating, locking, closing a store and its transactions; its rows
   are read and written by its parts ``run_rows`` (the run, its inputs and chunks, checkpoints),
   ``counting_rows`` (counting's ``words``) and ``merging_rows`` (merges, vocabulary, pair counts);

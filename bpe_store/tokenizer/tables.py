@@ -19,7 +19,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, StoreError
 from ..native import core as native_core
@@ -78,8 +78,13 @@ class Tables:
     # has 233,378 pairs; as Python objects they took most of a 1.2 s load, while encoding and
     # decoding need only the native encoder and ``vocab``. ``Tokenizer.__init__`` sets them all.
 
+    # A tokenizer from a store's merge log read natively (``_from_log``) computes the same ones from
+    # the log's arrays, only when asked: encoding and decoding need only the encoder and ``vocab``.
+
     @functools.cached_property
     def merges(self) -> list[tuple[bytes, bytes]]:
+        if "_log" in self.__dict__:
+            return self._log.merge_pairs(self._log_merges)
         from ..formats.tiktoken_files import tiktoken_merges
 
         return tiktoken_merges(self._whole)
@@ -96,6 +101,8 @@ class Tables:
 
     @functools.cached_property
     def _id_of(self) -> dict[bytes, int]:
+        if "_log" in self.__dict__:
+            return first_ids(self.vocab, self.special_tokens)
         return dict(self._whole) | {s.encode("utf-8"): i for s, i in self._special_id.items()}
 
     @functools.cached_property
@@ -104,6 +111,12 @@ class Tables:
 
     @functools.cached_property
     def _table(self) -> MergeTable:
+        if "_log" in self.__dict__:  # by rank, from the encoder's own triples (first ids)
+            table: MergeTable = {}
+            triples = self._log_ids
+            for rank in range(len(triples) // 3):
+                table.setdefault((triples[3 * rank], triples[3 * rank + 1]), (rank, triples[3 * rank + 2]))
+            return table
         return merge_table(self.merges, self._id_of, by_merged_id=True)
 
     def __reduce__(self):
@@ -175,6 +188,31 @@ class Tables:
             [(s.encode("utf-8"), i) for s, i in self._special_id.items()], native_scanner(self.pattern))
         return self
 
+    @classmethod
+    def _from_log(cls, log, special_tokens: list[str], pattern: str, n_merges: int, native: bool = True) -> Tables:
+        """``Tokenizer.from_store``'s tokenizer from the store's merge log read natively and checked
+        (``store.merge_log.read_checked``), its first ``n_merges`` merges: the tables ``_from_result``
+        makes, computed from the log's arrays (``MergeLog.encoder_tables``: first ids, a special
+        token's id for a token with its bytes), the Python ones only when asked."""
+        from array import array
+
+        self = cls.__new__(cls)
+        n_special = len(special_tokens)
+        self.vocab = log.vocab(n_special + 256 + n_merges)
+        self._log, self._log_merges = log, n_merges
+        self.pattern = checked_pattern(pattern)
+        self.special_tokens = list(dict.fromkeys(special_tokens))
+        byte_id, packed, special_ids = log.encoder_tables(n_special, n_merges)
+        self._special_id = dict(zip(special_tokens, special_ids))
+        self._init_specials()
+        self._byte_id, self._log_ids = byte_id, array("I", packed)
+        self._whole, self._cache = None, {}
+        core = native_core if native else None
+        self._core = None if core is None else core.Encoder.from_packed_merges(
+            byte_id, packed, [(s.encode("utf-8"), i) for s, i in self._special_id.items()],
+            native_scanner(self.pattern))
+        return self
+
     def _init_specials(self) -> None:
         self._special_re = special_splitter(self.special_tokens, keep=True)  # longest first
         self._max_special = max((len(s) for s in self.special_tokens), default=0)
@@ -216,19 +254,46 @@ def load_store_ids(db_path: str | os.PathLike, vocab_size: int | None = None
     if not p.exists():
         raise StoreError(f"{p}: no such store")
     with Store.open(p, readonly=True) as store:
-        run = store.run_row()
-        specials = json.loads(run["special_tokens"])
-        if run["phase"] == "counting":
-            raise StoreError(f"{p}: the store is still counting (no merges yet); finish training with "
-                             f"`bpe-store train ... --db {p}` first")
-        if vocab_size is not None:
-            least = 256 + len(specials)
-            if vocab_size < least:
-                raise InputError(f"vocab size {vocab_size} is too small: at least 256 bytes + "
-                                 f"{len(specials)} special tokens = {least}")
-            have = store.sql("SELECT count(*) FROM vocab").scalar()  # the result is read (and checked) once
-            if vocab_size > have:
-                more = "" if run["phase"] == "done" else " so far (training was stopped; resume it to get more)"
-                raise InputError(f"vocab size {vocab_size} is larger than {p} holds: {have}{more}")
+        run, specials = _loadable_run(store, p, vocab_size)
         result, ids = read_result_ids(store, vocab_size)
         return result.vocab, result.merges, specials, run["pattern"], ids
+
+
+def load_store_log(db_path: str | os.PathLike, vocab_size: int | None = None) -> tuple[Any, list[str], str, int]:
+    """``(log, special tokens, pattern, merges to use)`` of a store: its merge log read natively and
+    checked (``store.merge_log.read_checked``), or log None where that path is unavailable or the
+    store is not as bpe_store writes it (``load_store_ids`` then reads it and says what is wrong).
+    Refuses what ``load_store`` refuses."""
+    from ..store.merge_log import read_checked
+    from ..store.store import Store
+
+    p = Path(db_path)
+    if not p.exists():
+        raise StoreError(f"{p}: no such store")
+    with Store.open(p, readonly=True) as store:
+        run, specials = _loadable_run(store, p, vocab_size)
+        log = read_checked(store, specials)
+    if log is None:
+        return None, specials, run["pattern"], 0
+    keep = log.n_merges if vocab_size is None else min(max(vocab_size - 256 - len(specials), 0), log.n_merges)
+    return log, specials, run["pattern"], keep
+
+
+def _loadable_run(store, p: Path, vocab_size: int | None) -> tuple[dict, list[str]]:
+    """The run row and special tokens of a store a tokenizer can load with ``vocab_size``: StoreError
+    while it is counting, InputError for a vocab size it cannot give."""
+    run = store.run_row()
+    specials = json.loads(run["special_tokens"])
+    if run["phase"] == "counting":
+        raise StoreError(f"{p}: the store is still counting (no merges yet); finish training with "
+                         f"`bpe-store train ... --db {p}` first")
+    if vocab_size is not None:
+        least = 256 + len(specials)
+        if vocab_size < least:
+            raise InputError(f"vocab size {vocab_size} is too small: at least 256 bytes + "
+                             f"{len(specials)} special tokens = {least}")
+        have = store.sql("SELECT count(*) FROM vocab").scalar()  # the result is read (and checked) once
+        if vocab_size > have:
+            more = "" if run["phase"] == "done" else " so far (training was stopped; resume it to get more)"
+            raise InputError(f"vocab size {vocab_size} is larger than {p} holds: {have}{more}")
+    return run, specials

@@ -63,6 +63,7 @@ from .tables import (
     first_ids,
     load_store,  # noqa: F401 - where the exports and the inspection import it from
     load_store_ids,
+    load_store_log,
     merge_table,
 )
 
@@ -235,8 +236,12 @@ class Tokenizer(Tables):
         path_argument(db_path, "db_path")
         if vocab_size is not None and (not isinstance(vocab_size, int) or isinstance(vocab_size, bool)):
             raise ArgumentTypeError(f"vocab_size must be an integer or None, not {type(vocab_size).__name__}")
-        vocab, merges, specials, pattern, ids = load_store_ids(db_path, vocab_size)
         if set(kwargs) <= {"native"}:  # the encoder from the store's merge ids, not a dict lookup per merge
+            log, specials, pattern, keep = load_store_log(db_path, vocab_size)
+            if log is not None:  # read natively and checked
+                return cls._from_log(log, specials, pattern, keep, **kwargs)
+        vocab, merges, specials, pattern, ids = load_store_ids(db_path, vocab_size)
+        if set(kwargs) <= {"native"}:
             return cls._from_result(vocab, merges, specials, pattern, ids, **kwargs)
         return cls(vocab, merges, specials, pattern=pattern, **kwargs)
 

@@ -18,6 +18,7 @@ from conftest import FIXTURES, stopped_run, store_dump, tampered
 
 from bpe_store import StoreError, Tokenizer, train
 from bpe_store.store import digest, migrate
+from bpe_store.store.merge_log import read_checked
 from bpe_store.store.store import Store
 
 VOCAB = 300
@@ -152,6 +153,19 @@ def test_a_300_mb_token_is_refused_before_it_is_read(tmp_path, pristine, corpus,
     code, peak_kib = map(int, out.stdout.split())
     assert code == 4 and what in out.stderr, out.stderr
     assert peak_kib < 200 << 10, peak_kib  # KiB: well under the token
+
+
+@pytest.mark.parametrize("case", [*TAMPER, "300 MB token"])
+def test_the_native_read_leaves_every_tampered_store_to_the_checks(tmp_path, pristine, case):
+    """``Tokenizer.from_store``'s native read (``store.merge_log.read_checked``) passes only a store
+    as bpe_store writes it: a tampered one goes to the Python checks, which say what is wrong (above);
+    a 300 MB token is refused by SQLite before it is read."""
+    with Store.open(pristine, readonly=True) as store:
+        assert read_checked(store, [SPECIAL]) is not None
+    sql = (f"UPDATE vocab SET bytes = zeroblob(300000000) WHERE id = {FIRST + 7}" if case == "300 MB token"
+           else TAMPER[case][0])
+    with Store.open(tampered(tmp_path, pristine, sql), readonly=True) as store:
+        assert read_checked(store, [SPECIAL]) is None
 
 
 # -- db check --------------------------------------------------------------------------------------

@@ -51,9 +51,9 @@ def base_rows(base: Base) -> BaseRows:
     """The base as the store records it: its merges in the store's ids (special tokens, the 256 bytes,
     then one id per merge, in rank order) and the model id of each."""
     n = len(base.specials)
-    if base.store_merges is not None:  # made by the reader (a ranks file)
-        made = [a + b for a, b in base.merges]
-        return BaseRows(base.kind, base.source, base.sha256, base.store_merges, made, base.model_ids(), base.next_id)
+    if base.store_merges is not None and base.merge_bytes is not None:  # made by the reader (a ranks file)
+        return BaseRows(base.kind, base.source, base.sha256, base.store_merges, base.merge_bytes, base.model_ids(),
+                        base.next_id)
     id_of = {bytes([b]): n + b for b in range(256)}
     merges: list[tuple[int, int, int]] = []
     made: list[bytes] = []

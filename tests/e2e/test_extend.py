@@ -339,7 +339,8 @@ def test_a_ranks_base_read_natively_equals_the_python_reading(files, which):
         ranks = read_ranks(path)
         python = _checked("tiktoken", native.source, native.sha256, native.pattern, ranks.vocab(),
                           _tiktoken_merge_list(ranks.mergeable(), path), specials)
-        assert dataclasses.replace(native, store_merges=None) == python
+        assert dataclasses.replace(native, store_merges=None, merge_bytes=None) == python
+        assert native.merges[:3] == python.merges[:3] and native.merges[-1] == python.merges[-1]
         assert base_rows(native) == base_rows(python)
 
 

@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "huge_pages.h"
+
 namespace bpe::enc {
 
 constexpr uint32_t kNone = 0xFFFFFFFFu;
@@ -116,8 +118,8 @@ class PairTable {
             l.count = uint32_t(std::unique(e, e + l.count, [](const Entry &x, const Entry &y) { return x.right == y.right; }) - e);
         }
     }
-    std::vector<Left> left_;
-    std::vector<Entry> entries_;
+    std::vector<Left, HugeAlloc<Left>> left_;  // on huge pages where large (huge_pages.h: why)
+    std::vector<Entry, HugeAlloc<Entry>> entries_;
     static constexpr uint64_t kEmpty = ~uint64_t(0);
     static inline uint64_t key(uint32_t a, uint32_t b) { return (uint64_t(a) << 32) | b; }
     // Fibonacci hashing: the product's top bits depend on every bit of the key
@@ -126,7 +128,7 @@ class PairTable {
         uint64_t key;
         uint32_t rank, merged;
     };
-    std::vector<Slot> slots_;
+    std::vector<Slot, HugeAlloc<Slot>> slots_;
     std::vector<Rank> bytes_;
     size_t mask_ = 0;
     unsigned shift_ = 60;

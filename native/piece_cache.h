@@ -19,6 +19,7 @@
 #include <new>
 #include <vector>
 
+#include "huge_pages.h"
 #include "pair_table.h"
 #include "word_table.h"
 
@@ -71,11 +72,14 @@ class PieceCache {
     HeapScratch scratch;
     PairMemo pairs;
     static constexpr size_t kMaxLen = 22, kMaxIds = 8;
-    // calloc: the OS hands out zero pages lazily, so a short call touches only the slots it uses;
-    // one slot more, to start the table on a 64-byte line (a slot is one line, not two halves)
-    PieceCache() : n_slots_(slots_wanted()), mem_(static_cast<char *>(std::calloc(n_slots_ + 1, sizeof(Slot)))) {
-        if (!mem_) throw std::bad_alloc();
+    // huge_alloc: zero pages handed out lazily (a short call touches only the slots it uses), on
+    // 2 MiB pages where the OS gives them (huge_pages.h: a slot read is then no TLB miss), starting
+    // on a page; a table under 2 MiB is operator new's, zeroed, with 64 bytes more to start it on a
+    // 64-byte line (a slot is one line, not two halves)
+    PieceCache()
+        : n_slots_(slots_wanted()), mem_(static_cast<char *>(huge_alloc(bytes_for(n_slots_))), Free{bytes_for(n_slots_)}) {
         slots_ = reinterpret_cast<Slot *>((reinterpret_cast<uintptr_t>(mem_.get()) + 63) & ~uintptr_t(63));
+        if (bytes_for(n_slots_) < kHugePage) std::memset(mem_.get(), 0, bytes_for(n_slots_));
         pairs.clear();
     }
     // How many slots (64 bytes each): BPE_STORE_PIECE_CACHE_SLOTS, a power of two from 2^10 to 2^22,
@@ -113,6 +117,10 @@ class PieceCache {
     }
 
   private:
+    static size_t bytes_for(size_t slots) {
+        const size_t b = slots * sizeof(Slot);
+        return b >= kHugePage ? b : b + 64;
+    }
     struct Slot {
         uint64_t hash;
         uint8_t len;  // key length + 1; 0 = empty
@@ -121,7 +129,8 @@ class PieceCache {
         uint32_t ids[kMaxIds];
     };
     struct Free {
-        void operator()(char *p) const { std::free(p); }
+        size_t bytes;
+        void operator()(char *p) const { huge_free(p, bytes); }
     };
     size_t n_slots_;
     std::unique_ptr<char[], Free> mem_;

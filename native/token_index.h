@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "huge_pages.h"
 #include "pair_table.h"
 #include "piece_cache.h"
 #include "tiktoken_ranks.h"
@@ -74,7 +75,7 @@ class TokenIndex {
         uint32_t tag, at, len;
         uint32_t id;  // kNone = empty
     };
-    std::vector<Slot> slots_;
+    std::vector<Slot, HugeAlloc<Slot>> slots_;  // on huge pages (huge_pages.h: why)
     std::string arena_;
     size_t mask_ = 0;
 };

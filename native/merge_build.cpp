@@ -5,6 +5,7 @@
 #include "scanner.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -303,22 +304,43 @@ void distinct_slots(std::vector<u32> &occ) {
 // Counts every pair of every word, and lists each word once under each pair it holds, in two
 // passes over the words: the first counts the pairs and how many words hold each (in the
 // list's len, the lists being empty), the second lists the words in blocks of exactly that size
-// (WordLists::place_exact says why). A word's offset is its name in the lists.
+// (WordLists::place_exact says why). A word's offset is its name in the lists. The first pass
+// keeps each word's distinct slots while they fit in kKeepSlots (64 MiB), so the second reads them
+// instead of looking every pair up again. Why: after a replay nearly every pair is of merged
+// tokens, a probe of the pair index and a read of the slot, both misses: those lookups were half
+// of building the engine of a 16 K store continued on zhwiki-20M; the bound keeps the peak of a
+// large corpus (tens of millions of words) where it was. BPE_STORE_BUILD_KEEP_SLOTS sets another
+// bound (the tests' way to take the other path on a few words).
 void MergeEngine::build_pairs(u32 n_specials) {
-    std::vector<u32> dense(kDenseSide * kDenseSide, kNone), occ;
+    const char *bound = std::getenv("BPE_STORE_BUILD_KEEP_SLOTS");
+    const size_t kKeepSlots = bound ? size_t(std::strtoull(bound, nullptr, 10)) : size_t(1) << 24;
+    std::vector<u32> dense(kDenseSide * kDenseSide, kNone), occ, kept;
+    bool keep = true;
     for (size_t o = 0; o < ar_.size(); o = next_word(o)) {
         word_pair_slots(o, n_specials, dense, occ);
         const i64 c = count_at(o);
         for (u32 s : occ) slots_[s].count += c;
         distinct_slots(occ);
         for (u32 s : occ) ++slots_[s].where.len;
+        if (keep && kept.size() + occ.size() + 1 > kKeepSlots) std::vector<u32>().swap(kept), keep = false;
+        if (keep) {
+            kept.push_back(u32(occ.size()));
+            kept.insert(kept.end(), occ.begin(), occ.end());
+        }
     }
     size_t entries = 0;
     for (const Slot &s : slots_) entries += s.where.len;
     lists_.reserve_more(entries);
     for (Slot &s : slots_)
         if (s.where.len != 0) lists_.place_exact(s.where, s.where.len);
+    size_t at = 0;
     for (size_t o = 0; o < ar_.size(); o = next_word(o)) {
+        if (keep) {
+            const u32 n = kept[at++];
+            for (u32 k = 0; k < n; ++k) lists_.fill(slots_[kept[at + k]].where, u32(o));
+            at += n;
+            continue;
+        }
         word_pair_slots(o, n_specials, dense, occ);
         distinct_slots(occ);
         for (u32 s : occ) lists_.fill(slots_[s].where, u32(o));

@@ -5,6 +5,7 @@ contract training relies on (batch independence, rebuilding from taken changes, 
 from __future__ import annotations
 
 import array
+import random
 import sqlite3
 from collections import Counter
 
@@ -602,3 +603,22 @@ def test_kill_9_mid_batch_then_resume_equals_straight_run(tmp_path):
         assert store.sql("SELECT count(*) FROM merges").scalar() == 400  # the last whole batch
     r = train([corpus], db, 1000, ["<|endoftext|>"], engine="native")
     assert (r.merges, r.merge_counts) == (straight.merges, straight.merge_counts)
+
+
+@needs_native
+@pytest.mark.parametrize("keep", [None, "0", "40"])
+def test_the_first_pair_count_lists_the_same_words_with_or_without_the_kept_slots(monkeypatch, keep):
+    """build_pairs keeps each word's slots from its first pass for its second while they fit
+    (merge_build.cpp); past the bound (BPE_STORE_BUILD_KEEP_SLOTS, 16 M by default) it looks them
+    up again. Both must list every word under every pair it holds: the merges (which follow those
+    lists) and the pair counts equal the Python engine's."""
+    if keep is None:
+        monkeypatch.delenv("BPE_STORE_BUILD_KEEP_SLOTS", raising=False)
+    else:
+        monkeypatch.setenv("BPE_STORE_BUILD_KEEP_SLOTS", keep)
+    rng = random.Random(5)
+    words = {bytes(rng.choice(b"abcd ") for _ in range(rng.randint(1, 12))): rng.randint(1, 50) for _ in range(300)}
+    nat, py = engine_for(words, "native"), engine_for(words, "python")
+    assert nat.pair_counts() == py.pair_counts()
+    assert nat.step(60) == py.step(60)
+    assert nat.pair_counts() == py.pair_counts()

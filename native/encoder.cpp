@@ -88,7 +88,9 @@ nb::ndarray<nb::numpy, uint32_t, nb::ndim<1>> encode_pieces(const Encoder &e, nb
     std::vector<uint32_t> out;
     {
         nb::gil_scoped_release release;
-        PieceCache &cache = thread_cache(e.uid);
+        size_t total = 0;
+        for (auto v : views) total += v.size();
+        PieceCache &cache = thread_cache(e.uid, total);
         out.reserve(views.size() * 2);
         for (auto v : views)
             if (!v.empty()) e.bpe(reinterpret_cast<const uint8_t *>(v.data()), v.size(), cache, out);
@@ -130,8 +132,10 @@ nb::list encode_list(const Encoder &e, nb::handle text, bool ordinary) {
 void encode_documents(const Encoder &e, const std::vector<std::string_view> &views,
                       std::vector<std::vector<uint32_t>> &outs, int threads, bool ordinary = false) {
     std::atomic<size_t> next{0};
+    size_t total = 0;
+    for (auto v : views) total += v.size();
     auto work = [&]() {
-        PieceCache &cache = thread_cache(e.uid);
+        PieceCache &cache = thread_cache(e.uid, total);
         std::vector<size_t> ends;
         for (size_t i; (i = next.fetch_add(1)) < views.size();) {
             auto s = views[i];

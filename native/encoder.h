@@ -181,7 +181,7 @@ class Encoder {
     std::vector<uint32_t> run_blocks(std::string_view s, const std::vector<Block> &blocks, int threads) const {
         const auto *u = reinterpret_cast<const uint8_t *>(s.data());
         if (threads <= 1 || blocks.size() <= 1) {
-            PieceCache &cache = thread_cache(uid);
+            PieceCache &cache = thread_cache(uid, s.size());
             std::vector<size_t> ends;
             std::vector<uint32_t> out;
             out.reserve(s.size() / 3 + 16);
@@ -194,7 +194,7 @@ class Encoder {
         std::vector<std::vector<uint32_t>> parts(blocks.size());
         std::atomic<size_t> next{0};
         auto work = [&]() {
-            PieceCache &cache = thread_cache(uid);
+            PieceCache &cache = thread_cache(uid, s.size());
             std::vector<size_t> ends;
             for (size_t i; (i = next.fetch_add(1)) < blocks.size();) {
                 const Block &b = blocks[i];

@@ -72,24 +72,38 @@ class PieceCache {
     HeapScratch scratch;
     PairMemo pairs;
     static constexpr size_t kMaxLen = 22, kMaxIds = 8;
-    // huge_alloc: zero pages handed out lazily (a short call touches only the slots it uses), on
-    // 2 MiB pages where the OS gives them (huge_pages.h: a slot read is then no TLB miss), starting
-    // on a page; a table under 2 MiB is operator new's, zeroed, with 64 bytes more to start it on a
-    // 64-byte line (a slot is one line, not two halves)
-    PieceCache()
-        : n_slots_(slots_wanted()), mem_(static_cast<char *>(huge_alloc(bytes_for(n_slots_))), Free{bytes_for(n_slots_)}) {
+    // The cache a pass over `text_bytes` of text wants: its slots (64 bytes each) and whether it is
+    // on 2 MiB pages. Slots: BPE_STORE_PIECE_CACHE_SLOTS, a power of two from 2^10 to 2^22, where
+    // set; else 2^16 (4 MiB), and 2^18 (16 MiB) from kLargeText on: a long text has more distinct
+    // pieces than 2^16 slots keep (8 MB of enwiki: 93 K), and a first pass over 32 MB of enwiki ran
+    // 3-6 % faster with 2^18 (a 2-way cache of 2^16 did not help). Huge pages from kHugeText on: a
+    // slot read is then no TLB miss (huge_pages.h), but the first touch of a 2 MiB page zeroes all
+    // of it, which cost a first short encode 3-8 ms instead of 0.15; docs/performance.md.
+    static constexpr size_t kLargeText = size_t(8) << 20, kHugeText = size_t(1) << 20;
+    struct Shape {
+        size_t slots;
+        bool huge;
+    };
+    static Shape shape_for(size_t text_bytes) {
+        static const size_t forced = [] {
+            const char *v = std::getenv("BPE_STORE_PIECE_CACHE_SLOTS");
+            size_t n = v ? size_t(std::strtoull(v, nullptr, 10)) : 0;
+            return n >= (1u << 10) && n <= (1u << 22) && (n & (n - 1)) == 0 ? n : size_t(0);
+        }();
+        const size_t slots = forced ? forced : text_bytes >= kLargeText ? size_t(1) << 18 : size_t(1) << 16;
+        return {slots, text_bytes >= kHugeText && slots * 64 >= kHugePage};  // 64: a slot (a small one: calloc's)
+    }
+    // Zero pages handed out lazily (a short call touches only the slots it uses): calloc's, with 64
+    // bytes more to start the table on a 64-byte line (a slot is one line, not two halves), or a
+    // mapping of huge pages (which starts on a page).
+    explicit PieceCache(Shape shape = shape_for(0))
+        : n_slots_(shape.slots), mem_(allocate(shape), Free{shape}) {
+        if (!mem_) throw std::bad_alloc();
         slots_ = reinterpret_cast<Slot *>((reinterpret_cast<uintptr_t>(mem_.get()) + 63) & ~uintptr_t(63));
-        if (bytes_for(n_slots_) < kHugePage) std::memset(mem_.get(), 0, bytes_for(n_slots_));
         pairs.clear();
     }
-    // How many slots (64 bytes each): BPE_STORE_PIECE_CACHE_SLOTS, a power of two from 2^10 to 2^22,
-    // else 2^16 (4 MiB). Why a knob: a hit costs a load from this table, so a smaller one that stays
-    // in L2 can beat a larger one that hits more often; docs/performance.md has the measurements.
-    static size_t slots_wanted() {
-        const char *v = std::getenv("BPE_STORE_PIECE_CACHE_SLOTS");
-        size_t n = v ? size_t(std::strtoull(v, nullptr, 10)) : 0;
-        return n >= (1u << 10) && n <= (1u << 22) && (n & (n - 1)) == 0 ? n : size_t(1) << 16;
-    }
+    // whether this cache serves a pass that wants `want`
+    bool fits(Shape want) const { return n_slots_ >= want.slots && (mem_.get_deleter().shape.huge || !want.huge); }
     void clear() {
         std::memset(slots_, 0, n_slots_ * sizeof(Slot));
         pairs.clear();
@@ -117,9 +131,9 @@ class PieceCache {
     }
 
   private:
-    static size_t bytes_for(size_t slots) {
-        const size_t b = slots * sizeof(Slot);
-        return b >= kHugePage ? b : b + 64;
+    static char *allocate(Shape shape) {
+        const size_t bytes = shape.slots * sizeof(Slot);
+        return static_cast<char *>(shape.huge ? huge_alloc(bytes) : std::calloc(bytes + 64, 1));
     }
     struct Slot {
         uint64_t hash;
@@ -129,8 +143,11 @@ class PieceCache {
         uint32_t ids[kMaxIds];
     };
     struct Free {
-        size_t bytes;
-        void operator()(char *p) const { huge_free(p, bytes); }
+        Shape shape;
+        void operator()(char *p) const {
+            if (shape.huge) huge_free(p, shape.slots * sizeof(Slot));
+            else std::free(p);
+        }
     };
     size_t n_slots_;
     std::unique_ptr<char[], Free> mem_;
@@ -139,10 +156,17 @@ class PieceCache {
 
 // The calling thread's cache, emptied when it last served another encoder: one encoder's ids
 // never leak into another's, and repeated small calls (CS336-style encode per line) reuse it.
-inline PieceCache &thread_cache(uint64_t owner) {
+// `text_bytes`: the length of the whole pass (all threads'), which sets the cache's shape (a cache
+// that does not fit it is replaced, empty: PieceCache::shape_for).
+inline PieceCache &thread_cache(uint64_t owner, size_t text_bytes = 0) {
     thread_local std::unique_ptr<PieceCache> cache;
     thread_local uint64_t served = 0;
-    if (!cache) cache.reset(new PieceCache());
+    const PieceCache::Shape want = PieceCache::shape_for(text_bytes);
+    if (!cache || !cache->fits(want)) {
+        cache.reset();  // the old one's memory first
+        cache.reset(new PieceCache(want));
+        served = owner;
+    }
     if (served != owner) {
         if (served != 0) cache->clear();
         served = owner;

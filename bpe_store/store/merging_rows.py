@@ -123,9 +123,11 @@ class MergingRows:
         the store holds none (counting is not over, or an older bpe_store finished it)."""
         return self.sql("SELECT pairs_merges FROM run WHERE id = 1").scalar()
 
-    def load_vocab(self) -> list[tuple[int, bytes, str]]:
-        """``[(id, bytes, kind)]`` in id order, once ``check_vocab_lengths`` passed."""
-        self.check_vocab_lengths()
+    def load_vocab(self, check_lengths: bool = True) -> list[tuple[int, bytes, str]]:
+        """``[(id, bytes, kind)]`` in id order, once ``check_vocab_lengths`` passed (``check_lengths``
+        False: a caller that wrote every row itself, ``read_result``'s ``checked``)."""
+        if check_lengths:
+            self.check_vocab_lengths()
         return self.sql("SELECT id, bytes, kind FROM vocab ORDER BY id").fetchall()
 
     def check_vocab_lengths(self) -> None:

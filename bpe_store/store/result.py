@@ -183,7 +183,7 @@ def read_result_ids(store: Store, vocab_size: int | None = None, *, checked: boo
     run = store.run_row()
     specials = json.loads(run["special_tokens"])
     n_special = len(specials)
-    vocab_rows = store.load_vocab()
+    vocab_rows = store.load_vocab(check_lengths=not checked)  # the length check's join: 0.4 CPU s at o200k
     merges = store.load_merges()
     if not checked:
         result_check(store, specials, vocab_rows, merges)

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from ..errors import ArgumentTypeError, InputError, path_argument
 from ..store import sessions
 from ..store.files import remove_files
+from ..store.merge_log import read_result as native_result
 from ..store.result import TrainResult, read_result
 from ..temporaries import new_dir, remove_stale
 from ..text.inputs import DEFAULT_TEXT_FIELD
@@ -128,7 +129,8 @@ def train_with(inputs: Sequence[str | os.PathLike] | str | os.PathLike | Stream,
                 run_count(job)                                # 3. count
                 merger = run_pairs(job)                       # 4. pairs
             run_merge(job, merger or job.options.engine)      # 5. merge
-            return job.done(read_result(job.store, checked=True))  # 6. done (checked by step 2 or written here)
+            # 6. done: read natively and checked, else as written here or checked by step 2
+            return job.done(native_result(job.store) or read_result(job.store, checked=True))
     except InputError:
         if job.remove_if_refused:  # a first run refused by its input leaves no store (closed by now)
             remove_files(job.db)

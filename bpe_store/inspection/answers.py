@@ -347,8 +347,8 @@ def pairs_state(store: Store) -> Row:
             state["note"] = ("no pair counts yet: the store is still counting (pairs are counted when "
                              "counting is over)")
         elif run.get("superword_from") is not None and run["phase"] == "merging":
-            state["note"] = ("no pair counts yet: a superword store's stage 2 writes them at its first full "
-                             "checkpoint, once its pieces have taken stage 1's merges")
+            state["note"] = ("no pair counts while stage 2 merges: a superword store's checkpoints log its "
+                             "merges only, and the most frequent pairs are written when it is done")
         elif run["phase"] == "merging" or run.get("state_merges") is not None:
             state["note"] = ("no pair counts yet: merging began while a reader held an old snapshot, so "
                              "they were left to the first full checkpoint")

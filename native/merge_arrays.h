@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <new>
 #include <type_traits>
+#include <utility>
 
 namespace bpe::merge {
 
@@ -148,6 +149,38 @@ class BigArray {
         map_len_ = 0;
         p_ = nullptr;
         n_ = 0;
+    }
+
+    // Keeps the first n elements (n <= size()) and gives the memory past them back. Why: the
+    // merge engine's arena is sized for its words as bytes, and a replay of many merges (SuperBPE's
+    // stage 2: a quarter of that) leaves the rest as padding (MergeEngine::compact_arena).
+    void shrink(size_t n) {
+        if (n >= n_) return;
+#if defined(__linux__)
+        if (map_ != nullptr) {
+            const uintptr_t page = 4096, end = uintptr_t(map_) + map_len_;
+            const uintptr_t keep = (uintptr_t(p_ + n) + page - 1) & ~(page - 1);
+            if (keep < end) {
+                munmap(reinterpret_cast<void *>(keep), end - keep);
+                map_len_ = keep - uintptr_t(map_);
+            }
+            n_ = n;
+            return;
+        }
+#endif
+        if (n == 0) {
+            release();
+            return;
+        }
+        T *q = static_cast<T *>(std::realloc(p_, n * sizeof(T)));
+        if (q != nullptr) p_ = q;
+        n_ = n;
+    }
+    void swap(BigArray &o) {
+        std::swap(p_, o.p_);
+        std::swap(n_, o.n_);
+        std::swap(map_, o.map_);
+        std::swap(map_len_, o.map_len_);
     }
 
     size_t size() const { return n_; }

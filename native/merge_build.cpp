@@ -2,6 +2,7 @@
 // (Python rows, packed counts, or the store's rows read natively) into the arena, and
 // build_pairs counts every pair of every word. See merge_engine.h for the whole.
 #include "merge_engine.h"
+#include "pair_tally.h"
 #include "scanner.h"
 
 #include <algorithm>
@@ -261,13 +262,20 @@ void MergeEngine::alloc_arena(size_t total, size_t words) {
 // word is still its bytes, and the pair index's hash probe and tag check were a third of the
 // first pair count (a 2 GB corpus: 2.65 M words, 13 M pairs); the table (256 KiB) stays in
 // cache. Slots are made in first-seen order.
-void MergeEngine::word_pair_slots(size_t o, u32 base, std::vector<u32> &dense, std::vector<u32> &occ) {
+// lookup: the slots exist already (a pruned count, merge_prune.cpp): pairs without one are left out.
+void MergeEngine::word_pair_slots(size_t o, u32 base, std::vector<u32> &dense, std::vector<u32> &occ,
+                                  bool lookup) {
     const u32 *p = &ar_[o + kHdr];
     const u32 n = ar_[o + kLen];
     occ.clear();
     for (u32 i = 0; i + 1 < n; ++i) {
         const u32 x = p[i], y = p[i + 1];
         if (too_long(x, y)) continue;
+        if (lookup) {
+            const u32 s = index_.find(pair_key(x, y), KeyOf{&slots_});
+            if (s != kNone) occ.push_back(s);
+            continue;
+        }
         const u32 dx = x - base, dy = y - base;  // wraps to large for ids below base
         if (dx < kDenseSide && dy < kDenseSide) {
             u32 &d = dense[dx * kDenseSide + dy];
@@ -311,15 +319,26 @@ void distinct_slots(std::vector<u32> &occ) {
 // of building the engine of a 16 K store continued on zhwiki-20M; the bound keeps the peak of a
 // large corpus (tens of millions of words) where it was. BPE_STORE_BUILD_KEEP_SLOTS sets another
 // bound (the tests' way to take the other path on a few words).
+// With prune_below_ > 1 the pairs are tallied first and only the frequent ones get a slot (see
+// merge_prune.cpp), whose count is then the tally's.
 void MergeEngine::build_pairs(u32 n_specials) {
     const char *bound = std::getenv("BPE_STORE_BUILD_KEEP_SLOTS");
     const size_t kKeepSlots = bound ? size_t(std::strtoull(bound, nullptr, 10)) : size_t(1) << 24;
+    n_specials_ = n_specials;
+    const bool pruned = prune_below_ > 1;
+    if (pruned) {
+        PairTally tally;
+        tally_pairs(tally);
+        keep_tallied(tally);
+    }
+    pruned_upto_ = pruned ? u32(tb_.size()) : 0;
     std::vector<u32> dense(kDenseSide * kDenseSide, kNone), occ, kept;
     bool keep = true;
     for (size_t o = 0; o < ar_.size(); o = next_word(o)) {
-        word_pair_slots(o, n_specials, dense, occ);
+        word_pair_slots(o, n_specials, dense, occ, pruned);
         const i64 c = count_at(o);
-        for (u32 s : occ) slots_[s].count += c;
+        if (!pruned)
+            for (u32 s : occ) slots_[s].count += c;
         distinct_slots(occ);
         for (u32 s : occ) ++slots_[s].where.len;
         if (keep && kept.size() + occ.size() + 1 > kKeepSlots) std::vector<u32>().swap(kept), keep = false;
@@ -341,7 +360,7 @@ void MergeEngine::build_pairs(u32 n_specials) {
             at += n;
             continue;
         }
-        word_pair_slots(o, n_specials, dense, occ);
+        word_pair_slots(o, n_specials, dense, occ, pruned);
         distinct_slots(occ);
         for (u32 s : occ) lists_.fill(slots_[s].where, u32(o));
     }

@@ -22,8 +22,7 @@ void release_free_memory() {
 nb::dict MergeEngine::pair_counts() {
     Busy busy(this);
     nb::dict d;
-    for (u32 s = 0; s < slots_.size(); ++s)
-        if (slots_[s].count > 0) d[nb::make_tuple(u32(slots_[s].left), u32(slots_[s].right))] = nb::int_(i64(slots_[s].count));
+    for (const auto &[key, c] : live_pairs()) d[nb::make_tuple(u32(key >> 32), u32(key))] = nb::int_(c);
     return d;
 }
 
@@ -31,10 +30,8 @@ nb::dict MergeEngine::pair_counts() {
 nb::tuple MergeEngine::pair_digest() {
     Busy busy(this);
     i64 n = 0, h1 = 0, h2 = 0;
-    for (u32 s = 0; s < slots_.size(); ++s) {
-        i64 c = slots_[s].count;
-        if (c <= 0) continue;
-        i64 l = slots_[s].left, r = slots_[s].right;
+    for (const auto &[key, c] : live_pairs()) {
+        const i64 l = i64(key >> 32), r = i64(u32(key));
         ++n;
         h1 += ((l * 65599 + r) % kDigestP1) * (c % kDigestP1) % kDigestP1;
         h2 += ((l * 1000003 + r * 7 + 11) % kDigestP2) * (c % kDigestP2) % kDigestP2;

@@ -67,6 +67,7 @@
 //   merge_build.cpp  loading words (Python rows, packed counts, the store's rows), first pair count
 //   merge_replay.cpp catching words up with merges the store logged after their tokens
 //   replay_cuts.h    where a word may be cut so that its parts replay alone (and are cached)
+//   merge_prune.cpp  SuperBPE's stage 2: the arena packed after its replay, rare pairs left out
 //   merge_loop.cpp   the merge loop: the heap, applying a merge to its words
 //   merge_rows.cpp   the changes since the last take: checkpoint rows, changed words and pairs
 //   merge_engine.cpp inspection, and the Python face (register_merge_engine)
@@ -100,6 +101,8 @@ struct __attribute__((packed)) HeapEntry {
     u32 slot;
 };
 static_assert(sizeof(HeapEntry) == 12, "HeapEntry is packed");
+
+class PairTally;  // pair_tally.h
 
 struct MergeOut {
     i64 rank;
@@ -209,7 +212,19 @@ class MergeEngine {
     void alloc_arena(size_t total, size_t words);
     void build_pairs(u32 n_specials);
     static constexpr u32 kDenseSide = 256;  // build_pairs' dense table: pairs of two byte tokens
-    void word_pair_slots(size_t o, u32 base, std::vector<u32> &dense, std::vector<u32> &occ);
+    void word_pair_slots(size_t o, u32 base, std::vector<u32> &dense, std::vector<u32> &occ, bool lookup);
+
+    // ---- SuperBPE's stage 2: packing the arena, pruned pair counts (merge_prune.cpp) ---------
+    // Pairs counted fewer than this many times when the pairs are counted get no slot (see
+    // merge_prune.cpp: 3 pairs in 4 of stage 2's are counted once); 1: every pair has one.
+    static constexpr i64 kSuperwordPruneBelow = 4;
+    void compact_arena();
+    void tally_pairs(PairTally &tally) const;
+    void keep_tallied(const PairTally &tally);
+    void rebuild_pairs(i64 floor);
+    void unprune();
+    u32 slot_gained(u32 x, u32 y, u64 key);
+    std::vector<std::pair<u64, i64>> live_pairs() const;
 
     // Writes the header of the word at offset o (its tokens follow; its stamp starts at 0).
     void start_word(size_t o, u32 len, i64 count, u32 id) {
@@ -342,6 +357,12 @@ class MergeEngine {
     bool finished_ = false;  // finish() was called: no more merging
     i64 bad_word_ = -1;
     bool rewrite_pairs_ = false;  // see build()
+    // Pruned pair counts (merge_prune.cpp): pairs of tokens below pruned_upto_ counted fewer than
+    // prune_below_ times when the pairs were last counted have no slot; 1 and 0: none pruned.
+    i64 prune_below_ = 1;
+    u32 pruned_upto_ = 0;
+    bool need_rebuild_ = false;  // a merge made a pair that may have been pruned: count again
+    u32 n_specials_ = 0;  // build_pairs' base, for a recount
 
     // words: ONE arena of u32, each word a header then its tokens, in store id order; a word is
     // known by its offset (the pair -> words lists and the changed words hold offsets). Header

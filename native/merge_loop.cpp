@@ -36,7 +36,12 @@ nb::list MergeEngine::step(i64 max_merges) {
             }
             u32 slot;
             i64 count;
-            if (!pop_best(slot, count)) {
+            const bool found = pop_best(slot, count);
+            if (prune_below_ > 1 && (!found || count < prune_below_)) {
+                rebuild_pairs(1);  // a pruned pair may be the best now: count them all (merge_prune.cpp)
+                continue;
+            }
+            if (!found) {
                 exhausted_ = true;
                 break;
             }
@@ -57,6 +62,7 @@ nb::list MergeEngine::step(i64 max_merges) {
                 tmeta_[token] = token_meta(tb_[token]);
             }
             apply(slot, a, b, token);
+            if (need_rebuild_) rebuild_pairs(prune_below_);  // see slot_gained
             if (lists_.fragmented()) compact_lists();
             out.push_back({next_rank_, a, b, token, count});
             ++next_rank_;
@@ -188,8 +194,8 @@ void MergeEngine::add_changes(StepWork &work) {
         StepWork::Entry &d = e[k];
         const u32 x = u32(d.key >> 32), y = u32(d.key);
         if (too_long(x, y)) continue;  // never counted (d.slot stays kNone)
-        d.slot = d.head != kNone ? slot_of(x, y) : index_.find(d.key, KeyOf{&slots_});
-        if (d.slot == kNone) continue;  // cannot happen: a pair a word lost was counted
+        d.slot = d.head != kNone ? slot_gained(x, y, d.key) : index_.find(d.key, KeyOf{&slots_});
+        if (d.slot == kNone) continue;  // a pruned pair (merge_prune.cpp); else a pair a word lost was counted
         Slot &s = slots_[d.slot];
         s.count += d.delta;
         mark_changed_pair(d.slot);

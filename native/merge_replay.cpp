@@ -264,6 +264,10 @@ void MergeEngine::build(u32 n_specials, nb::bytes replay) {
     {
         nb::gil_scoped_release unlocked;
         replay_words(log, n_specials);
+        if (max_words_ != 0) {  // SuperBPE's stage 2: see merge_prune.cpp
+            compact_arena();
+            prune_below_ = kSuperwordPruneBelow;
+        }
         build_pairs(n_specials);
     }
     forget_stored_pairs();  // the store's are those of the words before the replay

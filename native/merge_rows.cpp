@@ -72,6 +72,7 @@ nb::object RowStream::next() {
 // as lists of tuples they were ~120 MB alive at once, the process's peak (402 MB).
 nb::tuple MergeEngine::take_checkpoint_rows() {
     Busy busy(this);
+    unprune();  // every live pair is written: each needs its slot
     std::vector<u32> words = take_changed_words();
     rewrite_pairs_ = false;
     RowStream word_rows = word_rows_of(words), deletes(RowStream::kDeletes), inserts(RowStream::kInserts),
@@ -139,6 +140,7 @@ RowStream MergeEngine::top_word_rows(size_t k) {
 // ({word index: [token ids]}, {(left, right): count, 0 when gone}), as the Python engine gives.
 nb::tuple MergeEngine::take_changes() {
     Busy busy(this);
+    unprune();
     nb::dict words, pairs;
     const std::vector<u32> changed = take_changed_words();  // arena order = word order
     size_t i = 0;
@@ -210,24 +212,25 @@ std::vector<u32> MergeEngine::take_changed_pairs(bool skip_unchanged) {
 // top_word_rows, the counts alone decide. Works after finish(), which keeps the slots.
 RowStream MergeEngine::top_pair_rows(size_t k) {
     Busy busy(this);
+    std::vector<std::pair<u64, i64>> live = live_pairs();  // exact when pruned too
     std::vector<i64> counts;
-    for (const Slot &s : slots_)
-        if (s.count > 0) counts.push_back(s.count);
+    counts.reserve(live.size());
+    for (const auto &e : live) counts.push_back(e.second);
     i64 floor = 1;  // keep counts at or above it
     if (k == 0) floor = std::numeric_limits<i64>::max();
     else if (counts.size() > k) {
         std::nth_element(counts.begin(), counts.begin() + (k - 1), counts.end(), std::greater<i64>());
         floor = counts[k - 1];
     }
-    std::vector<std::pair<u64, u32>> keyed;
-    for (u32 s = 0; s < slots_.size(); ++s)
-        if (slots_[s].count >= floor) keyed.emplace_back(pair_key(slots_[s].left, slots_[s].right), s);
+    std::vector<std::pair<u64, i64>> keyed;
+    for (const auto &e : live)
+        if (e.second >= floor) keyed.push_back(e);
     std::sort(keyed.begin(), keyed.end());
     RowStream rows(RowStream::kInserts);
     for (const auto &e : keyed) {
-        rows.a.push_back(slots_[e.second].left);
-        rows.b.push_back(slots_[e.second].right);
-        rows.c.push_back(slots_[e.second].count);
+        rows.a.push_back(u32(e.first >> 32));
+        rows.b.push_back(u32(e.first));
+        rows.c.push_back(e.second);
     }
     return rows;
 }

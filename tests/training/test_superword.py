@@ -147,3 +147,41 @@ def test_long_pieces_replay_stage_one_natively_as_in_python(seed):
     for t in (10, 40):
         assert _engine_superword(text, 256 + t + 30, [], t, "native") == \
             _engine_superword(text, 256 + t + 30, [], t, "python")
+
+
+@pytest.mark.skipif(not native_available(), reason="the native engine is not built")
+def test_stage_two_engine_packs_its_words_and_gives_rare_pairs_no_slot():
+    # merge_prune.cpp: after the stage-1 replay the arena holds the replayed tokens, not 4 bytes a
+    # byte of the pieces, and pairs counted fewer than 4 times have no slot; the pair counts read
+    # from it are still every pair's, and its merges the Python engine's
+    rng = random.Random(7)
+    words = ["the", "of", "and"] + ["".join(rng.choice("abcdefgh") for _ in range(rng.randint(2, 6)))
+                                     for _ in range(300)]
+    text = "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(3, 30))) for _ in range(400))
+    tb, stage1 = _stage1(text, [], 300, "native")
+    pieces = count_words(text, [], STAGE2_PATTERN)
+    rows = [(i + 1, p, c, None) for i, (p, c) in enumerate(pieces.items())]
+    engines = {e: new_engine(rows, list(tb), 0, 256, len(stage1), e, replay=stage1, max_words=4)
+               for e in ("native", "python")}
+    native = engines["native"]
+    memory = native._e.memory
+    assert memory["tokens"] < 2 * sum(len(p) for p in pieces)  # was 4 bytes a byte
+    live = native.pair_counts()
+    assert live == engines["python"].pair_counts()
+    assert native._e.pair_slots < len(live) / 2  # most pairs are rare: no slot
+    a, b = native.step(30), engines["python"].step(30)
+    assert [(m.left, m.right, m.count) for m in a] == [(m.left, m.right, m.count) for m in b]
+    assert native.pair_counts() == engines["python"].pair_counts()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_superword_merge_that_spells_an_older_token_is_counted_exactly(engine):
+    # stage 1 merged (b, c) before (a, b): ' abc' is ' ', 'a', 'bc' after it, though 'abc' (id 258)
+    # is a token; stage 2 merging ('a', 'bc') reuses id 258, whose pairs a pruned count may have
+    # left out (merge_prune.cpp: the pairs are counted again after such a merge)
+    tb: list[bytes | None] = [bytes([b]) for b in range(256)] + [b"bc", b"ab", b"abc"]
+    stage1 = [(98, 99, 256), (97, 98, 257), (257, 99, 258)]
+    pieces = {b" abc x abc": 9, b" abd abd": 7, b"abc abc": 5, b" z abc": 3, b"q abd": 2}
+    got = [(m.left, m.right, m.token, m.count) for m in stage2_merges(pieces, tb, 0, stage1, 12, engine)]
+    want = [(m.left, m.right, m.token, m.count) for m in stage2_merges(pieces, tb, 0, stage1, 12, "python")]
+    assert got == want and any(t == 258 for _, _, t, _ in got)

@@ -179,14 +179,14 @@ def _native_ranks_base(ranks, vocab: dict[int, bytes], path: Path, source: str, 
     import sys
 
     from ..native import core
+    from ..store.base_rows import Triples
 
     raw_merges, raw_model, unreached = core.tiktoken_base_merges(ranks, len(specials))
     if unreached >= 0:
         raise BaseError(f"{path}: token {vocab[unreached]!r} (rank {unreached}) is not built from two lower-ranked "
                         "tokens by tiktoken's rule, so no merge list encodes like these ranks")
-    triples, model = array.array("I", raw_merges), array.array("I", raw_model)
+    model = array.array("I", raw_model)
     if sys.byteorder == "big":  # pragma: no cover
-        triples.byteswap()
         model.byteswap()
     if not all(vocab.values()):
         raise BaseError(f"{source}: token {next(i for i, t in vocab.items() if not t)} is empty")
@@ -198,8 +198,7 @@ def _native_ranks_base(ranks, vocab: dict[int, bytes], path: Path, source: str, 
                         f"{top}); only special tokens may sit above them with ids left unused")
     n = len(specials)
     tb = [vocab[r] for r in model]  # store id n + i -> bytes
-    it = iter(triples)
-    store_merges = list(zip(it, it, it))
+    store_merges = Triples.of(raw_merges)  # the packed bytes kept: the store's digest and the engine's log
     ordered = dict(sorted(specials.items(), key=lambda kv: kv[1]))
     return Base("tiktoken", source, sha, pattern, ordered, tuple(model[:256]), _MergeBytes(tb, store_merges, n),
                 model[256:].tolist(), store_merges, tb[256:])

@@ -408,12 +408,15 @@ class NativeMergeEngine:
                  first_merge_id: int, next_rank: int, min_frequency: int = 1,
                  max_token_length: int | None = None, replay: Replay = (), max_words: int = 0):
         core = native.core
-        log = array.array("I", itertools.chain.from_iterable(replay))  # a base's 200 K merges: no list of 600 K
-        if sys.byteorder == "big":  # pragma: no cover
-            log.byteswap()  # the engine reads little-endian uint32
+        log = getattr(replay, "packed", None)  # a ranks base's merges as it read them (store.base_rows.Triples)
+        if log is None:
+            merges = array.array("I", itertools.chain.from_iterable(replay))  # 200 K merges: no list of 600 K
+            if sys.byteorder == "big":  # pragma: no cover
+                merges.byteswap()  # the engine reads little-endian uint32
+            log = merges.tobytes()
         if hasattr(rows, "pack"):  # a WordCounter: its words as ids 1, 2, ... (see new_engine)
             self._e = core.MergeEngine(rows.pack(), 1, list(token_bytes), n_specials, first_merge_id, next_rank,
-                                       min_frequency, max_token_length or 0, max_words, log.tobytes())
+                                       min_frequency, max_token_length or 0, max_words, log)
         else:
             if not isinstance(rows, core.WordRows):  # else read natively (Store.load_word_rows)
                 if not isinstance(rows, list):
@@ -422,7 +425,7 @@ class NativeMergeEngine:
                 if rows and type(rows[0]) is not tuple:
                     rows = [tuple(r) for r in rows]
             self._e = core.MergeEngine(rows, list(token_bytes), n_specials, first_merge_id, next_rank,
-                                       min_frequency, max_token_length or 0, log.tobytes(), max_words)
+                                       min_frequency, max_token_length or 0, log, max_words)
         self.token_bytes: dict[int, bytes] = {i: b for i, b in enumerate(token_bytes) if b is not None}
         self.bad_word: int = self._e.bad_word
 

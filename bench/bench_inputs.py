@@ -90,16 +90,19 @@ def make(out: Path, corpus: Path) -> None:
 
 READ_ONLY = """
 import json, resource, sys, time
-from bpe_store.text.inputs import file_input, plan_units, scan_input, unit_blocks, unit_of
-from bpe_store.text.pretokenize import GPT2_PATTERN
+from bpe_store.counting.planning import plan_units, scan_input
+from bpe_store.text.inputs import file_input, unit_of
+from bpe_store.text.pretokenize import GPT2_PATTERN, PretokenSpec
+from bpe_store.text.units import unit_blocks
 args = json.loads(sys.argv[1])
 specials = ["<|endoftext|>"]
 cpu = 0.0
 for path in args["inputs"]:
     src = scan_input(file_input(path))
     t = time.process_time()
-    for a, b, kind, part in plan_units(src, specials, GPT2_PATTERN, 8 << 20):
-        for _ in unit_blocks(unit_of(src, kind, a, b, part), specials, GPT2_PATTERN, "strict", 8 << 20):
+    spec = PretokenSpec(tuple(specials), GPT2_PATTERN)
+    for a, b, kind, part in plan_units(src, spec, 8 << 20):
+        for _ in unit_blocks(unit_of(src, kind, a, b, part), spec, 8 << 20):
             pass
     cpu += time.process_time() - t
 print(json.dumps({"read_cpu_s": cpu, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))

@@ -298,7 +298,7 @@ def _count_unit_native(unit: Unit, spec: PretokenSpec, block_size: int) -> tuple
     specials = block_specials(spec.special_tokens, unit.has_documents)  # as count_units_threaded
     scanner, max_bytes = native_scanner(spec.pattern), spec.max_pretoken_bytes
     words, n = WordCounter(), 0
-    for block in unit_blocks(unit, spec.special_tokens, spec.pattern, spec.invalid_utf8, block_size, max_bytes):
+    for block in unit_blocks(unit, spec, block_size):
         counts = native_count_chunk(block, specials, max_bytes or 0, scanner)
         n += counts.total
         words.add(counts)
@@ -316,7 +316,7 @@ def count_unit_task(task: UnitTask) -> tuple[int, dict[bytes, int], int]:
         words, n = _count_unit_native(unit, spec, task.block_size)
         return task.id, dict(words.items()), n
     max_bytes = spec.max_pretoken_bytes
-    blocks = unit_blocks(unit, spec.special_tokens, spec.pattern, spec.invalid_utf8, task.block_size, max_bytes)
+    blocks = unit_blocks(unit, spec, task.block_size)
     total: Counter[bytes] = Counter()
     for block in blocks:
         total.update(count_block(block, spec.special_tokens, spec.pattern, unit.has_documents, max_bytes))

@@ -135,8 +135,7 @@ class _UnitReader:
         scanner = native_scanner(spec.pattern)
         n = 0
         try:
-            for block in unit_blocks(unit, spec.special_tokens, spec.pattern, spec.invalid_utf8, task.block_size,
-                                     spec.max_pretoken_bytes):
+            for block in unit_blocks(unit, spec, task.block_size):
                 while not self.slots.acquire(timeout=0.1):
                     if self.stopping.is_set():
                         return

@@ -15,6 +15,7 @@ from ..text.fingerprint import UNITS_HASH, UNITS_NONE
 from ..text.input_checks import open_regular, scan_source
 from ..text.inputs import FileInput
 from ..text.parquet import parquet_column_type, parquet_file
+from ..text.pretokenize import PretokenSpec
 from ..text.sources import Source
 from ..text.streams import Stream
 
@@ -67,15 +68,16 @@ def same_kind_diffs(old: Sequence[Source], new: Sequence[Source | Stream]) -> li
     return diffs
 
 
-def plan_units(source: Source, special_tokens: Sequence[str], pattern: str,
-               chunk_size: int, max_pretoken_bytes: int | None = None) -> list[tuple[int, int, str, int | None]]:
-    """``[(start, end, kind, part)]``: the work units of one input file (see the module doc)."""
+def plan_units(source: Source, spec: PretokenSpec, chunk_size: int) -> list[tuple[int, int, str, int | None]]:
+    """``[(start, end, kind, part)]``: the work units of one input file (see the module doc), a
+    text file's cut where ``spec``'s pre-tokens allow (``plan_chunks``)."""
 
     if source.compression != "none":
         return [(0, source.size, "file", None)]
     if source.format == "text":
         return [(a, b, "range", None) for a, b in
-                plan_chunks(source.path, source.size, special_tokens, pattern, chunk_size, max_pretoken_bytes)]
+                plan_chunks(source.path, source.size, spec.special_tokens, spec.pattern, chunk_size,
+                            spec.max_pretoken_bytes)]
     if source.format == "jsonl":
         return [(a, b, "range", None) for a, b in _plan_lines(source.path, source.size, chunk_size)]
     pf = parquet_file(source.path)

@@ -64,6 +64,7 @@ def read_heldout(inputs: Sequence[Any], invalid_utf8: str = "strict", name: str 
     """Read held-out inputs (paths, ``FileInput`` s or one ``Stream``) as ``train`` reads them.
     Empty held-out text is an InputError (exit 2), as is invalid UTF-8 under ``strict``."""
     from ..text.inputs import FileInput, file_input
+    from ..text.pretokenize import PretokenSpec
     from ..text.streams import Stream
     from ..text.whole_inputs import input_blocks
 
@@ -77,7 +78,8 @@ def read_heldout(inputs: Sequence[Any], invalid_utf8: str = "strict", name: str 
         if isinstance(item, FileInput) and not Path(item.path).is_file():
             raise InputError(f"{item.path}: no such file" if not Path(item.path).exists()
                              else f"{item.path}: is not a file")
-        text = b"".join(input_blocks(item, (), "gpt2", invalid_utf8, READ_BLOCK))
+        # no special tokens and a pattern of no native scanner: blocks never cut (they are joined)
+        text = b"".join(input_blocks(item, PretokenSpec((), r"(?s).+", invalid_utf8), READ_BLOCK))
         files.append(HeldOutFile(str(item.path), text))
     if not any(f.text.replace(b"\xff", b"") for f in files):
         raise InputError("the held-out text is empty: nothing to measure tokenizers on")

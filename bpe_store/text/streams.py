@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -14,9 +14,7 @@ from ..errors import InputError, ResumeMismatch
 from .decompress import READ
 from .inputs import DEFAULT_TEXT_FIELD, FORMATS, ITERABLE, STDIN
 from .jsonl import json_type, jsonl_blocks
-from .pretokenize import (
-    DOC_SEP,
-)
+from .pretokenize import DOC_SEP, PretokenSpec
 from .sources import Source
 from .units import text_blocks
 
@@ -94,10 +92,11 @@ class Stream:
         """The ``sources`` row of a stream not read yet."""
         return Source(self.name, 0, 0, hashlib.sha256().hexdigest(), self.format, "none", self.text_field, 0, "sha256")
 
-    def blocks(self, resume: Source, special_tokens: Sequence[str], pattern: str, invalid_utf8: str,
-               block_size: int, max_pretoken_bytes: int | None = None) -> Iterator[tuple[bytes, StreamPosition]]:
-        """``(block, position after it)`` for the part of the stream not counted yet; first
-        reads and checks the part that ``resume`` (the store's row) says was counted."""
+    def blocks(self, resume: Source, spec: PretokenSpec, block_size: int) -> Iterator[tuple[bytes, StreamPosition]]:
+        """``(block, position after it)`` for the part of the stream not counted yet, read as
+        ``spec`` says (its invalid-UTF-8 policy; text cut where its pre-tokens allow); first reads
+        and checks the part that ``resume`` (the store's row) says was counted."""
+        invalid_utf8 = spec.invalid_utf8
         if self._documents is not None:
             yield from self._iterable_blocks(resume, invalid_utf8, block_size)
             return
@@ -136,9 +135,8 @@ class Stream:
         where = "standard input"
         if self.format == "text":
             ends: list[int] = []
-            for block in text_blocks(read, special_tokens, pattern, block_size, where, invalid_utf8,
-                                     offset=resume.size, first_line=1 if resume.size == 0 else None,
-                                     ends=ends, max_pretoken_bytes=max_pretoken_bytes):
+            for block in text_blocks(read, spec, block_size, where, offset=resume.size,
+                                     first_line=1 if resume.size == 0 else None, ends=ends):
                 yield block, position(ends.pop(0), 1)
         else:
             first = resume.documents or 0

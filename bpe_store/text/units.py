@@ -6,7 +6,7 @@ consumes (``unit_blocks``).
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 from ..errors import InputError
 from ..native import native_utf8_valid
@@ -17,18 +17,18 @@ from .inputs import Unit
 from .jsonl import jsonl_blocks, line_of
 from .parquet import parquet_blocks
 from .pretokenize import (
+    PretokenSpec,
     cut_context,
     native_scanner,
     native_splitter,
 )
 
 
-def unit_blocks(unit: Unit, special_tokens: Sequence[str], pattern: str, invalid_utf8: str,
-                block_size: int, max_pretoken_bytes: int | None = None) -> Iterator[bytes]:
+def unit_blocks(unit: Unit, spec: PretokenSpec, block_size: int) -> Iterator[bytes]:
     """The text of ``unit`` as blocks of at most about ``block_size`` bytes of valid UTF-8
-    (documents joined by ``DOC_SEP`` when ``unit.has_documents``); ``max_pretoken_bytes`` lets
-    a text block be cut inside a giant pre-token (``text_blocks``)."""
-    where = unit.path
+    (documents joined by ``DOC_SEP`` when ``unit.has_documents``), read by ``spec``'s
+    invalid-UTF-8 policy; a text block is cut where ``spec`` says it may be (``text_blocks``)."""
+    where, invalid_utf8 = unit.path, spec.invalid_utf8
     if unit.format == "parquet":
         yield from parquet_blocks(unit, invalid_utf8, block_size)
         return
@@ -39,9 +39,8 @@ def unit_blocks(unit: Unit, special_tokens: Sequence[str], pattern: str, invalid
         if len(data) != unit.end - unit.start:
             raise InputError(f"{where}: changed while training (shorter than when the run started)")
         if unit.format == "text":
-            yield from text_blocks(io.BytesIO(data).read, special_tokens, pattern, len(data) + 1, where,
-                                   invalid_utf8, offset=unit.start, first_line=None, path=unit.path,
-                                   max_pretoken_bytes=max_pretoken_bytes)
+            yield from text_blocks(io.BytesIO(data).read, spec, len(data) + 1, where, offset=unit.start,
+                                   first_line=None, path=unit.path)
         else:
             # the unit is in memory already: its lines in one native call, not one per READ
             for block, _, _ in jsonl_blocks(io.BytesIO(data).read, unit.text_field, block_size, where,
@@ -52,8 +51,7 @@ def unit_blocks(unit: Unit, special_tokens: Sequence[str], pattern: str, invalid
     with open_decompressed(unit.path, unit.compression) as f, \
             read_ahead(checked_reader(f, where, unit.compression)) as read:
         if unit.format == "text":
-            yield from text_blocks(read, special_tokens, pattern, block_size, where, invalid_utf8,
-                                   decompressed=unit.compression != "none", max_pretoken_bytes=max_pretoken_bytes)
+            yield from text_blocks(read, spec, block_size, where, decompressed=unit.compression != "none")
         else:
             for block, _, _ in jsonl_blocks(read, unit.text_field, block_size, where, invalid_utf8):
                 yield block
@@ -73,29 +71,28 @@ def _checked_utf8(piece: bytes, invalid_utf8: str, where: str, offset: int, line
                          f"{exc.reason}; fix the file or pass --invalid-utf8 replace") from None
 
 
-def text_blocks(read: Callable[[int], bytes], special_tokens: Sequence[str], pattern: str, block_size: int,
-                where: str, invalid_utf8: str, *, offset: int = 0, first_line: int | None = 1,
-                path: str | None = None, decompressed: bool = False,
-                ends: list[int] | None = None, max_pretoken_bytes: int | None = None) -> Iterator[bytes]:
-    """Blocks of the text read by ``read``, cut where ``chunks.plan_chunks`` would cut a file (the
-    one splitter's safe cuts: at a special token, or by the pattern's local rule), so cutting
-    never changes a count. A line with
-    no such point (one pre-token of hundreds of megabytes) is cut, for a pattern with a native scanner, where
-    ``max_pretoken_bytes`` splits it anyway (found by a scan from the block's start), so memory
-    stays bounded by about twice ``block_size`` + ``max_pretoken_bytes``. Without any cut rule
-    (a user's own pattern and no special tokens) the text is one block. ``ends``, when given,
-    receives each block's end offset (for streams)."""
-    yield from _TextBlocks(special_tokens, pattern, block_size, where, invalid_utf8, offset, first_line, path,
-                           decompressed, ends, max_pretoken_bytes).blocks(read)
+def text_blocks(read: Callable[[int], bytes], spec: PretokenSpec, block_size: int, where: str, *,
+                offset: int = 0, first_line: int | None = 1, path: str | None = None, decompressed: bool = False,
+                ends: list[int] | None = None) -> Iterator[bytes]:
+    """Blocks of the text read by ``read``, checked by ``spec``'s invalid-UTF-8 policy and cut
+    where ``chunks.plan_chunks`` would cut a file (the one splitter's safe cuts: at one of
+    ``spec``'s special tokens, or by its pattern's local rule), so cutting never changes a count.
+    A line with no such point (one pre-token of hundreds of megabytes) is cut, for a pattern with a
+    native scanner, where ``spec.max_pretoken_bytes`` splits it anyway (found by a scan from the
+    block's start), so memory stays bounded by about twice ``block_size`` + that bound. Without
+    any cut rule (a user's own pattern and no special tokens) the text is one block. ``ends``,
+    when given, receives each block's end offset (for streams)."""
+    yield from _TextBlocks(spec, block_size, where, offset, first_line, path, decompressed, ends).blocks(read)
 
 
 class _TextBlocks:
     """``text_blocks``' state: the text read but not yet emitted (``buf``, starting at offset
     ``base``), where to look for the next cut, and the newlines before ``buf`` (for messages)."""
 
-    def __init__(self, special_tokens: Sequence[str], pattern: str, block_size: int, where: str, invalid_utf8: str,
-                 offset: int, first_line: int | None, path: str | None, decompressed: bool,
-                 ends: list[int] | None, max_pretoken_bytes: int | None) -> None:
+    def __init__(self, spec: PretokenSpec, block_size: int, where: str, offset: int, first_line: int | None,
+                 path: str | None, decompressed: bool, ends: list[int] | None) -> None:
+        special_tokens, pattern, invalid_utf8, max_pretoken_bytes = (
+            spec.special_tokens, spec.pattern, spec.invalid_utf8, spec.max_pretoken_bytes)
         self.scanned = native_scanner(pattern) != ""  # a scan from a block start can find a cut
         self.splitter = native_splitter(special_tokens, pattern)
         self.cuttable = self.splitter is not None and (bool(special_tokens) or self.splitter.has_local_rule)

@@ -322,8 +322,7 @@ def _count_stream(job: Job, stream: Stream, chunk) -> None:
     store, params, flush_seconds = job.store, job.params, job.options.count_flush_seconds
     source = store.sources()[chunk.source_id]
     native = native_counts(params.pattern)
-    blocks = stream.blocks(source, params.special_tokens, params.pattern, params.invalid_utf8, job.options.chunk_size,
-                           params.max_pretoken_bytes)
+    blocks = stream.blocks(source, params.pretoken_spec, job.options.chunk_size)
     # read in a thread, with ticks while the stream pauses: the counts so far are still committed
     # every `flush_seconds`, and a stop request is heard while a pipe is silent
     results = count_blocks_ordered(ticking(blocks, min(flush_seconds, 1.0) or 0.05), job.options.workers,

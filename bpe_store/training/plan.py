@@ -107,8 +107,7 @@ def _create(job: Job) -> Store:
         if isinstance(job.paths[i], Stream):
             chunks.append((i, 0, 0, "stream", None))
             continue
-        for start, end, kind, part in plan_units(s, params.special_tokens, params.pattern, job.options.chunk_size,
-                                                 params.max_pretoken_bytes):
+        for start, end, kind, part in plan_units(s, params.pretoken_spec, job.options.chunk_size):
             chunks.append((i, start, end, kind, part))
     # the store appears complete (schema, run, plan, vocabulary) or not at all
     chunk_size = job.options.chunk_size

@@ -141,20 +141,20 @@ def test_a_compressed_unit_is_inflated_ahead_on_its_own_thread_and_the_thread_en
     count does) stops the inflating thread: no thread outlives its unit."""
     from bpe_store.counting.planning import plan_units, scan_input
     from bpe_store.text.inputs import file_input, unit_of
-    from bpe_store.text.pretokenize import GPT2_PATTERN
+    from bpe_store.text.pretokenize import GPT2_PATTERN, PretokenSpec
     from bpe_store.text.units import unit_blocks
 
     path = tmp_path / "a.txt.gz"
     data = TEXT * 8  # more than the 4 pieces of 1 MB read ahead: the thread waits for the reader
     path.write_bytes(gzip.compress(data))
     src = scan_input(file_input(path))
-    (start, end, kind, part), = plan_units(src, [], GPT2_PATTERN, 1 << 20)
-    blocks = unit_blocks(unit_of(src, kind, start, end, part), [], GPT2_PATTERN, "strict", 100_000)
+    (start, end, kind, part), = plan_units(src, PretokenSpec((), GPT2_PATTERN), 1 << 20)
+    blocks = unit_blocks(unit_of(src, kind, start, end, part), PretokenSpec((), GPT2_PATTERN), 100_000)
     first = next(blocks)
     assert len(read_ahead_threads()) == 1
     blocks.close()
     assert read_ahead_threads() == []
-    whole = b"".join(unit_blocks(unit_of(src, kind, start, end, part), [], GPT2_PATTERN, "strict", 100_000))
+    whole = b"".join(unit_blocks(unit_of(src, kind, start, end, part), PretokenSpec((), GPT2_PATTERN), 100_000))
     assert whole.startswith(first) and whole == data and read_ahead_threads() == []
 
 

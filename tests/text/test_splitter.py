@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 
 from bpe_store.native import native_count_chunk
 from bpe_store.text.chunks import plan_chunks
-from bpe_store.text.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, count_words, native_splitter
+from bpe_store.text.pretokenize import (
+    CL100K_PATTERN,
+    GPT2_PATTERN,
+    O200K_PATTERN,
+    PretokenSpec,
+    count_words,
+    native_splitter,
+)
 from bpe_store.text.units import text_blocks
 from bpe_store.tokenizer import tokenizer as tokenizer_mod
 from bpe_store.tokenizer.tokenizer import Tokenizer, _bytes_blocks
@@ -199,8 +206,8 @@ def test_text_blocks_cut_inside_a_giant_line(kind: str) -> None:
     else:
         text = "x " + "a" * 400_000 + " y"
     data = text.encode()
-    blocks = list(text_blocks(io.BytesIO(data).read, [EOT], GPT2_PATTERN, 16_384, "test", "strict",
-                              max_pretoken_bytes=1000))
+    blocks = list(text_blocks(io.BytesIO(data).read, PretokenSpec((EOT,), GPT2_PATTERN, "strict", 1000), 16_384,
+                              "test"))
     assert b"".join(blocks) == data
     if kind == "chinese":
         assert len(blocks) > 10 and max(len(b) for b in blocks) < 4 * 16_384
@@ -213,8 +220,8 @@ def test_text_blocks_cut_a_long_run_from_a_stream() -> None:
     text = "start " + "a" * (5 << 20) + " end"
     data = text.encode()
     src = io.BytesIO(data)
-    blocks = list(text_blocks(lambda n: src.read(min(n, 65536)), [EOT], GPT2_PATTERN, 65536, "stdin",
-                              "strict", max_pretoken_bytes=4096))
+    blocks = list(text_blocks(lambda n: src.read(min(n, 65536)), PretokenSpec((EOT,), GPT2_PATTERN, "strict", 4096),
+                              65536, "stdin"))
     assert b"".join(blocks) == data
     assert len(blocks) > 1 and max(len(b) for b in blocks) < 3 * (65536 + 4096 + (1 << 20))
     assert _block_counts(blocks, 4096) == count_words(text, [EOT], GPT2_PATTERN, 4096)

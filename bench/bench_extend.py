@@ -13,6 +13,7 @@ process tree): extend o200k_base by 16K on zhwiki-20M beside a fresh 16K trainin
 
     python bench/bench_extend.py compression --out /work/big/extend
     python bench/bench_extend.py speed --out /work/big/extend [--peers]
+    python bench/bench_extend.py engine --out /work/big/extend   # after speed: the engine's build alone
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def _appended(ext: Path, n_base: int, fresh: Path, n: int):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["compression", "speed"])
+    ap.add_argument("what", choices=["compression", "speed", "engine"])
     ap.add_argument("--out", type=Path, default=Path("/work/big/extend"))
     ap.add_argument("--bases", default="o200k_base,cl100k_base")
     ap.add_argument("--data", default="zh,ru,mixed")
@@ -181,6 +182,8 @@ def main() -> None:
     print(json.dumps({"load": os.getloadavg(), "at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}))
     if a.what == "compression":
         compression(a.out, a.bases.split(","), a.data.split(","))
+    elif a.what == "engine":
+        print(json.dumps(run_job([ENGINE, str(a.out / "s-20k.db"), str(a.out / "s-16k.db"), "5"])))
     else:
         speed(a.out, a.peers)
     print(json.dumps({"load": os.getloadavg()}))
@@ -217,6 +220,30 @@ def cpu():
 t, c = time.perf_counter(), cpu()
 tok = Tokenizer.from_store(sys.argv[1])
 print(round(time.perf_counter() - t, 3), round(cpu() - c, 3), len(tok.vocab))
+"""
+#: The merge engine's build alone (the replay of a base store's merges on a store's words, then the
+#: first pair count), best of N in the process: the words of ``speed``'s 16K -> 20K store (zhwiki-20M)
+#: and the 16K store's merges; prints CPU s and wall s of each build.
+ENGINE = """
+import array, itertools, sqlite3, sys, time, resource
+from bpe_store import native
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+c = sqlite3.connect(sys.argv[1]); c.text_factory = bytes
+rows = [(i, b, n, None) for i, b, n in c.execute("SELECT id, bytes, count FROM words ORDER BY id")]
+b = sqlite3.connect(sys.argv[2]); b.text_factory = bytes
+log = b.execute('SELECT "left", "right", token FROM merges ORDER BY rank').fetchall()
+vocab = dict(b.execute("SELECT id, bytes FROM vocab").fetchall())
+tb = [vocab.get(i) for i in range(max(vocab) + 1)]
+packed = array.array("I", itertools.chain.from_iterable(log)).tobytes()
+runs = []
+for _ in range(int(sys.argv[3])):
+    t, c0 = time.perf_counter(), cpu()
+    e = native.core.MergeEngine(rows, tb, 0, 256, len(log), 1, 0, packed, 0)
+    runs.append((round(cpu() - c0, 3), round(time.perf_counter() - t, 3)))
+    del e
+print(len(rows), "words", len(log), "merges; (CPU s, wall s):", runs, "best", min(runs))
 """
 #: A store continued to a larger vocabulary on its own corpus (a resume with a larger --vocab-size).
 CONTINUE = """

@@ -13,17 +13,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import native
-from ..counting.count import PackedCounts
 from ..errors import StoreError
 from ..pauses import pause_for_tests as _test_pause
-from ..text.fingerprint import UNITS_HASH, add_units, unit_term
 from . import native_connection
 from .bulk import PackedDeltas, PackedWords, words_bulk
 from .connection import BUSY_TIMEOUT_MS, WAL_SIZE_LIMIT, now
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._core import WordIds, WordRows
+    from ..counting.count import PackedCounts
     from ..native import WordCounter
+
+# Why counting.count and text.fingerprint are imported where they are used: a reader of a store
+# (Tokenizer.from_store) imports this module through Store and needs neither; they and what they
+# import were ~0.05 of the ~0.11 CPU s a 32K store took to load.
 
 #: A counting flush's count deltas ``(delta, id)``. Why bulk: per row, the statement ran with the
 #: GIL held from the first row to the last (binding Python tuples), ~850 K rows a flush at 12 GB,
@@ -46,6 +49,8 @@ def _add_unit_fingerprints(w: Any, chunk_done: Sequence[tuple]) -> None:
     their inputs' ``sources.digest`` (``fingerprint.UNITS_HASH``: a sum over the counted units),
     so a store's fingerprint of an input always covers exactly its counted units. A unit of such
     an input marked without one is a bug, refused before anything commits."""
+    from ..text.fingerprint import UNITS_HASH, add_units, unit_term
+
     digests = {m[0]: m[2] for m in chunk_done if len(m) > 2 and m[2] is not None}
     ids = [m[0] for m in chunk_done]
     if not ids:
@@ -116,6 +121,8 @@ class CountingRows:
         the merge engine (``take_fresh_word_rows``; a list of enwiki-100M's 445 K rows was ~90 MB,
         its peak) while no later flush changes the table; a later flush reads the map from the store.
         """
+        from ..counting.count import PackedCounts
+
         if isinstance(counts, PackedCounts):
             if self._native() is not None:
                 return self._add_packed_counts(counts, chunk_done, elapsed_s, stream_at)

@@ -7,14 +7,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import StoreError
-from ..text.fingerprint import HASHES
-from ..text.sources import Source
 from . import digest
 from .bulk import BulkWriter
 from .connection import now
 from .params import RunParams, check_run
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..text.sources import Source
+
+# text.sources and text.fingerprint are imported where they are used: a reader of a store
+# (Tokenizer.from_store) imports this module through Store and needs neither (counting_rows: why).
 
 #: A superword store's stage 1, copied from its base: ``(merge rows (rank, left, right, token,
 #: count), their vocabulary rows (id, bytes))``.
@@ -121,6 +126,8 @@ class RunRows:
         return self._stage1_log
 
     def sources(self) -> list[Source]:
+        from ..text.sources import Source
+
         return [Source(*r) for r in self.sql("SELECT path, size, mtime_ns, digest, format, compression,"
                                              " text_field, documents, hash FROM sources ORDER BY id")]
 
@@ -135,6 +142,8 @@ class RunRows:
     def check_plan(self) -> None:
         """Refuse (StoreError) inputs and chunks that bpe_store could not have written (text where
         numbers belong, negative sizes, a chunk outside its input)."""
+        from ..text.fingerprint import HASHES
+
         bad_sources, bad_chunks = self.sql(
             "SELECT (SELECT count(*) FROM sources WHERE typeof(path) != 'text' OR typeof(size) != 'integer'"
             " OR size < 0 OR typeof(mtime_ns) != 'integer' OR typeof(digest) != 'text'"

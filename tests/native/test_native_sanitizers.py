@@ -1,8 +1,8 @@
 """The whole native core, ``bpe_store._core``, built with AddressSanitizer + UBSan and driven
-through the Python API: training (scanner, threaded counting, merge engine), encoding (every
-entry point, threads, invalid UTF-8, a huge sparse id), and other threads changing the lists the
-encoder reads while it runs with the GIL released; the jsonl extractor on records cut at every
-byte.
+through the Python API: training (scanner, threaded counting, merge engine, a base's merges
+replayed), encoding (every entry point, threads, invalid UTF-8, a huge sparse id), and other
+threads changing the lists the encoder reads while it runs with the GIL released; the jsonl
+extractor on records cut at every byte.
 
 The module is compiled straight from native/*.cpp and nanobind's sources (the ``nanobind``
 package, in the test extra) and loaded into a child Python with the ASan runtime preloaded and
@@ -46,6 +46,14 @@ open(src, "w", encoding="utf-8").write(text)
 native = train([src], work + "/run.db", 700, [EOT], workers=2, chunk_size=1 << 15, engine="native")
 python = train([src], work + "/py.db", 700, [EOT], workers=1, engine="python")
 assert native.merges == python.merges, "native and Python engines disagree"
+# a run extending that store at merge 300 on Chinese and English: the engine replays the base's
+# merges on every word, part by part (native/replay_cuts.h cuts between characters)
+zh = open(sys.argv[3].replace("enwiki-1M.txt", "zhwiki-600K.txt"), encoding="utf-8").read()[:120_000]
+mixed = work + "/mixed.txt"
+open(mixed, "w", encoding="utf-8").write(zh + EOT + text[:60_000])
+ext = train([mixed], work + "/ext.db", 900, [EOT], extend=work + "/run.db@300", workers=2, engine="native")
+ext_py = train([mixed], work + "/ext_py.db", 900, [EOT], extend=work + "/run.db@300", workers=1, engine="python")
+assert ext.merges == ext_py.merges, "native and Python replays disagree"
 tok = Tokenizer.from_store(work + "/run.db")
 spec_tok = Tokenizer.from_store(work + "/run.db", native=False)
 sample = text[-60_000:] + EOT + "  odd\t\r\n spaces 12345 \U0001F643 中文字符" + EOT

@@ -63,6 +63,9 @@ assert tok.encode_to_array(sample, threads=2).tolist() == want
 assert tok.encode_to_array(sample.encode("utf-8"), threads=2).tolist() == want
 assert tok.encode_batch([sample, "", sample[:999]], threads=2) == [want, [], spec_tok.encode(sample[:999])]
 assert list(tok.encode_iterable(sample.splitlines(keepends=True))) == want
+assert "_log" in tok.__dict__, "from_store did not read the merge log natively (merge_log_reader.cpp)"
+# ~1.3 MB: the piece cache on 2 MiB pages (piece_cache.h shape_for); each copy ends at a special token
+assert tok.encode_to_array((sample * 22).encode("utf-8"), threads=2).tolist() == want * 22
 try:
     tok._core.encode(b"ok \xed\xa0\x80", 1)
     raise AssertionError("invalid UTF-8 accepted")

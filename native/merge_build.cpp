@@ -272,6 +272,7 @@ void MergeEngine::word_pair_slots(size_t o, u32 base, std::vector<u32> &dense, s
         const u32 x = p[i], y = p[i + 1];
         if (too_long(x, y)) continue;
         if (lookup) {
+            if (!kept_filter_.may_hold(pair_key(x, y))) continue;  // most pairs: no slot, no miss
             const u32 s = index_.find(pair_key(x, y), KeyOf{&slots_});
             if (s != kNone) occ.push_back(s);
             continue;
@@ -320,12 +321,14 @@ void distinct_slots(std::vector<u32> &occ) {
 // large corpus (tens of millions of words) where it was. BPE_STORE_BUILD_KEEP_SLOTS sets another
 // bound (the tests' way to take the other path on a few words).
 // With prune_below_ > 1 the pairs are tallied first and only the frequent ones get a slot (see
-// merge_prune.cpp), whose count is then the tally's.
+// merge_prune.cpp), whose count is then the tally's; the bound is then 1 GiB: the lists are a
+// fraction of the words' tokens, and each lookup of a kept pair is two misses (1 GB of stage 2:
+// ~150 M entries, where the second pass's lookups were a third of building the engine).
 void MergeEngine::build_pairs(u32 n_specials) {
-    const char *bound = std::getenv("BPE_STORE_BUILD_KEEP_SLOTS");
-    const size_t kKeepSlots = bound ? size_t(std::strtoull(bound, nullptr, 10)) : size_t(1) << 24;
     n_specials_ = n_specials;
     const bool pruned = prune_below_ > 1;
+    const char *bound = std::getenv("BPE_STORE_BUILD_KEEP_SLOTS");
+    const size_t kKeepSlots = bound ? size_t(std::strtoull(bound, nullptr, 10)) : size_t(1) << (pruned ? 28 : 24);
     if (pruned) {
         PairTally tally;
         tally_pairs(tally);
@@ -370,6 +373,7 @@ void MergeEngine::build_pairs(u32 n_specials) {
         if (slots_[s].count > 0) heap_.push_back({slots_[s].count, s});
     }
     std::make_heap(heap_.begin(), heap_.end(), HeapLess{this});
+    kept_filter_.reset(0);
 }
 
 }  // namespace bpe::merge

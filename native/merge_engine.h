@@ -76,6 +76,7 @@
 #include <nanobind/nanobind.h>
 
 #include "merge_tables.h"
+#include "pair_tally.h"
 #include "store_db.h"
 
 #include <atomic>
@@ -101,8 +102,6 @@ struct __attribute__((packed)) HeapEntry {
     u32 slot;
 };
 static_assert(sizeof(HeapEntry) == 12, "HeapEntry is packed");
-
-class PairTally;  // pair_tally.h
 
 struct MergeOut {
     i64 rank;
@@ -224,7 +223,7 @@ class MergeEngine {
     void rebuild_pairs(i64 floor);
     void unprune();
     u32 slot_gained(u32 x, u32 y, u64 key);
-    std::vector<std::pair<u64, i64>> live_pairs() const;
+    std::vector<std::pair<u64, i64>> live_pairs(size_t top = 0) const;
 
     // Writes the header of the word at offset o (its tokens follow; its stamp starts at 0).
     void start_word(size_t o, u32 len, i64 count, u32 id) {
@@ -363,6 +362,7 @@ class MergeEngine {
     u32 pruned_upto_ = 0;
     bool need_rebuild_ = false;  // a merge made a pair that may have been pruned: count again
     u32 n_specials_ = 0;  // build_pairs' base, for a recount
+    KeyFilter kept_filter_;  // while a pruned count is built: the pairs that have a slot
 
     // words: ONE arena of u32, each word a header then its tokens, in store id order; a word is
     // known by its offset (the pair -> words lists and the changed words hold offsets). Header

@@ -26,7 +26,9 @@
 #include "merge_engine.h"
 #include "pair_tally.h"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <unordered_map>
 
 namespace bpe::merge {
@@ -66,8 +68,11 @@ void MergeEngine::keep_tallied(const PairTally &tally) {
     size_t kept = 0;
     tally.each([this, &kept](u64, i64 c) { kept += c >= prune_below_; });
     index_.reserve_sparse(kept, KeyOf{&slots_});
+    kept_filter_.reset(kept);
     tally.each([this](u64 key, i64 c) {
-        if (c >= prune_below_) slots_[slot_of(u32(key >> 32), u32(key))].count = c;
+        if (c < prune_below_) return;
+        slots_[slot_of(u32(key >> 32), u32(key))].count = c;
+        kept_filter_.add(key);
     });
 }
 
@@ -105,9 +110,24 @@ u32 MergeEngine::slot_gained(u32 x, u32 y, u64 key) {
     return slot_of(x, y);
 }
 
-// (pair key, count) of every live pair, exact: from the slots, or a fresh tally when pruned.
-std::vector<std::pair<u64, i64>> MergeEngine::live_pairs() const {
+// (pair key, count) of every live pair, exact: from the slots, or a fresh tally when pruned;
+// top != 0: at least the `top` most frequent, with every pair as frequent as the top-th (from the
+// slots when that count is at or above the floor: the pairs without a slot are all below it).
+std::vector<std::pair<u64, i64>> MergeEngine::live_pairs(size_t top) const {
     std::vector<std::pair<u64, i64>> out;
+    if (prune_below_ > 1 && top != 0) {
+        std::vector<i64> counts;
+        for (const Slot &s : slots_)
+            if (s.count > 0) counts.push_back(s.count);
+        if (counts.size() >= top) {
+            std::nth_element(counts.begin(), counts.begin() + (top - 1), counts.end(), std::greater<i64>());
+            if (counts[top - 1] >= prune_below_) {
+                for (const Slot &s : slots_)
+                    if (s.count > 0) out.emplace_back(pair_key(s.left, s.right), s.count);
+                return out;
+            }
+        }
+    }
     if (prune_below_ > 1) {
         PairTally tally;
         tally_pairs(tally);

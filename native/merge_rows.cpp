@@ -212,7 +212,7 @@ std::vector<u32> MergeEngine::take_changed_pairs(bool skip_unchanged) {
 // top_word_rows, the counts alone decide. Works after finish(), which keeps the slots.
 RowStream MergeEngine::top_pair_rows(size_t k) {
     Busy busy(this);
-    std::vector<std::pair<u64, i64>> live = live_pairs();  // exact when pruned too
+    std::vector<std::pair<u64, i64>> live = live_pairs(k);  // exact when pruned too
     std::vector<i64> counts;
     counts.reserve(live.size());
     for (const auto &e : live) counts.push_back(e.second);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -262,9 +263,10 @@ void MergeEngine::alloc_arena(size_t total, size_t words) {
 // word is still its bytes, and the pair index's hash probe and tag check were a third of the
 // first pair count (a 2 GB corpus: 2.65 M words, 13 M pairs); the table (256 KiB) stays in
 // cache. Slots are made in first-seen order.
-// lookup: the slots exist already (a pruned count, merge_prune.cpp): pairs without one are left out.
+// lookup: the slots exist already (a pruned count, merge_prune.cpp) and this tally names them:
+// pairs without one are left out.
 void MergeEngine::word_pair_slots(size_t o, u32 base, std::vector<u32> &dense, std::vector<u32> &occ,
-                                  bool lookup) {
+                                  const PairTally *lookup) {
     const u32 *p = &ar_[o + kHdr];
     const u32 n = ar_[o + kLen];
     occ.clear();
@@ -273,7 +275,7 @@ void MergeEngine::word_pair_slots(size_t o, u32 base, std::vector<u32> &dense, s
         if (too_long(x, y)) continue;
         if (lookup) {
             if (!kept_filter_.may_hold(pair_key(x, y))) continue;  // most pairs: no slot, no miss
-            const u32 s = index_.find(pair_key(x, y), KeyOf{&slots_});
+            const u32 s = lookup->slot(pair_key(x, y));
             if (s != kNone) occ.push_back(s);
             continue;
         }
@@ -321,24 +323,26 @@ void distinct_slots(std::vector<u32> &occ) {
 // large corpus (tens of millions of words) where it was. BPE_STORE_BUILD_KEEP_SLOTS sets another
 // bound (the tests' way to take the other path on a few words).
 // With prune_below_ > 1 the pairs are tallied first and only the frequent ones get a slot (see
-// merge_prune.cpp), whose count is then the tally's; the bound is then 1 GiB: the lists are a
-// fraction of the words' tokens, and each lookup of a kept pair is two misses (1 GB of stage 2:
-// ~150 M entries, where the second pass's lookups were a third of building the engine).
+// merge_prune.cpp), whose count is then the tally's, and the tally names each kept pair's slot
+// for the lookups (one cache miss, where the pair index took two); the bound is then 1 GiB: the
+// lists are a fraction of the words' tokens, and a second pass would look every pair up again
+// (1 GB of stage 2: ~150 M entries).
 void MergeEngine::build_pairs(u32 n_specials) {
     n_specials_ = n_specials;
     const bool pruned = prune_below_ > 1;
     const char *bound = std::getenv("BPE_STORE_BUILD_KEEP_SLOTS");
     const size_t kKeepSlots = bound ? size_t(std::strtoull(bound, nullptr, 10)) : size_t(1) << (pruned ? 28 : 24);
+    std::unique_ptr<PairTally> tally;  // while the pairs are listed: which have a slot
     if (pruned) {
-        PairTally tally;
-        tally_pairs(tally);
-        keep_tallied(tally);
+        tally = std::make_unique<PairTally>();
+        tally_pairs(*tally);
+        keep_tallied(*tally);
     }
     pruned_upto_ = pruned ? u32(tb_.size()) : 0;
     std::vector<u32> dense(kDenseSide * kDenseSide, kNone), occ, kept;
     bool keep = true;
     for (size_t o = 0; o < ar_.size(); o = next_word(o)) {
-        word_pair_slots(o, n_specials, dense, occ, pruned);
+        word_pair_slots(o, n_specials, dense, occ, tally.get());
         const i64 c = count_at(o);
         if (!pruned)
             for (u32 s : occ) slots_[s].count += c;
@@ -350,6 +354,7 @@ void MergeEngine::build_pairs(u32 n_specials) {
             kept.insert(kept.end(), occ.begin(), occ.end());
         }
     }
+    if (keep) tally.reset();  // the second pass reads the kept slots
     size_t entries = 0;
     for (const Slot &s : slots_) entries += s.where.len;
     lists_.reserve_more(entries);
@@ -363,7 +368,7 @@ void MergeEngine::build_pairs(u32 n_specials) {
             at += n;
             continue;
         }
-        word_pair_slots(o, n_specials, dense, occ, pruned);
+        word_pair_slots(o, n_specials, dense, occ, tally.get());
         distinct_slots(occ);
         for (u32 s : occ) lists_.fill(slots_[s].where, u32(o));
     }

@@ -211,7 +211,8 @@ class MergeEngine {
     void alloc_arena(size_t total, size_t words);
     void build_pairs(u32 n_specials);
     static constexpr u32 kDenseSide = 256;  // build_pairs' dense table: pairs of two byte tokens
-    void word_pair_slots(size_t o, u32 base, std::vector<u32> &dense, std::vector<u32> &occ, bool lookup);
+    void word_pair_slots(size_t o, u32 base, std::vector<u32> &dense, std::vector<u32> &occ,
+                         const PairTally *lookup);
 
     // ---- SuperBPE's stage 2: packing the arena, pruned pair counts (merge_prune.cpp) ---------
     // Pairs counted fewer than this many times when the pairs are counted get no slot (see
@@ -219,7 +220,7 @@ class MergeEngine {
     static constexpr i64 kSuperwordPruneBelow = 4;
     void compact_arena();
     void tally_pairs(PairTally &tally) const;
-    void keep_tallied(const PairTally &tally);
+    void keep_tallied(PairTally &tally);
     void rebuild_pairs(i64 floor);
     void unprune();
     u32 slot_gained(u32 x, u32 y, u64 key);

@@ -64,15 +64,17 @@ void MergeEngine::tally_pairs(PairTally &tally) const {
 }
 
 // Slots, with their counts, for the tallied pairs counted at least prune_below_ times.
-void MergeEngine::keep_tallied(const PairTally &tally) {
+// The tally's cells of those pairs then name their slots (PairTally::mark_slots).
+void MergeEngine::keep_tallied(PairTally &tally) {
     size_t kept = 0;
     tally.each([this, &kept](u64, i64 c) { kept += c >= prune_below_; });
     index_.reserve_sparse(kept, KeyOf{&slots_});
     kept_filter_.reset(kept);
-    tally.each([this](u64 key, i64 c) {
-        if (c < prune_below_) return;
-        slots_[slot_of(u32(key >> 32), u32(key))].count = c;
+    tally.mark_slots(prune_below_, [this](u64 key, i64 c) {
+        const u32 s = slot_of(u32(key >> 32), u32(key));
+        slots_[s].count = c;
         kept_filter_.add(key);
+        return s;
     });
 }
 

@@ -88,13 +88,8 @@ struct Reader {
     }
     SqliteFailure failed(int rc) const { return {rc, db ? api.errmsg(db) : "unable to open database file"}; }
     void open(const std::string &path, int max_value_bytes) {
-        int rc = api.open_v2(path.c_str(), &db, 0x00000001 /* READONLY */ | kOpenNoMutex, nullptr);
+        int rc = open_store_read_only(path, max_value_bytes, &db);
         if (rc != kOk) throw failed(rc);
-        api.extended_result_codes(db, 1);
-        api.limit(db, 0 /* SQLITE_LIMIT_LENGTH */, max_value_bytes);
-        api.limit(db, 7 /* SQLITE_LIMIT_ATTACHED */, 0);
-        for (const char *sql : {"PRAGMA trusted_schema = OFF", "PRAGMA query_only = ON", "PRAGMA busy_timeout = 10000"})
-            run(sql);
     }
     // Prepares `sql` as the current statement (the previous one finalized).
     void prepare(const char *sql) {

@@ -181,18 +181,8 @@ struct QueryConn {
     // schema's functions, and Ctrl-C seen while SQLite works between rows (a sort before the first):
     // a Python signal handler runs every ~100 K virtual machine steps, and an exception stops it.
     void open(const std::string &path, int max_value_bytes) {
-        int rc = api.open_v2(path.c_str(), &db, 0x00000001 /* READONLY */ | kOpenNoMutex, nullptr);
+        int rc = open_store_read_only(path, max_value_bytes, &db);
         if (rc != kOk) throw failed(rc);
-        api.extended_result_codes(db, 1);
-        api.limit(db, 0 /* SQLITE_LIMIT_LENGTH */, max_value_bytes);
-        api.limit(db, 7 /* SQLITE_LIMIT_ATTACHED */, 0);
-        for (const char *pragma : {"PRAGMA trusted_schema = OFF", "PRAGMA query_only = ON", "PRAGMA busy_timeout = 10000"}) {
-            sqlite3_stmt *p = nullptr;
-            rc = api.prepare_v2(db, pragma, -1, &p, nullptr);
-            if (rc == kOk) rc = api.step(p);
-            if (p) api.finalize(p);
-            if (rc != kOk && rc != kDone && rc != kRow) throw failed(rc);
-        }
         api.progress_handler(db, 100000, [](void *flag) -> int {
             nb::gil_scoped_acquire gil;
             if (PyErr_CheckSignals() == 0) return 0;

@@ -76,4 +76,20 @@ int load_api(const std::string &module_file) {
 #endif
 }
 
+int open_store_read_only(const std::string &path, int max_value_bytes, sqlite3 **db) {
+    int rc = api.open_v2(path.c_str(), db, 0x00000001 /* SQLITE_OPEN_READONLY */ | kOpenNoMutex, nullptr);
+    if (rc != kOk) return rc;
+    api.extended_result_codes(*db, 1);
+    api.limit(*db, 0 /* SQLITE_LIMIT_LENGTH */, max_value_bytes);
+    api.limit(*db, 7 /* SQLITE_LIMIT_ATTACHED */, 0);
+    for (const char *pragma : {"PRAGMA trusted_schema = OFF", "PRAGMA query_only = ON", "PRAGMA busy_timeout = 10000"}) {
+        sqlite3_stmt *st = nullptr;
+        rc = api.prepare_v2(*db, pragma, -1, &st, nullptr);
+        if (rc == kOk) rc = api.step(st);
+        if (st) api.finalize(st);
+        if (rc != kOk && rc != kDone && rc != kRow) return rc;
+    }
+    return kOk;
+}
+
 }  // namespace bpe::sqlite

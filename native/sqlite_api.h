@@ -1,6 +1,6 @@
-// The SQLite C API as the native store code uses it (store_db.cpp, bulk_rows.h, sql_format.cpp):
-// declared here, resolved at run time by load_api (sqlite_api.cpp) from the SQLite that Python's
-// own _sqlite3 module uses.
+// The SQLite C API as the native store code uses it (store_db.cpp, bulk_rows.h, sql_format.cpp,
+// merge_log_reader.cpp): declared here, resolved at run time by load_api (sqlite_api.cpp) from the
+// SQLite that Python's own _sqlite3 module uses.
 //
 // Why no sqlite3.h and no link against libsqlite3: the process must use ONE copy of SQLite. Two
 // copies in one process that open the same file each keep their own table of POSIX locks per
@@ -147,6 +147,12 @@ struct SqliteFailure {
     int code;
     std::string message;
 };
+
+// Opens `path` to read a store and nothing else: read-only, values at most `max_value_bytes`
+// (SQLITE_LIMIT_LENGTH: a tampered huge row is refused, not read), nothing attachable, no trust in
+// the schema's functions, queries only, a 10 s busy timeout. Returns SQLite's result code; `*db` is
+// set even when it fails (the caller closes it, and its errmsg says why).
+int open_store_read_only(const std::string &path, int max_value_bytes, sqlite3 **db);
 
 // A zero-length blob must still have a non-NULL pointer: sqlite3_bind_blob(NULL) binds NULL.
 inline const char kEmpty[1] = {0};

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, StoreError
 from ..native import core as native_core
-from ..text.pretokenize import checked_pattern, native_scanner, native_splitter, special_splitter
+from ..text.pretokenize import PretokenSpec, checked_pattern, native_scanner, native_splitter, special_splitter
 
 if TYPE_CHECKING:
     import regex
@@ -73,6 +73,21 @@ def merge_table(merges: list[tuple[bytes, bytes]], id_of: Mapping[bytes, int], b
 
 class Tables:
     """The tables of a ``Tokenizer`` (the module's docstring says what and when)."""
+
+    #: How the tokenizer's text becomes pre-tokens, as one value: its special tokens (in order, no
+    #: repeats) and its pattern (a regex); "strict" UTF-8 and no piece bound (an encoder never cuts
+    #: a pre-token). ``pattern`` and ``special_tokens`` are read from it.
+    pretoken_spec: PretokenSpec
+
+    @property
+    def pattern(self) -> str:
+        """The pre-tokenization regex."""
+        return self.pretoken_spec.pattern
+
+    @property
+    def special_tokens(self) -> list[str]:
+        """The special tokens, in order (a new list: the tokenizer's own cannot change)."""
+        return list(self.pretoken_spec.special_tokens)
 
     # What a tokenizer from ranks (``from_tiktoken``) computes only when asked. Why lazy: cl100k_base
     # has 233,378 pairs; as Python objects they took most of a 1.2 s load, while encoding and
@@ -147,8 +162,7 @@ class Tables:
             vocab[sid] = s.encode("utf-8")  # ids shared by specials decode as the last (tiktoken's)
         self = cls.__new__(cls)
         self.vocab, self._ranks, self._special_id = vocab, ranks, ids
-        self.pattern = checked_pattern(pattern)
-        self.special_tokens = list(ids)
+        self.pretoken_spec = PretokenSpec(tuple(ids), checked_pattern(pattern))
         self._init_specials()
         self._cache = {}
         core = native_core if native else None
@@ -166,8 +180,7 @@ class Tables:
         checking what the store's check has. Why: o200k_base extended, 216 K merges: ~0.95 -> ~0.2 CPU s."""
         self = cls.__new__(cls)
         self.vocab, self.merges = vocab, merges
-        self.pattern = checked_pattern(pattern)
-        self.special_tokens = list(dict.fromkeys(special_tokens))
+        self.pretoken_spec = PretokenSpec(tuple(dict.fromkeys(special_tokens)), checked_pattern(pattern))
         self._id_of = first_ids(self.vocab, self.special_tokens)
         self._special_id = {s: self._id_of[s.encode("utf-8")] for s in self.special_tokens}
         self._init_specials()
@@ -200,8 +213,7 @@ class Tables:
         n_special = len(special_tokens)
         self.vocab = log.vocab(n_special + 256 + n_merges)
         self._log, self._log_merges = log, n_merges
-        self.pattern = checked_pattern(pattern)
-        self.special_tokens = list(dict.fromkeys(special_tokens))
+        self.pretoken_spec = PretokenSpec(tuple(dict.fromkeys(special_tokens)), checked_pattern(pattern))
         byte_id, packed, special_ids = log.encoder_tables(n_special, n_merges)
         self._special_id = dict(zip(special_tokens, special_ids))
         self._init_specials()

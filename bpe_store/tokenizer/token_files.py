@@ -25,7 +25,7 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -371,13 +371,12 @@ def _encode_input(item: FileInput | Stream, tok: Tokenizer, threads: int, invali
                   step: _Steps) -> None:
     """Encode one input into ``ids``, a block at a time: a text file as one document, each jsonl
     record or parquet row as one of its own."""
-    from ..text.pretokenize import PretokenSpec
     from ..text.whole_inputs import has_documents, input_blocks
 
     docs = has_documents(item)
     # valid UTF-8 blocks: the readers check it (per --invalid-utf8), as for training
     # the tokenizer's own pre-tokens, no piece bound (an encoder never cuts one)
-    spec = PretokenSpec(tuple(tok.special_tokens), tok.pattern, invalid_utf8)
+    spec = replace(tok.pretoken_spec, invalid_utf8=invalid_utf8)
     for block in input_blocks(item, spec, ENCODE_BLOCK):
         if docs:
             ids.write_documents(*_document_ids(tok, block, threads))

@@ -48,6 +48,7 @@ from ..errors import ArgumentTypeError, ArgumentValueError, InputError, path_arg
 from ..native import core as native_core
 from ..text.pretokenize import (
     GPT2_PATTERN,
+    PretokenSpec,
     check_covered,
     compile_pattern,
     cut_context,
@@ -181,9 +182,8 @@ class Tokenizer(Tables):
         _check_vocab_and_merges(vocab, merges, special_tokens)
         self.vocab: dict[int, bytes] = dict(vocab)
         self.merges: list[tuple[bytes, bytes]] = [(bytes(a), bytes(b)) for a, b in merges]
-        self.pattern = resolve_pattern(pattern)
+        self.pretoken_spec = PretokenSpec(tuple(dict.fromkeys(special_tokens or ())), resolve_pattern(pattern))
         self._pat = compile_pattern(self.pattern)
-        self.special_tokens: list[str] = list(dict.fromkeys(special_tokens or ()))
 
         # first id of each byte string: {bytes: id}; a special not in the vocabulary is added to it
         self._id_of: dict[bytes, int] = first_ids(self.vocab, self.special_tokens)

@@ -173,3 +173,27 @@ def test_special_id_is_the_one_lookup_of_a_separator(make, tmp_path):
     f.write_text("text")
     with pytest.raises(InputError, match="^separator '<x>' is not one of"):
         encode_files(tok, [f], lambda ids: None, separator="<x>")
+
+
+def test_every_tokenizer_keeps_one_pretoken_spec(gpt2, trained_store):
+    """However it is made (vocab and merges, OpenAI's ranks, a store's merge log, a pickle), a
+    tokenizer keeps its special tokens and pattern as one frozen ``PretokenSpec``; ``pattern`` and
+    ``special_tokens`` read it, and the list handed out cannot change the tokenizer."""
+    import pickle
+
+    from bpe_store.formats.openai_ranks import find_ranks_file
+    from bpe_store.text.pretokenize import CL100K_PATTERN, PretokenSpec
+
+    vocab, merges = gpt2
+    made = {
+        "vocab": (Tokenizer(vocab, merges, [EOT, "<|x|>", EOT], pattern="gpt2"), (EOT, "<|x|>"), GPT2_PATTERN),
+        "ranks": (Tokenizer.from_tiktoken(find_ranks_file("cl100k_base"), pattern="gpt4",
+                                          special_tokens={EOT: 100257}), (EOT,), CL100K_PATTERN),
+        "store": (Tokenizer.from_store(trained_store), (EOT,), GPT2_PATTERN),
+    }
+    for name, (tok, specials, pattern) in made.items():
+        for t in (tok, pickle.loads(pickle.dumps(tok))):
+            assert t.pretoken_spec == PretokenSpec(specials, pattern), name
+            assert (t.special_tokens, t.pattern) == (list(specials), pattern), name
+            t.special_tokens.append("<|y|>")
+            assert t.special_tokens == list(specials) and t.encode("<|y|>") == t.encode_ordinary("<|y|>"), name

@@ -5,6 +5,7 @@ contract training relies on (batch independence, rebuilding from taken changes, 
 from __future__ import annotations
 
 import array
+import hashlib
 import random
 import sqlite3
 from collections import Counter
@@ -409,6 +410,46 @@ def test_first_pair_count_lists_each_word_once_per_pair(n_specials):
     assert listed(native.take_checkpoint_rows()) == listed(python.take_checkpoint_rows())
 
 
+def _many_words() -> dict[bytes, int]:
+    """300 K distinct words of 1-9 bytes over "abcdeeetth ", with counts 1-50, drawn from one seed
+    in bulk (a draw a byte took 2.9 CPU s)."""
+    rng = random.Random(13)
+    counts: dict[bytes, int] = {}
+    while len(counts) < 300_000:
+        text = bytes(rng.choices(b"abcdeeetth ", k=500_000))
+        lengths, adds = rng.choices(range(1, 10), k=100_000), rng.choices((1, 1, 2, 3, 50), k=100_000)
+        at = 0
+        for n, add in zip(lengths, adds):
+            word = text[at:at + n]
+            at += n
+            counts[word] = counts.get(word, 0) + add
+            if len(counts) == 300_000:
+                break
+    return counts
+
+
+def large_arrays_digest(kind: str) -> str:
+    """The digest of what an engine of ``kind`` gives on ``_many_words``: its merges and checkpoint
+    rows after 1, 41 and 241 merges, then every pair count."""
+    e = engine_for(_many_words(), kind)
+    if kind == "native":
+        assert e._e.memory["words"] >= 4 << 20
+    h = hashlib.sha256()
+    for n in (1, 40, 200):
+        h.update(repr(as_bytes(e, e.step(n))).encode())
+        for rows in e.take_checkpoint_rows():
+            for row in rows:  # the native engine's blobs are bytearrays, Python's bytes
+                h.update(repr(tuple(bytes(x) if isinstance(x, bytearray) else x for x in row)).encode())
+    h.update(repr(sorted(e.pair_counts().items())).encode())
+    return h.hexdigest()
+
+
+#: ``large_arrays_digest("python")``: the independent Python engine's answer, stored (it took ~25
+#: CPU s a run, the native engine ~1); ``PYTHONPATH=tests python
+#: tests/training/test_merge_engine.py`` computes it again.
+LARGE_ARRAYS_PYTHON = "a4d99947e32957d0859e2e658960c81239e0b4e5a01f1875384313448382f03f"
+
+
 @pytest.mark.slow
 @needs_native
 def test_an_engine_of_large_arrays_equals_the_python_engine():
@@ -416,22 +457,11 @@ def test_an_engine_of_large_arrays_equals_the_python_engine():
     a word) takes the engine's large-array path (``BigArray``, from 4 MiB: mapped on 2 MiB
     boundaries, huge pages asked for, zero-filled by the kernel), which smaller tests never reach;
     the final take walks the arena for its changed words (most of them) instead of sorting them.
-    The same merges, counts and checkpoint rows as Python. (Why not fewer words: below 4 MiB the
-    arena is plain memory; not more: the Python engine's time grows with them.)"""
-    import random
-
-    rng = random.Random(13)
-    counts: dict[bytes, int] = {}
-    while len(counts) < 300_000:
-        word = bytes(rng.choice(b"abcdeeetth ") for _ in range(rng.randint(1, 9)))
-        counts[word] = counts.get(word, 0) + rng.choice((1, 1, 2, 3, 50))
-    native = engine_for(counts, "native")
-    assert native._e.memory["words"] >= 4 << 20
-    python = engine_for(counts, "python")
-    for n in (1, 40, 200):
-        assert as_bytes(native, native.step(n)) == as_bytes(python, python.step(n))
-        assert listed(native.take_checkpoint_rows()) == listed(python.take_checkpoint_rows())
-    assert native.pair_counts() == python.pair_counts()
+    The same merges, counts and checkpoint rows as Python, whose digest is stored: the Python
+    engine is compared with the native one step by step on smaller counts above and on corpus
+    slices below, and with the reference trainer. (Why not fewer words: below 4 MiB the arena is
+    plain memory.)"""
+    assert large_arrays_digest("native") == LARGE_ARRAYS_PYTHON
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -513,20 +543,34 @@ def test_native_equals_python_on_corpus_slices(name):
     assert nat.take_changes() == py.take_changes()
 
 
+def deep_merges_digest(name: str, kind: str) -> str:
+    """The digest of the first 3000 merges (rank, ids, count) an engine of ``kind`` makes on the
+    first 2 MB of the shared corpus ``name``."""
+    _, merges = run(_slice_counts(name, 2_000_000), kind, 3000)
+    return hashlib.sha256(repr([(m.rank, m.left, m.right, m.token, m.count) for m in merges]).encode()).hexdigest()
+
+
+#: ``deep_merges_digest(name, "python")`` of each corpus: the independent Python engine's merges,
+#: stored (on zhwiki it took 17-19 CPU s a run, the native engine 0.5); ``PYTHONPATH=tests python
+#: tests/training/test_merge_engine.py`` computes them again.
+DEEP_MERGES_PYTHON = {
+    "enwiki-100M.txt": "ee6c87c479109dea2aa5c7f401ec4d1d875b5eb2dea84ba9b0341e867533e541",
+    "tinystories-ru-20M.txt": "5128817fbecebab5732421d32441fba823536c87c6c5011b32b5ce1de5f0f29c",
+    "zhwiki-20M.txt": "fbbe8cf1172dd974b908828bfe601fa67325378960c52eba2108dfbb7237f46a",
+}
+
+
 @pytest.mark.slow
 @needs_native
-@pytest.mark.parametrize("name", ["enwiki-100M.txt", "tinystories-ru-20M.txt", "zhwiki-20M.txt"])
+@pytest.mark.parametrize("name", list(DEEP_MERGES_PYTHON))
 def test_native_equals_python_on_2mb_slices_to_3000_merges(name):
-    # Kept whole on purpose: it is the only check that the native engine agrees with the independent
-    # Python engine deep into a merge log (3000 merges) on CJK text, whose words are long (~26 bytes
-    # on zhwiki), so late merges touch long words with large ids. Measured on zhwiki (CPU s): counting
-    # 0.14, native 0.5, the Python engine 17-19 (39-46 while it counted every pair of each word it
-    # merged in, twice); the whole zh case 24 CPU s, was 47. A smaller slice or fewer merges would
-    # test less, so it is marked slow instead.
-    counts = _slice_counts(name, 2_000_000)
-    _, py_merges = run(counts, "python", 3000)
-    _, nat_merges = run(counts, "native", 3000)
-    assert nat_merges == py_merges
+    # The check that the native engine agrees with the independent Python engine deep into a merge
+    # log (3000 merges) on CJK text, whose words are long (~26 bytes on zhwiki), so late merges
+    # touch long words with large ids. The Python engine's merges are a stored digest (the whole
+    # zh case was 34 CPU s, nearly all of it the Python engine); the two engines run side by side
+    # on 1 MB slices to 600 merges above (test_native_equals_python_on_corpus_slices), every pair
+    # count and changed word compared too.
+    assert deep_merges_digest(name, "native") == DEEP_MERGES_PYTHON[name]
 
 
 # -- through train(): engines interchangeable, the store stays consistent ----------------------------
@@ -622,3 +666,8 @@ def test_the_first_pair_count_lists_the_same_words_with_or_without_the_kept_slot
     assert nat.pair_counts() == py.pair_counts()
     assert nat.step(60) == py.step(60)
     assert nat.pair_counts() == py.pair_counts()
+
+
+if __name__ == "__main__":  # the stored digests, computed again: PYTHONPATH=tests python <this file>
+    print("LARGE_ARRAYS_PYTHON =", repr(large_arrays_digest("python")))
+    print("DEEP_MERGES_PYTHON =", {name: deep_merges_digest(name, "python") for name in DEEP_MERGES_PYTHON})

@@ -124,6 +124,9 @@ void register_merge_engine(nb::module_ &m) {
         .def("top_pair_rows", &MergeEngine::top_pair_rows, nb::arg("k"),
              "Pair rows [(l, r, count)] of the live pairs at least as frequent as the k-th most frequent "
              "(all when at most k), in (l, r) order.")
+        .def("next_pairs", &MergeEngine::next_pairs, nb::arg("k"),
+             "The k best live pairs, best first: [(left, right, count)] (fewer when pruned pairs may "
+             "stand below them).")
         .def("compact_lists", &MergeEngine::compact_lists_now,
              "Pack the pair -> words lists (done on its own when the pool is mostly free blocks).")
         .def("finish", &MergeEngine::finish,

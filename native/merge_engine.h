@@ -162,6 +162,7 @@ class MergeEngine {
 
     // ---- the merge loop (merge_loop.cpp) ----------------------------------------------------
     nb::list step(i64 max_merges);
+    nb::list next_pairs(size_t k);
     void forget_stored_pairs_now();
     void compact_lists_now();
     void finish();

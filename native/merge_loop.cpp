@@ -7,6 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 
 namespace bpe::merge {
 
@@ -131,6 +132,48 @@ bool MergeEngine::pop_best(u32 &slot, i64 &count) {
         if (cur > 0) heap_push(cur, e.slot);  // stale: requeue with the true count
     }
     return false;
+}
+
+// The k best live pairs, as step() would take them if each merge changed nothing else:
+// [(left, right, count)], best first. SuperBPE's stage 2 writes them at its checkpoints, which
+// log merges only (merge_step.py), so that status and SQL show the next superword pairs.
+// Why from the heap, not every slot: the heap's top holds them, and taking k entries off it and
+// putting them back costs O(k log n) (a scan of a 1 GB stage 2's slots is millions of reads).
+// Stale entries met on the way are requeued with their true count, as pop_best does; a slot
+// met twice with its true count (two entries of the same count) keeps one: merges are unchanged,
+// since equal entries of one slot are interchangeable. When pairs are pruned, the list stops
+// below the floor: a pair without a slot may stand there (merge_prune.cpp).
+nb::list MergeEngine::next_pairs(size_t k) {
+    Busy busy(this);
+    std::vector<HeapEntry> taken;
+    if (!finished_) {
+        nb::gil_scoped_release unlocked;
+        HeapLess less{this};
+        std::unordered_set<u32> seen;
+        while (taken.size() < k && !heap_.empty()) {
+            std::pop_heap(heap_.begin(), heap_.end(), less);
+            const HeapEntry e = heap_.back();
+            heap_.pop_back();
+            const i64 cur = slots_[e.slot].count;
+            if (cur != e.count || cur <= 0) {
+                if (cur > 0) heap_push(cur, e.slot);  // stale: requeue with the true count
+                continue;
+            }
+            if (cur < prune_below_) {  // below the floor of a pruned count: not exact from here
+                heap_push(cur, e.slot);
+                break;
+            }
+            if (seen.insert(e.slot).second) taken.push_back(e);
+        }
+        for (const HeapEntry &e : taken) heap_push(e.count, e.slot);
+    }
+    nb::list out;
+    for (const HeapEntry &e : taken) {
+        const u32 left = slots_[e.slot].left, right = slots_[e.slot].right;
+        const i64 count = e.count;
+        out.append(nb::make_tuple(left, right, count));
+    }
+    return out;
 }
 
 // Merges (a, b) -> t in every word holding it, updating pair counts, the index and the heap.

@@ -43,12 +43,13 @@ def _status_lines(st: dict) -> Iterator[str]:
            f"{format_bytes(c['bytes_done'])} / {format_bytes(c['bytes_total'])}; {st['words']} distinct words")
     yield f"merges       {done} / {target}{pct}  (vocab size {st['vocab_size']})"
     pairs = st.get("pairs") or {}
-    if pairs.get("note"):
+    nxt = pairs.get("next")
+    if pairs.get("note") and not (nxt and pairs.get("stage2")):  # stage 2: the pair, a few seconds old
         yield f"next merge   ? ({pairs['note']})"
-    elif pairs.get("next"):
-        nxt = pairs["next"]
+    elif nxt:
+        lag = f"; {pairs['note']}" if pairs.get("note") else ""
         yield (f"next merge   {show_token(nxt['left'].encode())} + {show_token(nxt['right'].encode())}"
-               f"  (count {nxt['count']}; bpe-store show {st['path']} pairs)")
+               f"  (count {nxt['count']}; bpe-store show {st['path']} pairs{lag})")
     unit = st["speed_unit"]
     speed = "?" if st["speed"] is None else (f"{format_bytes(st['speed'])}/s" if unit == "bytes/s"
                                               else f"{st['speed']:.0f} merges/s")

@@ -325,10 +325,11 @@ def _superword(run: Row, merges_done: int) -> Row | None:
 
 def pairs_state(store: Store) -> Row:
     """What the store's ``pair_counts`` hold: ``{"held", "pairs_merges", "merges_done", "top_only",
-    "next", "note"}``. ``held``: whether it holds pair counts at all; ``pairs_merges``: the merges
-    they follow (``Store.pairs_merges``); ``top_only``: a finished run keeps only its most
-    frequent pairs; ``next``: the first row of ``top_pairs`` (``{"left", "right", "count"}``, the
-    next merge when the counts follow every merge), or None; ``note``: one line for people when
+    "stage2", "next", "note"}``. ``held``: whether it holds pair counts at all; ``pairs_merges``: the
+    merges they follow (``Store.pairs_merges``); ``top_only``: a finished run keeps only its most
+    frequent pairs, and so does a superword store while stage 2 merges (``stage2``); ``next``: the
+    first row of ``top_pairs`` (``{"left", "right", "count"}``, the next merge when the counts follow
+    every merge), or None; ``note``: one line for people when
     the counts are absent or lag behind the merge log, else None."""
     run = store.run_row()
     done = store.sql("SELECT count(*) FROM merges").scalar()
@@ -338,17 +339,18 @@ def pairs_state(store: Store) -> Row:
     top = store.sql('SELECT l.bytes, r.bytes, p.count FROM pair_counts p JOIN vocab l ON l.id = p."left"'
                     ' JOIN vocab r ON r.id = p."right" ORDER BY p.count DESC, l.bytes DESC, r.bytes DESC'
                     ' LIMIT 1').first()
+    stage2 = run.get("superword_from") is not None and run["phase"] == "merging"
     state: Row = {"held": follows is not None, "pairs_merges": follows, "merges_done": done,
-                  "top_only": run["phase"] == "done" and follows is not None,
+                  "top_only": (run["phase"] == "done" or stage2) and follows is not None, "stage2": stage2,
                   "next": None if top is None else {"left": top[0], "right": top[1], "count": top[2]},
                   "note": None}
     if follows is None:
         if run["phase"] == "counting":
             state["note"] = ("no pair counts yet: the store is still counting (pairs are counted when "
                              "counting is over)")
-        elif run.get("superword_from") is not None and run["phase"] == "merging":
-            state["note"] = ("no pair counts while stage 2 merges: a superword store's checkpoints log its "
-                             "merges only, and the most frequent pairs are written when it is done")
+        elif stage2:
+            state["note"] = ("no pair counts yet: stage 2 writes its most frequent pairs once its engine is "
+                             "built, and again at each checkpoint")
         elif run["phase"] == "merging" or run.get("state_merges") is not None:
             state["note"] = ("no pair counts yet: merging began while a reader held an old snapshot, so "
                              "they were left to the first full checkpoint")
@@ -357,6 +359,9 @@ def pairs_state(store: Store) -> Row:
                              "none (continuing it to a larger --vocab-size keeps them)")
     elif top is None and run["phase"] == "done":
         state["note"] = "no pair is left to merge: continuing this store would learn nothing more"
+    elif stage2 and follows < done:
+        state["note"] = (f"stage 2's most frequent pairs after the first {follows} of {done} merges (they are "
+                         "written at each checkpoint, the merge log more often)")
     elif follows < done:
         state["note"] = (f"pair counts after the first {follows} of {done} merges (they are written at "
                          "full checkpoints, the merge log more often)")

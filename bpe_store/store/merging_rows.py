@@ -203,6 +203,7 @@ class MergingRows:
         log_only: bool = False,
         clear_pairs: bool = False,
         drop_state: bool = False,
+        next_pairs: Sequence[tuple[int, int, int]] | None = None,
     ) -> float:
         """The merge checkpoint, ONE transaction: merges, vocab, changed words' tokens, changed
         pair counts, progress. Returns the seconds the write took.
@@ -215,7 +216,8 @@ class MergingRows:
         kept: ``pair_counts`` emptied but for ``pair_inserts`` (the most frequent pairs',
         ``merge_step.KEEP_PAIR_COUNTS``), ``words.tokens`` NULL but those of ``word_rows`` (the most
         frequent words', ``merge_step.KEEP_WORD_TOKENS``), ``state_merges`` NULL. Every write but a
-        ``log_only`` one sets ``pairs_merges`` to ``merges_done``.
+        ``log_only`` one sets ``pairs_merges`` to ``merges_done``; ``next_pairs`` (with ``log_only``:
+        stage 2's checkpoints) replaces ``pair_counts`` with those rows (``write_next_pairs``).
 
         Rows come in the order of each statement's parameters (see ``_MERGE_CHECKPOINT``).
         """
@@ -233,11 +235,21 @@ class MergingRows:
                 self._index_words_by_count(w)  # when the start of merging could not (start_merging)
             _write_checkpoint_rows(w, (merges, new_vocab, word_rows, pair_deletes, pair_updates, pair_inserts))
             phase = _advance_run(w, done_reason, merges_done, log_only, drop_state)
+            if next_pairs is not None:
+                _replace_next_pairs(w, next_pairs, merges_done)
             self.add_checkpoint_row(phase, merges_done, elapsed_s, time.perf_counter() - t0, w,
                                     hashed[1].hexdigest())
             self._pause_in_checkpoint(log_only)
         self._merge_hash = hashed  # committed
         return time.perf_counter() - t0
+
+    def write_next_pairs(self, pairs: Sequence[tuple[int, int, int]], merges_done: int) -> None:
+        """ONE transaction: ``pair_counts`` becomes ``pairs`` (``[(left, right, count)]``), the most
+        frequent pairs after ``merges_done`` merges (``pairs_merges``). SuperBPE's stage 2 (a
+        superword store) writes them as its merging starts and with each checkpoint, which
+        otherwise logs merges only (``merge_step.STAGE2_NEXT_PAIRS``)."""
+        with self.bulk_transaction() as w:
+            _replace_next_pairs(w, pairs, merges_done)
 
     def _pause_in_checkpoint(self, log_only: bool) -> None:
         """Tests: a kill inside the N-th merge log's or checkpoint's transaction, all its rows written."""
@@ -247,6 +259,16 @@ class MergingRows:
         else:
             self._merge_checkpoints += 1
             _test_pause(f"checkpoint:{self._merge_checkpoints}")
+
+
+def _replace_next_pairs(w: BulkWriter, pairs: Sequence[tuple[int, int, int]], merges_done: int) -> None:
+    """``pair_counts`` replaced by ``pairs``, which follow ``merges_done`` merges (see
+    ``write_next_pairs``); a few thousand rows at most."""
+    w.execute("DELETE FROM pair_counts")
+    if len(pairs):
+        w.executemany('INSERT INTO pair_counts ("left", "right", count) VALUES (?, ?, ?)', pairs,
+                      _MERGE_CHECKPOINT[5][1])
+    w.execute("UPDATE run SET pairs_merges = ? WHERE id = 1", (merges_done,))
 
 
 def _check_checkpoint_kind(word_rows: Sequence, pair_deletes: Sequence, pair_inserts: Sequence,

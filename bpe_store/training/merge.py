@@ -119,6 +119,7 @@ class Engine(Protocol):
     @property
     def first_merge_id(self) -> int: ...
     def step(self, max_merges: int) -> list[Merge]: ...
+    def next_pairs(self, k: int) -> list[tuple[int, int, int]]: ...
     def finish(self) -> None: ...
     def take_changes(self) -> tuple[dict[int, list[int]], dict[Pair, int]]: ...
     def take_checkpoint_rows(self) -> CheckpointRows: ...
@@ -322,6 +323,13 @@ class MergeEngine:
             if cnt:
                 heapq.heappush(self.heap, (-cnt, _Desc((tb[p[0]], tb[p[1]])), p[0], p[1]))
 
+    def next_pairs(self, k: int) -> list[tuple[int, int, int]]:
+        """The ``k`` best live pairs, best first (the order ``step`` takes them in, had no merge
+        changed the others): ``[(left, right, count)]``. Stage 2 writes them at its checkpoints."""
+        tb = self.token_bytes
+        best = heapq.nsmallest(k, ((-c, _Desc((tb[a], tb[b])), a, b) for (a, b), c in self.pairs.items()))
+        return [(a, b, -negc) for negc, _, a, b in best]
+
     def finish(self) -> None:
         """Merging is over: drop what only merging needs (the pair -> words sets and the heap),
         so the final checkpoint is written with less memory held; ``step`` learns nothing after."""
@@ -453,6 +461,9 @@ class NativeMergeEngine:
                 tb[token] = tb[left] + tb[right]
             out.append(Merge(rank, left, right, token, count))
         return out
+
+    def next_pairs(self, k: int) -> list[tuple[int, int, int]]:
+        return self._e.next_pairs(k)
 
     def finish(self) -> None:
         self._e.finish()

@@ -36,6 +36,14 @@ KEEP_WORD_TOKENS = 100_000
 #: vocabulary recounts every pair from its words and replaces them.
 KEEP_PAIR_COUNTS = 100_000
 
+#: SuperBPE's stage 2 (a superword store) keeps this many of its most frequent pairs in
+#: ``pair_counts`` while it merges, written as merging starts and with each checkpoint (every
+#: ``checkpoint_seconds``; its checkpoints otherwise log merges only, see ``_checkpoint``), so that
+#: ``status`` and ``top_pairs`` show the next superword pairs. Why not every live pair: tens of
+#: millions at 1 GB (a full checkpoint took 115 s); these cost ~1 ms off the engine's heap and a
+#: few tens of KB in the store.
+STAGE2_NEXT_PAIRS = 1_000
+
 
 #: Merges per engine call inside a batch (see ``_merge_batch``).
 _SUB_STEP = 64
@@ -84,7 +92,9 @@ def load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engine
         raise StoreError(f"{store.path}: the store is inconsistent (word {word} does not "
                          "spell its bytes); start over with --restart")
     del rows
-    if not merger.rewrite_pairs and (state is None or store.pairs_merges() is None):  # top pairs only, or none
+    # the store holds the top pairs only (a finished run; stage 2, STAGE2_NEXT_PAIRS), or none
+    if not merger.rewrite_pairs and (state is None or store.pairs_merges() is None
+                                     or params.superword_from is not None):
         merger.forget_stored_pairs()
     # Why a digest: SQLite fingerprints pair_counts in one scan, instead of ~1M rows into Python.
     # After a replay the store's pair counts are the words' before it, which the engine no longer
@@ -212,6 +222,9 @@ def run_merge(job: Job, engine: Engine | str) -> None:
                 and not last_checkpoint_deferred(store)):
             return  # a finished store: nothing to do (a larger vocab size set phase back to merging)
     merger = load_engine(store, job.params, engine) if isinstance(engine, str) else engine
+    if job.params.superword_from is not None and not merger.exhausted:  # the first superword pairs
+        job.writes.wait()
+        store.write_next_pairs(merger.next_pairs(STAGE2_NEXT_PAIRS), merger.next_rank)
     job.logged_at = time.monotonic()
     while True:
         merges, stopping = _merge_batch(job, merger)
@@ -264,13 +277,16 @@ def _merge_rows(merger: Engine, merges: list) -> tuple[list[tuple[int, int, int,
             [(first + m.rank, tb[m.left] + tb[m.right]) for m in merges])
 
 
-def _log_merges(job: Job, merger: Engine, merges: list, done_reason: str | None = None) -> None:
+def _log_merges(job: Job, merger: Engine, merges: list, done_reason: str | None = None,
+                next_pairs: list[tuple[int, int, int]] | None = None) -> None:
     """Log ``merges`` in the store: ONE small transaction with their rows and the progress, no word
-    or pair rows (``Store.write_merge_rows(log_only=True)``); ``done_reason``: and the run's end."""
+    or pair rows (``Store.write_merge_rows(log_only=True)``); ``done_reason``: and the run's end;
+    ``next_pairs``: and these most frequent pairs in ``pair_counts`` (stage 2's checkpoints)."""
     job.writes.wait()  # the last counting flush and the start of merging commit before any merge
     merge_rows, vocab_rows = _merge_rows(merger, merges)
     write_s = job.store.write_merge_rows(merge_rows, vocab_rows, (), (), merges_done=merger.next_rank,
-                                         elapsed_s=job.elapsed(), done_reason=done_reason, log_only=True)
+                                         elapsed_s=job.elapsed(), done_reason=done_reason, log_only=True,
+                                         next_pairs=next_pairs)
     job.logged_at = time.monotonic()
     job.emit(stage="merge_log", phase="merging", done=merger.next_rank, total=job.params.num_merges,
              write_s=write_s, **job.store.wal)
@@ -314,7 +330,8 @@ def _checkpoint(job: Job, merger: Engine, merges: list, stopping: bool = False) 
         # pair (1 GB of OWT-like text: 6.6 M words, tens of millions of pairs, 115 s and 1 GB of
         # rows in memory for the first); a resume replays all the logged merges on the words'
         # bytes instead, which costs what building the engine did (``load_engine``, state 0).
-        _log_merges(job, merger, merges)
+        # The most frequent pairs go with it, for people (STAGE2_NEXT_PAIRS).
+        _log_merges(job, merger, merges, next_pairs=merger.next_pairs(STAGE2_NEXT_PAIRS))
         return None
     if job.pairs_unwritten and not final:
         merger.forget_stored_pairs()  # the store holds none: this checkpoint writes them all

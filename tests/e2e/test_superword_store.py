@@ -4,6 +4,7 @@ the tokenizer and its exports, and bad input refused with its exit code and noth
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import subprocess
@@ -15,6 +16,7 @@ from cli_helpers import ROOT, SPECIAL, run
 from conftest import EN, RU, ZH, fixture_text, kill_when_paused
 
 from bpe_store import train
+from bpe_store.cli.output import show_token
 from bpe_store.text.superword_split import STAGE2_PATTERN, word_parts
 from bpe_store.training.superword_reference import reference_superword_bpe
 
@@ -122,10 +124,45 @@ def test_bad_superword_input_is_refused_and_writes_nothing(tmp_path):
 RUNNER = """
 import sys
 from bpe_store import train
+from bpe_store.cli.output import show_token
 train([sys.argv[1]], sys.argv[2], 257 + 1200, ["<|endoftext|>"], superword_from=400, workers=2,
       chunk_size=100_000, count_flush_seconds=0.0, checkpoint_merges=20, checkpoint_seconds=0.2,
       superword_base=sys.argv[3])
 """
+
+
+def test_status_and_sql_show_the_next_superword_pairs_while_stage_two_merges(tmp_path):
+    # stage 2's checkpoints log merges only: its most frequent pairs go with them (merge_step.
+    # STAGE2_NEXT_PAIRS), so a reader sees the next superword pairs while it merges. Held inside
+    # its third merge log (at merge 440): the second's are what the reader sees
+    corpus = _corpus(tmp_path, 100_000)
+    base = tmp_path / "plain.db"
+    train([corpus], base, 257 + 600, [SPECIAL])
+    expected = train([corpus], tmp_path / "whole.db", 257 + 600, [SPECIAL], superword_from=400, superword_base=base)
+    db = tmp_path / "super.db"
+    runner = RUNNER.replace("257 + 1200", "257 + 600")
+    cmd = [sys.executable, "-c", runner, str(corpus), str(db), str(base)]
+    env = {**os.environ, "BPE_STORE_TEST_PAUSE": "merge_log:3"}
+    with subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            assert "paused at merge_log:3" in proc.stderr.readline()
+            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            con.text_factory = bytes  # token text may be part of a character
+            follows = con.execute("SELECT pairs_merges FROM run").fetchone()[0]
+            top = con.execute('SELECT "left", "right", count FROM top_pairs').fetchall()
+            con.close()
+            status = run("status", db)
+            sql = run("sql", db, "SELECT * FROM top_pairs LIMIT 3")
+            check = run("db", "check", db)
+        finally:
+            proc.kill()
+    assert follows == 440 and 0 < len(top) <= 1000
+    rank = follows  # the first row is the merge that comes next, with its count
+    assert (top[0][0], top[0][1]) == expected.merges[rank]
+    assert top[0][2] == expected.merge_counts[rank]
+    assert status.exit_code == 0 and f"next merge   {show_token(expected.merges[rank][0])}" in status.stdout
+    assert sql.exit_code == 0 and str(top[0][2]) in sql.stdout
+    assert check.exit_code == 0, check.stdout + check.stderr
 
 
 def _state(db) -> tuple[str, int, int]:

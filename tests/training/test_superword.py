@@ -185,3 +185,27 @@ def test_a_superword_merge_that_spells_an_older_token_is_counted_exactly(engine)
     got = [(m.left, m.right, m.token, m.count) for m in stage2_merges(pieces, tb, 0, stage1, 12, engine)]
     want = [(m.left, m.right, m.token, m.count) for m in stage2_merges(pieces, tb, 0, stage1, 12, "python")]
     assert got == want and any(t == 258 for _, _, t, _ in got)
+
+
+@pytest.mark.skipif(not native_available(), reason="the native engine is not built")
+def test_next_pairs_are_the_merges_to_come_in_both_engines():
+    # stage 2 writes next_pairs at its checkpoints (merge_step.STAGE2_NEXT_PAIRS): the best live
+    # pairs in the heap's order, the first the next merge; the native engine takes them off its
+    # heap and puts them back, which must not change a merge, and stops above its pruning floor
+    rng = random.Random(3)
+    words = ["the", "of", "and", "in"] + ["".join(rng.choice("abcdefgh") for _ in range(rng.randint(2, 6)))
+                                          for _ in range(200)]
+    text = "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(3, 30))) for _ in range(300))
+    tb, stage1 = _stage1(text, [], 200, "native")
+    pieces = count_words(text, [], STAGE2_PATTERN)
+    rows = [(i + 1, p, c, None) for i, (p, c) in enumerate(pieces.items())]
+    engines = {e: new_engine(rows, list(tb), 0, 256, len(stage1), e, replay=stage1, max_words=4)
+               for e in ("native", "python")}
+    for _ in range(25):
+        native, python = engines["native"].next_pairs(40), engines["python"].next_pairs(40)
+        by_count = sorted(engines["python"].pair_counts().items(), key=lambda pc: -pc[1])
+        assert [c for _, _, c in python] == [c for _, c in by_count[:40]]
+        assert native and native == python[:len(native)] and all(c >= 4 for _, _, c in native)
+        assert len(native) == 40 or python[len(native)][2] < 4
+        merged = [(m.left, m.right, m.count) for m in engines["native"].step(1)]
+        assert merged == [(m.left, m.right, m.count) for m in engines["python"].step(1)] == [native[0]]

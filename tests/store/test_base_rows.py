@@ -59,3 +59,23 @@ def test_a_ranks_base_writes_the_rows_plain_triples_write(tmp_path, corpus, trai
     monkeypatch.setattr(plan, "base_rows", plain_rows)
     train([corpus], tmp_path / "plain.db", 310, [], extend=tmp_path / "tk", workers=1)
     assert dump(tmp_path / "packed.db") == dump(tmp_path / "plain.db")
+
+
+def test_the_vocab_check_is_back_on_after_the_base_rows(tmp_path, corpus, trained_store, monkeypatch):
+    """``write_base`` inserts its vocabulary rows with ``ignore_check_constraints`` (every row's
+    kind is 'merge'); the connection checks ``vocab.kind`` again after it, for any later write."""
+    from bpe_store.store import base_rows
+    from bpe_store.training import plan
+
+    seen = []
+
+    def write_then_look(store, rows):
+        out = base_rows.write_base(store, rows)
+        seen.append(store._native().execute("PRAGMA ignore_check_constraints", ())[0][0])
+        with pytest.raises(Exception, match="CHECK constraint failed"):
+            store._native().execute("INSERT INTO vocab (id, bytes, kind) VALUES (?, ?, 'bogus')", (10**6, b"x"))
+        return out
+
+    monkeypatch.setattr(plan, "write_base", write_then_look)
+    train([corpus], tmp_path / "ext.db", 310, [], extend=trained_store, workers=1)
+    assert seen == [0]

@@ -67,7 +67,7 @@
 //   merge_build.cpp  loading words (Python rows, packed counts, the store's rows), first pair count
 //   merge_replay.cpp catching words up with merges the store logged after their tokens
 //   replay_cuts.h    where a word may be cut so that its parts replay alone (and are cached)
-//   merge_prune.cpp  SuperBPE's stage 2: the arena packed after its replay, rare pairs left out
+//   merge_prune.cpp  after a replay (SuperBPE's stage 2, a base): the arena packed, rare pairs left out
 //   merge_loop.cpp   the merge loop: the heap, applying a merge to its words
 //   merge_rows.cpp   the changes since the last take: checkpoint rows, changed words and pairs
 //   merge_engine.cpp inspection, and the Python face (register_merge_engine)
@@ -215,9 +215,10 @@ class MergeEngine {
     void word_pair_slots(size_t o, u32 base, std::vector<u32> &dense, std::vector<u32> &occ,
                          const PairTally *lookup);
 
-    // ---- SuperBPE's stage 2: packing the arena, pruned pair counts (merge_prune.cpp) ---------
-    // Pairs counted fewer than this many times when the pairs are counted get no slot (see
-    // merge_prune.cpp: 3 pairs in 4 of stage 2's are counted once); 1: every pair has one.
+    // ---- After a replay (SuperBPE's stage 2, a base's merges): packing the arena, pruned pair
+    // counts (merge_prune.cpp). Pairs counted fewer than this many times when the pairs are
+    // counted get no slot (merge_prune.cpp: 3 pairs in 4 of stage 2's are counted once; 7 in 8 of
+    // zhwiki's after a 16 K store's merges fewer than 4 times); 1: every pair has one.
     static constexpr i64 kSuperwordPruneBelow = 4;
     void compact_arena();
     void tally_pairs(PairTally &tally) const;

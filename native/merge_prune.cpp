@@ -1,6 +1,8 @@
-// The merge engine for SuperBPE's stage 2 (docs/superword.md): its words are phrases (the text
-// between digit groups and punctuation runs), nearly one word per occurrence, with the stage-1
-// merges replayed on them. Two things are done differently there, both exact:
+// The merge engine after a replay (merge_replay.cpp's build): SuperBPE's stage 2 (docs/superword.md),
+// whose words are phrases (the text between digit groups and punctuation runs), nearly one word
+// per occurrence, with the stage-1 merges replayed on them; a run extending a base, whose words
+// get the base's merges; a store continued past its end or resumed with merges logged since its
+// words' tokens. Two things are done differently there, both exact:
 //
 // * The arena is packed after the replay (compact_arena): it was sized for the words as bytes,
 //   4 bytes a byte, and the replay leaves about three quarters of it as padding (1 GB of

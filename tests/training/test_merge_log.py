@@ -91,6 +91,28 @@ def test_replaying_a_corpus_slice_part_by_part_equals_merging_it(name):
     assert replayed.step(200) == merges[1000:]
 
 
+@needs_native
+@pytest.mark.parametrize("name", [ZH, RU])
+def test_a_replayed_engine_gives_rare_pairs_no_slot_and_merges_on_the_same(name):
+    """After a replay the native engine packs its words and gives the pairs counted fewer than 4
+    times no slot (merge_prune.cpp; a run extending a base starts so). Merging on from there,
+    pruned, with no checkpoint in between, gives the merges, pair counts and kept top pairs of
+    the words merged all along."""
+    words: dict[bytes, int] = {}
+    for w in regex.findall(resolve_pattern("gpt2"), fixture_text(name, 300_000)):
+        words[w.encode()] = words.get(w.encode(), 0) + 1
+    whole, merges = merged(words, "native", 1200)
+    at_k, _ = merged(words, "native", 1000)
+    replayed = built(words, "native", merges, 1000)
+    live = at_k.pair_counts()
+    assert replayed._e.pair_slots < len(live) / 2  # most pairs are rare: no slot
+    assert replayed._e.memory["tokens"] < at_k._e.memory["tokens"]  # packed: no padding of the bytes
+    assert replayed.pair_counts() == live  # read exactly from a tally
+    assert replayed.step(200) == merges[1000:]
+    assert replayed.pair_counts() == whole.pair_counts()
+    assert list(replayed.top_pair_rows(500)) == list(whole.top_pair_rows(500))
+
+
 def replay_equals_merging(word_counts: dict[bytes, int], kind: str, n: int, cut: float) -> None:
     """``merges[:k]`` replayed on the words (``built``) is where merging them left off: the same
     pair counts, first checkpoint and next merges."""

@@ -2,7 +2,6 @@
 // (Python rows, packed counts, or the store's rows read natively) into the arena, and
 // build_pairs counts every pair of every word. See merge_engine.h for the whole.
 #include "merge_engine.h"
-#include "pair_tally.h"
 #include "scanner.h"
 
 #include <algorithm>
@@ -263,22 +262,13 @@ void MergeEngine::alloc_arena(size_t total, size_t words) {
 // word is still its bytes, and the pair index's hash probe and tag check were a third of the
 // first pair count (a 2 GB corpus: 2.65 M words, 13 M pairs); the table (256 KiB) stays in
 // cache. Slots are made in first-seen order.
-// lookup: the slots exist already (a pruned count, merge_prune.cpp) and this tally names them:
-// pairs without one are left out.
-void MergeEngine::word_pair_slots(size_t o, u32 base, std::vector<u32> &dense, std::vector<u32> &occ,
-                                  const PairTally *lookup) {
+void MergeEngine::word_pair_slots(size_t o, u32 base, std::vector<u32> &dense, std::vector<u32> &occ) {
     const u32 *p = &ar_[o + kHdr];
     const u32 n = ar_[o + kLen];
     occ.clear();
     for (u32 i = 0; i + 1 < n; ++i) {
         const u32 x = p[i], y = p[i + 1];
         if (too_long(x, y)) continue;
-        if (lookup) {
-            if (!kept_filter_.may_hold(pair_key(x, y))) continue;  // most pairs: no slot, no miss
-            const u32 s = lookup->slot(pair_key(x, y));
-            if (s != kNone) occ.push_back(s);
-            continue;
-        }
         const u32 dx = x - base, dy = y - base;  // wraps to large for ids below base
         if (dx < kDenseSide && dy < kDenseSide) {
             u32 &d = dense[dx * kDenseSide + dy];
@@ -312,40 +302,46 @@ void distinct_slots(std::vector<u32> &occ) {
 
 }  // namespace
 
-// Counts every pair of every word, and lists each word once under each pair it holds, in two
-// passes over the words: the first counts the pairs and how many words hold each (in the
-// list's len, the lists being empty), the second lists the words in blocks of exactly that size
-// (WordLists::place_exact says why). A word's offset is its name in the lists. The first pass
-// keeps each word's distinct slots while they fit in kKeepSlots (64 MiB), so the second reads them
-// instead of looking every pair up again. Why: after a replay nearly every pair is of merged
+// Counts every pair of every word, lists each word once under each pair it holds and makes the
+// heap: with every pair a slot (list_pairs), or, with prune_below_ > 1 (SuperBPE's stage 2,
+// merge_prune.cpp), only the pairs counted at least that often, counted by sorting
+// (merge_sorted_pairs.cpp).
+void MergeEngine::build_pairs(u32 n_specials) {
+    n_specials_ = n_specials;
+    if (prune_below_ > 1) {
+        count_pairs_sorted();
+        pruned_upto_ = u32(tb_.size());
+    } else {
+        list_pairs(n_specials);
+        pruned_upto_ = 0;
+    }
+    heap_.reserve(slots_.size());
+    for (u32 s = 0; s < slots_.size(); ++s) {
+        slots_[s].stored = slots_[s].count;  // a new engine mirrors the store it was loaded from
+        if (slots_[s].count > 0) heap_.push_back({slots_[s].count, s});
+    }
+    std::make_heap(heap_.begin(), heap_.end(), HeapLess{this});
+}
+
+// Every pair of every word gets a slot with its count, and each word is listed once under each
+// pair it holds, in two passes over the words: the first counts the pairs and how many words hold
+// each (in the list's len, the lists being empty), the second lists the words in blocks of exactly
+// that size (WordLists::place_exact says why). A word's offset is its name in the lists. The first
+// pass keeps each word's distinct slots while they fit in kKeepSlots (64 MiB), so the second reads
+// them instead of looking every pair up again. Why: after a replay nearly every pair is of merged
 // tokens, a probe of the pair index and a read of the slot, both misses: those lookups were half
 // of building the engine of a 16 K store continued on zhwiki-20M; the bound keeps the peak of a
 // large corpus (tens of millions of words) where it was. BPE_STORE_BUILD_KEEP_SLOTS sets another
 // bound (the tests' way to take the other path on a few words).
-// With prune_below_ > 1 the pairs are tallied first and only the frequent ones get a slot (see
-// merge_prune.cpp), whose count is then the tally's, and the tally names each kept pair's slot
-// for the lookups (one cache miss, where the pair index took two); the bound is then 1 GiB: the
-// lists are a fraction of the words' tokens, and a second pass would look every pair up again
-// (1 GB of stage 2: ~150 M entries).
-void MergeEngine::build_pairs(u32 n_specials) {
-    n_specials_ = n_specials;
-    const bool pruned = prune_below_ > 1;
+void MergeEngine::list_pairs(u32 n_specials) {
     const char *bound = std::getenv("BPE_STORE_BUILD_KEEP_SLOTS");
-    const size_t kKeepSlots = bound ? size_t(std::strtoull(bound, nullptr, 10)) : size_t(1) << (pruned ? 28 : 24);
-    std::unique_ptr<PairTally> tally;  // while the pairs are listed: which have a slot
-    if (pruned) {
-        tally = std::make_unique<PairTally>();
-        tally_pairs(*tally);
-        keep_tallied(*tally);
-    }
-    pruned_upto_ = pruned ? u32(tb_.size()) : 0;
+    const size_t kKeepSlots = bound ? size_t(std::strtoull(bound, nullptr, 10)) : size_t(1) << 24;
     std::vector<u32> dense(kDenseSide * kDenseSide, kNone), occ, kept;
     bool keep = true;
     for (size_t o = 0; o < ar_.size(); o = next_word(o)) {
-        word_pair_slots(o, n_specials, dense, occ, tally.get());
+        word_pair_slots(o, n_specials, dense, occ);
         const i64 c = count_at(o);
-        if (!pruned)
-            for (u32 s : occ) slots_[s].count += c;
+        for (u32 s : occ) slots_[s].count += c;
         distinct_slots(occ);
         for (u32 s : occ) ++slots_[s].where.len;
         if (keep && kept.size() + occ.size() + 1 > kKeepSlots) std::vector<u32>().swap(kept), keep = false;
@@ -354,7 +350,6 @@ void MergeEngine::build_pairs(u32 n_specials) {
             kept.insert(kept.end(), occ.begin(), occ.end());
         }
     }
-    if (keep) tally.reset();  // the second pass reads the kept slots
     size_t entries = 0;
     for (const Slot &s : slots_) entries += s.where.len;
     lists_.reserve_more(entries);
@@ -368,17 +363,10 @@ void MergeEngine::build_pairs(u32 n_specials) {
             at += n;
             continue;
         }
-        word_pair_slots(o, n_specials, dense, occ, tally.get());
+        word_pair_slots(o, n_specials, dense, occ);
         distinct_slots(occ);
         for (u32 s : occ) lists_.fill(slots_[s].where, u32(o));
     }
-    heap_.reserve(slots_.size());
-    for (u32 s = 0; s < slots_.size(); ++s) {
-        slots_[s].stored = slots_[s].count;  // a new engine mirrors the store it was loaded from
-        if (slots_[s].count > 0) heap_.push_back({slots_[s].count, s});
-    }
-    std::make_heap(heap_.begin(), heap_.end(), HeapLess{this});
-    kept_filter_.reset(0);
 }
 
 }  // namespace bpe::merge

@@ -68,6 +68,7 @@
 //   merge_replay.cpp catching words up with merges the store logged after their tokens
 //   replay_cuts.h    where a word may be cut so that its parts replay alone (and are cached)
 //   merge_prune.cpp  after a replay (SuperBPE's stage 2, a base): the arena packed, rare pairs left out
+//   merge_sorted_pairs.cpp  the pruned pair count, by sorting the pairs' occurrences
 //   merge_loop.cpp   the merge loop: the heap, applying a merge to its words
 //   merge_rows.cpp   the changes since the last take: checkpoint rows, changed words and pairs
 //   merge_engine.cpp inspection, and the Python face (register_merge_engine)
@@ -102,6 +103,22 @@ struct __attribute__((packed)) HeapEntry {
     u32 slot;
 };
 static_assert(sizeof(HeapEntry) == 12, "HeapEntry is packed");
+
+// A pair's occurrence in the sorted pair count (merge_sorted_pairs.cpp): its key inside its part
+// ((left - lo) * width + right), the word's arena offset, the word's count (kNone: in big_counts_).
+struct Occurrence {
+    u64 key;
+    u32 word;
+    u32 count;
+};
+
+// One part's result in the sorted pair count: the pairs kept (key, count, how many words hold
+// it), and their words, list after list.
+struct SortedPart {
+    std::vector<u64> keys;
+    std::vector<i64> counts;
+    std::vector<u32> lens, words;
+};
 
 struct MergeOut {
     i64 rank;
@@ -212,8 +229,8 @@ class MergeEngine {
     void alloc_arena(size_t total, size_t words);
     void build_pairs(u32 n_specials);
     static constexpr u32 kDenseSide = 256;  // build_pairs' dense table: pairs of two byte tokens
-    void word_pair_slots(size_t o, u32 base, std::vector<u32> &dense, std::vector<u32> &occ,
-                         const PairTally *lookup);
+    void word_pair_slots(size_t o, u32 base, std::vector<u32> &dense, std::vector<u32> &occ);
+    void list_pairs(u32 n_specials);
 
     // ---- After a replay (SuperBPE's stage 2, a base's merges): packing the arena, pruned pair
     // counts (merge_prune.cpp). Pairs counted fewer than this many times when the pairs are
@@ -222,10 +239,14 @@ class MergeEngine {
     static constexpr i64 kSuperwordPruneBelow = 4;
     void compact_arena();
     void tally_pairs(PairTally &tally) const;
-    void keep_tallied(PairTally &tally);
     void rebuild_pairs(i64 floor);
     void unprune();
     u32 slot_gained(u32 x, u32 y, u64 key);
+    // ---- the pruned pair count by sorting (merge_sorted_pairs.cpp) --------------------------
+    std::vector<u32> sorted_parts(size_t budget) const;
+    void count_part(u32 lo, u32 hi, std::vector<Occurrence> &a, std::vector<Occurrence> &b,
+                    SortedPart &out) const;
+    void count_pairs_sorted();
     std::vector<std::pair<u64, i64>> live_pairs(size_t top = 0) const;
 
     // Writes the header of the word at offset o (its tokens follow; its stamp starts at 0).
@@ -365,7 +386,6 @@ class MergeEngine {
     u32 pruned_upto_ = 0;
     bool need_rebuild_ = false;  // a merge made a pair that may have been pruned: count again
     u32 n_specials_ = 0;  // build_pairs' base, for a recount
-    KeyFilter kept_filter_;  // while a pruned count is built: the pairs that have a slot
 
     // words: ONE arena of u32, each word a header then its tokens, in store id order; a word is
     // known by its offset (the pair -> words lists and the changed words hold offsets). Header

@@ -1,6 +1,6 @@
-// PairTally: the count of every pair of a merge engine's words, in a plain hash table, for the
-// engine's pruned pair count (merge_prune.cpp): every pair is counted, only the frequent ones get
-// a slot; KeyFilter: which pairs may have one. Part of the merge engine (see merge_engine.h).
+// PairTally: the count of every pair of a merge engine's words, in a plain hash table: what a
+// pruned engine reads when asked for every pair's count (merge_prune.cpp: live_pairs). Part of the
+// merge engine (see merge_engine.h).
 #pragma once
 
 #include "merge_arrays.h"
@@ -42,23 +42,6 @@ class PairTally {
 
     size_t size() const { return size_; }
 
-    // Once counting is over: the count of every pair counted at least `floor` times becomes
-    // slot_of(key) + kSlotMark, so that looking the pair up gives its slot (slot()).
-    static constexpr i64 kSlotMark = i64(1) << 62;
-    template <class SlotOf>
-    void mark_slots(i64 floor, SlotOf &&slot_of) {
-        for (size_t i = 0; i < cap_; ++i)
-            if (cells_[i].key1 != 0 && cells_[i].count >= floor)
-                cells_[i].count = kSlotMark + i64(slot_of(cells_[i].key1 - 1, cells_[i].count));
-    }
-    // The slot mark_slots gave the pair, or kNone (a pair pruned or not counted). Why here and
-    // not the pair index: one cache miss (the cell holds key and slot) where the index took two
-    // (its cell, then the slot's key), and those were 77 % of building stage 2's engine at 1 GB.
-    u32 slot(u64 key) const {
-        const Cell &c = cells_[find(key + 1)];
-        return c.key1 != 0 && c.count >= kSlotMark ? u32(c.count - kSlotMark) : kNone;
-    }
-
   private:
     size_t find(u64 key1) const {
         u64 h = key1 * 0x9E3779B97F4A7C15ull;
@@ -83,36 +66,6 @@ class PairTally {
 
     BigArray<Cell> cells_;
     size_t cap_ = 0, size_ = 0;
-};
-
-// A one-hash bit filter over pair keys, 16 bits a key (a false "may" for ~1 key in 16 absent):
-// whether a pair may have a slot in a pruned count. Why: nine pairs in ten looked up then have
-// none, and the pair index of a 1 GB stage 2 (tens of MB) answered each with a cache miss; this
-// is 2 bytes a kept pair and stays in cache far better.
-class KeyFilter {
-  public:
-    void reset(size_t keys) {
-        size_t bits = 64;
-        while (bits < 16 * keys) bits *= 2;
-        words_.assign(keys == 0 ? 0 : bits / 64, 0);
-        mask_ = keys == 0 ? 0 : bits - 1;
-    }
-    void add(u64 key) {
-        const u64 b = bit(key);
-        words_[b >> 6] |= u64(1) << (b & 63);
-    }
-    bool may_hold(u64 key) const {
-        const u64 b = bit(key);
-        return words_.empty() || (words_[b >> 6] >> (b & 63) & 1);
-    }
-
-  private:
-    u64 bit(u64 key) const {
-        const u64 h = key * 0xD6E8FEB86659FD93ull;
-        return (h ^ (h >> 32)) & mask_;
-    }
-    std::vector<u64> words_;
-    u64 mask_ = 0;
 };
 
 }  // namespace bpe::merge

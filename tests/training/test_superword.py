@@ -150,10 +150,15 @@ def test_long_pieces_replay_stage_one_natively_as_in_python(seed):
 
 
 @pytest.mark.skipif(not native_available(), reason="the native engine is not built")
-def test_stage_two_engine_packs_its_words_and_gives_rare_pairs_no_slot():
+@pytest.mark.parametrize("part", [None, "64"])
+def test_stage_two_engine_packs_its_words_and_gives_rare_pairs_no_slot(part, monkeypatch):
     # merge_prune.cpp: after the stage-1 replay the arena holds the replayed tokens, not 4 bytes a
     # byte of the pieces, and pairs counted fewer than 4 times have no slot; the pair counts read
-    # from it are still every pair's, and its merges the Python engine's
+    # from it are still every pair's, and its merges the Python engine's. The pairs are counted by
+    # sorting (merge_sorted_pairs.cpp) in parts of the left ids: one part, or (part "64": at most 64
+    # occurrences a part) hundreds, taken by two threads, with the same result
+    if part is not None:
+        monkeypatch.setenv("BPE_STORE_SORTED_PART", part)
     rng = random.Random(7)
     words = ["the", "of", "and"] + ["".join(rng.choice("abcdefgh") for _ in range(rng.randint(2, 6)))
                                      for _ in range(300)]

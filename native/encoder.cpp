@@ -136,14 +136,13 @@ void encode_documents(const Encoder &e, const std::vector<std::string_view> &vie
     for (auto v : views) total += v.size();
     auto work = [&]() {
         PieceCache &cache = thread_cache(e.uid, total);
-        std::vector<size_t> ends;
         for (size_t i; (i = next.fetch_add(1)) < views.size();) {
             auto s = views[i];
             auto blocks = e.plan(s, s.size() + 1, ordinary);
             const auto *u = reinterpret_cast<const uint8_t *>(s.data());
             for (const Block &b : blocks) {
                 if (b.special != kNone) outs[i].push_back(b.special);
-                else e.encode_plain(u + b.start, b.end - b.start, cache, ends, outs[i]);
+                else e.encode_plain(u + b.start, b.end - b.start, cache, outs[i]);
             }
         }
     };

@@ -1,12 +1,13 @@
-// Each encoding thread's piece cache: a direct-mapped table of short pieces -> their ids, and the
-// buffers the long-piece merge reuses.
+// Each encoding thread's piece cache: a table of short pieces (2-15 bytes, short_cache.h: a packed
+// 128-bit key, 32-byte entries), a direct-mapped table of longer ones (up to 22 bytes) -> their ids,
+// and the buffers the long-piece merge reuses.
 //
-// Why: most pre-tokens are frequent words; a hit is a hash, one 64-byte slot and a compare. The
-// slots hold their key and ids inline (pieces <= 22 bytes, <= 8 ids): no pointer to follow, no
-// allocation, no lock (one cache per thread), bounded memory (4 MiB by default). A miss
-// overwrites the slot. Pieces that are one whole token (tiktoken's rule) are cached too: most
-// English pieces are, and the token index costs two misses (its slot, then the token's bytes)
-// where a hit here costs one. Sizes: docs/performance.md.
+// Why: most pre-tokens are frequent words; a hit is a key, one 64-byte bucket and a compare. The
+// entries hold their key and ids inline: no pointer to follow, no allocation, no lock (one cache
+// per thread), bounded memory (4 MiB by default). A miss overwrites an entry. Pieces that are one
+// whole token (tiktoken's rule) are cached too: most English pieces are, and the token index costs
+// two misses (its slot, then the token's bytes) where a hit here costs one. Sizes:
+// docs/performance.md.
 #pragma once
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 
 #include "huge_pages.h"
 #include "pair_table.h"
+#include "short_cache.h"
 #include "word_table.h"
 
 namespace bpe::enc {
@@ -72,17 +74,20 @@ class PieceCache {
     HeapScratch scratch;
     PairMemo pairs;
     static constexpr size_t kMaxLen = 22, kMaxIds = 8;
-    // The cache a pass over `text_bytes` of text wants: its slots (64 bytes each) and whether it is
-    // on 2 MiB pages. Slots: BPE_STORE_PIECE_CACHE_SLOTS, a power of two from 2^10 to 2^22, where
-    // set; else 2^16 (4 MiB), and 2^18 (16 MiB) from kLargeText on: a long text has more distinct
-    // pieces than 2^16 slots keep (8 MB of enwiki: 93 K), and a first pass over 32 MB of enwiki ran
-    // 3-6 % faster with 2^18 (a 2-way cache of 2^16 did not help). Huge pages from kHugeText on: a
-    // slot read is then no TLB miss (huge_pages.h), but the first touch of a 2 MiB page zeroes all
-    // of it, which cost a first short encode 3-8 ms instead of 0.15; docs/performance.md.
+    // The cache a pass over `text_bytes` of text wants: its short table's buckets (64 bytes each,
+    // two pieces), the 64-byte table's slots and whether they are on 2 MiB pages. Buckets:
+    // BPE_STORE_PIECE_CACHE_SLOTS, a power of two from 2^10 to 2^22, where set; else 2^16 (4 MiB),
+    // and 2^18 (16 MiB) from kLargeText on: a long text has more distinct pieces than 2^16 slots
+    // keep (8 MB of enwiki: 93 K), and a first pass over 32 MB of enwiki ran 3-6 % faster with 2^18
+    // (a 2-way cache of 2^16 did not help). The 64-byte table keeps only pieces of 16-22 bytes and
+    // short ones of more than 4 ids: an eighth of that. Huge pages from kHugeText on: a slot read
+    // is then no TLB miss (huge_pages.h), but the first touch of a 2 MiB page zeroes all of it,
+    // which cost a first short encode 3-8 ms instead of 0.15; docs/performance.md.
     static constexpr size_t kLargeText = size_t(8) << 20, kHugeText = size_t(1) << 20;
     struct Shape {
         size_t slots;
         bool huge;
+        size_t short_buckets;  // 0: no short table (merge_replay.cpp's cache of replayed parts)
     };
     static Shape shape_for(size_t text_bytes) {
         static const size_t forced = [] {
@@ -90,24 +95,33 @@ class PieceCache {
             size_t n = v ? size_t(std::strtoull(v, nullptr, 10)) : 0;
             return n >= (1u << 10) && n <= (1u << 22) && (n & (n - 1)) == 0 ? n : size_t(0);
         }();
-        const size_t slots = forced ? forced : text_bytes >= kLargeText ? size_t(1) << 18 : size_t(1) << 16;
-        return {slots, text_bytes >= kHugeText && slots * 64 >= kHugePage};  // 64: a slot (a small one: calloc's)
+        const size_t buckets = forced ? forced : text_bytes >= kLargeText ? size_t(1) << 18 : size_t(1) << 16;
+        const size_t slots = std::max<size_t>(buckets / 8, 1024);
+        return {slots, text_bytes >= kHugeText && buckets * 64 >= kHugePage, buckets};  // 64: a bucket
     }
     // Zero pages handed out lazily (a short call touches only the slots it uses): calloc's, with 64
     // bytes more to start the table on a 64-byte line (a slot is one line, not two halves), or a
     // mapping of huge pages (which starts on a page).
-    explicit PieceCache(Shape shape = shape_for(0))
-        : n_slots_(shape.slots), mem_(allocate(shape), Free{shape}) {
+    explicit PieceCache(Shape shape = Shape{size_t(1) << 16, false, 0})
+        : n_slots_(shape.slots), mem_(allocate(shape), Free{shape}),
+          short_(shape.short_buckets ? new ShortTable(shape.short_buckets, shape.huge) : nullptr) {
         if (!mem_) throw std::bad_alloc();
         slots_ = reinterpret_cast<Slot *>((reinterpret_cast<uintptr_t>(mem_.get()) + 63) & ~uintptr_t(63));
         pairs.clear();
     }
     // whether this cache serves a pass that wants `want`
-    bool fits(Shape want) const { return n_slots_ >= want.slots && (mem_.get_deleter().shape.huge || !want.huge); }
+    bool fits(Shape want) const {
+        const bool huge = short_ ? short_->huge() : mem_.get_deleter().shape.huge;
+        return n_slots_ >= want.slots && (huge || !want.huge) &&
+               (short_ ? short_->buckets() : 0) >= want.short_buckets;
+    }
     void clear() {
         std::memset(slots_, 0, n_slots_ * sizeof(Slot));
+        if (short_) short_->clear();
         pairs.clear();
     }
+    // The short table (every cache thread_cache gives has one).
+    ShortTable &shorts() const { return *short_; }
     // Starts loading the slot of hash h: the piece loop asks for a piece's slot a few pieces ahead,
     // so the loads of several slots overlap instead of each waiting its turn (a slot is usually a
     // miss to L3 or memory on a first pass; the hit path is otherwise a few dozen instructions).
@@ -133,7 +147,7 @@ class PieceCache {
   private:
     static char *allocate(Shape shape) {
         const size_t bytes = shape.slots * sizeof(Slot);
-        return static_cast<char *>(shape.huge ? huge_alloc(bytes) : std::calloc(bytes + 64, 1));
+        return static_cast<char *>(shape.huge && bytes >= kHugePage ? huge_alloc(bytes) : std::calloc(bytes + 64, 1));
     }
     struct Slot {
         uint64_t hash;
@@ -145,12 +159,13 @@ class PieceCache {
     struct Free {
         Shape shape;
         void operator()(char *p) const {
-            if (shape.huge) huge_free(p, shape.slots * sizeof(Slot));
+            if (shape.huge && shape.slots * sizeof(Slot) >= kHugePage) huge_free(p, shape.slots * sizeof(Slot));
             else std::free(p);
         }
     };
     size_t n_slots_;
     std::unique_ptr<char[], Free> mem_;
+    std::unique_ptr<ShortTable> short_;
     Slot *slots_;
 };
 

@@ -29,6 +29,11 @@ from typing import Any
 PERSON = b"bpe_store.merges"
 DIGEST_BYTES = 16
 
+#: The first schema revision whose checkpoints record the digest (older stores are read unchecked).
+#: Here, not in result.py, so that a reader of the log (``merge_log``: ``Tokenizer.from_store``)
+#: does not import the result module for one name.
+DIGEST_SINCE = "v0_3_0_merge_digest"
+
 #: ``(rank, left, right, token, count)`` as SQLite and the trainer hold them
 MergeRow = tuple[int, int, int, int, int]
 

@@ -71,11 +71,10 @@ def read_result(store: Any, vocab_size: int | None = None) -> TrainResult | None
 
 def _digest_ok(store: Any, log: Any) -> bool:
     """``result.check_merge_digest``'s test, on the checkpoint read with the log."""
-    from .result import DIGEST_SINCE
     from .schemas import HEAD, REVISIONS
 
     revision = getattr(store, "revision", None) or HEAD
-    if REVISIONS.index(revision) < REVISIONS.index(DIGEST_SINCE):
+    if REVISIONS.index(revision) < REVISIONS.index(digest.DIGEST_SINCE):
         return True
     done, recorded = log.checkpoint if log.checkpoint is not None else (0, digest.EMPTY)
     return done == log.n_merges and recorded is not None and recorded == digest.merge_digest((), log.merge_rows)

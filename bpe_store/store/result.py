@@ -19,11 +19,9 @@ from pathlib import Path
 from ..errors import InputError, StoreError
 from . import digest
 from .base_rows import model_ids, renumber
+from .digest import DIGEST_SINCE  # noqa: F401  (the first revision whose checkpoints record the digest)
 from .schemas import HEAD, REVISIONS
 from .store import Store
-
-#: The first schema revision whose checkpoints record the merge log's digest.
-DIGEST_SINCE = "v0_3_0_merge_digest"
 
 
 @dataclass

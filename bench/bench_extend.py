@@ -12,7 +12,7 @@ process tree): extend o200k_base by 16K on zhwiki-20M beside a fresh 16K trainin
 16K store to 20K on zhwiki-20M with bpe_store (``--extend store.db``), bpe-continue and tinybpe.
 
     python bench/bench_extend.py compression --out /work/big/extend
-    python bench/bench_extend.py speed --out /work/big/extend [--peers]
+    python bench/bench_extend.py speed --out /work/big/extend [--peers [--reuse-peer tinybpe]]
     python bench/bench_extend.py engine --out /work/big/extend   # after speed: the engine's build alone
 """
 
@@ -178,6 +178,9 @@ def main() -> None:
     ap.add_argument("--bases", default="o200k_base,cl100k_base")
     ap.add_argument("--data", default="zh,ru,mixed")
     ap.add_argument("--peers", action="store_true")
+    ap.add_argument("--reuse-peer", action="append", default=[], choices=list(PEER_NAMES),
+                    help="with --peers: take this peer's figure from OUT/peers.json when a run recorded it, "
+                         "instead of running it again (tinybpe alone takes ~300 s); said in the output")
     a = ap.parse_args()
     print(json.dumps({"load": os.getloadavg(), "at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}))
     if a.what == "compression":
@@ -185,7 +188,7 @@ def main() -> None:
     elif a.what == "engine":
         print(json.dumps(run_job([ENGINE, str(a.out / "s-20k.db"), str(a.out / "s-16k.db"), "5"])))
     else:
-        speed(a.out, a.peers)
+        speed(a.out, a.peers, set(a.reuse_peer))
     print(json.dumps({"load": os.getloadavg()}))
 
 
@@ -253,7 +256,7 @@ train([sys.argv[1]], sys.argv[2], int(sys.argv[3]), [], pattern=sys.argv[4], wor
 """
 
 
-def speed(out: Path, peers: bool) -> None:
+def speed(out: Path, peers: bool, reuse: set[str] = frozenset()) -> None:
     import shutil
 
     out.mkdir(parents=True, exist_ok=True)
@@ -277,7 +280,7 @@ def speed(out: Path, peers: bool) -> None:
     r = run_job([CONTINUE, str(zh), str(cont), "20000", "gpt2"])
     print(json.dumps({"bpe_store 16K store continued to 20K (resume, larger --vocab-size)": r}), flush=True)
     if peers:
-        _peers(out, zh, base16)
+        _peers(out, zh, base16, reuse)
 
 
 PEER_BPE_CONTINUE = """
@@ -289,17 +292,38 @@ tok.save(sys.argv[3])
 """
 
 
-def _peers(out: Path, zh: Path, base16: Path) -> None:
+#: The peers' jobs, by the name ``--reuse-peer`` takes: (what the output calls it, its job).
+PEER_NAMES = {"bpe-continue": "bpe-continue 16K -> 20K", "tinybpe": "tinybpe 16K -> +{n} merges"}
+
+
+def _peers(out: Path, zh: Path, base16: Path, reuse: set[str] = frozenset()) -> None:
     from bpe_store.tokenizer.export import export_store
 
     hf = out / "s-16k-hf"
     if not hf.exists():
         export_store(base16, "hf", hf)
-    r = run_job([PEER_BPE_CONTINUE, str(hf / "tokenizer.json"), str(zh), str(out / "bpe-continue-20k.json")])
-    print(json.dumps({"bpe-continue 16K -> 20K": r}), flush=True)
-    r = run_job([PEER_TINYBPE, str(base16), str(zh), str(TINYBPE_MERGES)], timeout=TINYBPE_TIMEOUT)
-    print(json.dumps({f"tinybpe 16K -> +{TINYBPE_MERGES} merges": r}), flush=True)
+    continued = out / "bpe-continue-20k.json"
+    _peer(out, "bpe-continue", reuse if continued.exists() else set(),  # _compare_peers reads its tokenizer
+          lambda: run_job([PEER_BPE_CONTINUE, str(hf / "tokenizer.json"), str(zh), str(continued)]))
+    _peer(out, "tinybpe", reuse,
+          lambda: run_job([PEER_TINYBPE, str(base16), str(zh), str(TINYBPE_MERGES)], timeout=TINYBPE_TIMEOUT))
     _compare_peers(out, base16, zh)
+
+
+def _peer(out: Path, name: str, reuse: set[str], run) -> None:
+    """One peer's job (``run``), printed and recorded in ``out``/peers.json with when and at what
+    load it ran; or, for a peer in ``reuse`` that a run recorded, the recorded figure, printed
+    with ``"recorded": when`` (it is not run again: tinybpe's job alone takes ~300 s)."""
+    label = PEER_NAMES[name].format(n=TINYBPE_MERGES)
+    path = out / "peers.json"
+    recorded = json.loads(path.read_text()) if path.exists() else {}
+    if name in reuse and label in recorded:
+        print(json.dumps({label: {**recorded[label], "not run: recorded": recorded[label]["at"]}}), flush=True)
+        return
+    r = {**run(), "at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "load": os.getloadavg()}
+    recorded[label] = r
+    path.write_text(json.dumps(recorded, indent=1))
+    print(json.dumps({label: r}), flush=True)
 
 
 #: tinybpe merges so slowly (491 s for 60 merges here in issue 37's measurement) that it is run

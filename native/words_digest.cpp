@@ -12,6 +12,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/tuple.h>
 
+#include "scanner.h"
 #include "store_db.h"
 
 #include <cstdint>
@@ -91,10 +92,31 @@ std::tuple<u64, u64, u64> words_digest(const WordRows &rows) {
     return {rows.n, s1, s2};
 }
 
+// The same of packed counts (WordCounter.pack), their ids first_id, first_id + 1, ... in order.
+// Why: a run's last counting flush writes such a counter whole into an empty store, which then
+// holds exactly these words; digesting the counter spares reading them back (zhwiki-20M's 515 K
+// words, ~0.2 CPU s of a 16 K store extended on it).
+std::tuple<u64, u64, u64> words_digest_packed(nb::bytes packed, int64_t first_id) {
+    u64 s1 = 0, s2 = 0, n = 0;
+    const auto *data = static_cast<const uint8_t *>(packed.data());
+    const size_t size = packed.size();
+    {
+        nb::gil_scoped_release unlocked;
+        bpe::unpack_counts(data, size, [&](const uint8_t *bytes, size_t len, uint64_t count) {
+            const WordRows::Row r{first_id + int64_t(n++), int64_t(count), bytes, nullptr, len, 0};
+            s1 = Mersenne61::reduce(u128(s1) + term<Mersenne61>(r, kId1, kCount1));
+            s2 = Prime64::reduce(u128(s2) + term<Prime64>(r, kId2, kCount2));
+        });
+    }
+    return {n, s1, s2};
+}
+
 }  // namespace
 
 void register_words_digest(nb::module_ &m) {
     m.def("words_digest", &words_digest, nb::arg("rows"),
           "(rows, sum 1, sum 2) of every word of a ``WordRows`` (id, bytes, count; tokens ignored): "
           "bpe_store.store.digest.add_words natively.");
+    m.def("words_digest_packed", &words_digest_packed, nb::arg("packed"), nb::arg("first_id"),
+          "The same of packed counts (WordCounter.pack), ids first_id, first_id + 1, ... in order.");
 }

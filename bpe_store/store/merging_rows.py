@@ -72,15 +72,16 @@ _MERGE_CHECKPOINT: tuple[tuple[str, str], ...] = (
 class MergingRows:
     """Merging's rows (a part of ``Store``: needs its connections, ``sql`` and transactions)."""
 
-    def start_merging(self, pairs: PairCounts | None, elapsed_s: float) -> None:
+    def start_merging(self, pairs: PairCounts | None, elapsed_s: float, words: str | None = None) -> None:
         """One transaction: counting is over; write the initial pair counts and move to merging.
 
         ``pairs`` None (a reader pins the WAL): no pair rows (and no ``words_by_count`` index) are
         written, only the move to merging; ``pair_counts`` stays empty (``pairs_merges`` NULL while
         merging), which a resume recounts from the words (``merge_step.load_engine``) and the first
         full checkpoint fills (the engine's ``forget_stored_pairs``). Records the words' digest
-        (``store.words_digest``): from here on they do not change."""
-        words = words_digest.of_table(self)
+        (``store.words_digest``): from here on they do not change. ``words``: that digest when the
+        caller has the words the store holds (``words_digest.of_counter``), else it reads them."""
+        words = words or words_digest.of_table(self)
         with self.transaction():
             self.sql("DELETE FROM pair_counts")
             if pairs is not None:

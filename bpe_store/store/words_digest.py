@@ -44,6 +44,16 @@ def _checked(store: Store, rows: Sequence[tuple]) -> list[tuple[int, bytes, int]
     return rows  # type: ignore[return-value]
 
 
+def of_counter(counter: Any) -> str | None:
+    """The digest of the words of a native ``WordCounter`` as a first counting flush writes them (ids
+    1, 2, ... in its order: ``Store.take_fresh_word_rows``' counter), or None without the native
+    core. Why: the store then holds exactly these words, and reading 515 K of them back to digest
+    them (``of_table``) took ~0.2 CPU s of a 16 K store extended on zhwiki-20M."""
+    if not native.BUILT or not hasattr(counter, "pack"):
+        return None
+    return digest.words_digest_text(native.core.words_digest_packed(counter.pack(), 1))
+
+
 def of_table(store: Store) -> str:
     """The digest of every row of ``words``, read in parts of ``_PART`` ids (natively where the
     store has a native connection)."""

@@ -148,6 +148,7 @@ def run_pairs(job: Job) -> Engine:
     # after several flushes the store's word map (``take_fresh_word_rows``) once they committed,
     # without reading ~1M rows back; otherwise (a resume) the store is read.
     rows, job.fresh_words = job.fresh_words, None
+    words = words_digest.of_counter(rows)  # the words the store will hold, digested without reading them back
     if rows is None:
         job.writes.wait()
         rows = store.take_fresh_word_rows()
@@ -173,11 +174,11 @@ def run_pairs(job: Job) -> Engine:
         # checkpoint writes them all, sorted, and a run shorter than ``checkpoint_seconds`` writes
         # only the pairs a finished run keeps. A kill before it resumes as when a reader pinned the
         # WAL: the words replayed from their bytes, their pairs counted again (``load_engine``).
-        job.writes.submit(_start_merging, job, None, job.elapsed())
+        job.writes.submit(_start_merging, job, None, job.elapsed(), words)
         return merger
     # written after the last flush, before the first merge checkpoint; the counts are taken now,
     # before merging changes them
-    job.writes.submit(_start_merging, job, merger.pair_counts(), job.elapsed(), then=lambda: job.pairs_unwritten
+    job.writes.submit(_start_merging, job, merger.pair_counts(), job.elapsed(), words, then=lambda: job.pairs_unwritten
                       and job.emit(stage="deferred", phase="merging", what="pair counts", waiting=False,
                                    **store.wal))
     return merger
@@ -199,12 +200,13 @@ def _superword_pairs(job: Job) -> Engine:
     return load_engine(job.store, job.params, job.options.engine)
 
 
-def _start_merging(job: Job, pairs: dict[tuple[int, int], int] | None, elapsed_s: float) -> None:
+def _start_merging(job: Job, pairs: dict[tuple[int, int], int] | None, elapsed_s: float,
+                   words: str | None = None) -> None:
     """The move to merging (on the writes' thread), without the pair counts while a reader pins
     the WAL (``Store.start_merging``) or when ``pairs`` is None: the first full checkpoint writes
-    them then."""
+    them then. ``words``: the words' digest, when run_pairs had them in memory."""
     job.pairs_unwritten = pairs is None or job.store.wal_blocked_now()
-    job.store.start_merging(None if job.pairs_unwritten else pairs, elapsed_s)
+    job.store.start_merging(None if job.pairs_unwritten else pairs, elapsed_s, words)
 
 
 def run_merge(job: Job, engine: Engine | str) -> None:

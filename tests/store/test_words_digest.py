@@ -59,6 +59,37 @@ def test_the_native_digest_equals_the_python_spec(tmp_path):
     ndb.close()
 
 
+@pytest.mark.skipif(not native.BUILT, reason="the native core is not built")
+def test_the_digest_of_a_counter_equals_the_python_spec_of_its_rows():
+    """``of_counter``: a WordCounter's words as a first flush writes them (ids 1, 2, ... in its
+    order), digested from its packed counts: long words, empty counters and 64-bit counts too."""
+    text = "the cat the hat " * 40 + "x" * 300 + " 的是一 \xff 🙂 " * 3
+    acc = native.core.WordCounter()
+    assert words_digest.of_counter(acc) == digest.words_digest([])
+    acc.add(native.core.count_chunk(text.encode(), []))
+    acc.add(native.core.count_chunk(b" cat", []))
+    rows = [(i, w, c) for i, (w, c) in enumerate(acc.items(), 1)]
+    assert len(rows) > 5 and words_digest.of_counter(acc) == digest.words_digest(rows)
+    assert native.core.words_digest_packed(acc.pack(), 2**62) == digest.add_words(
+        (0, 0, 0), [(2**62 - 1 + i, w, c) for i, w, c in rows])
+    assert words_digest.of_counter([(1, b"a", 1)]) is None  # not a counter: the store is read
+
+
+@pytest.mark.skipif(not native.BUILT, reason="the native core is not built")
+def test_a_run_whose_one_flush_wrote_every_word_digests_them_without_reading_them_back(tmp_path, corpus,
+                                                                                        trained_store, monkeypatch):
+    """The move to merging records the digest of the counter the last flush wrote (a plain run and
+    one extending a base): the words' table is not read back, and the digest is the table's."""
+    def no_read_back(store):
+        raise AssertionError("the words were read back")
+
+    monkeypatch.setattr(words_digest, "of_table", no_read_back)
+    for db, extend in ((tmp_path / "plain.db", None), (tmp_path / "based.db", trained_store)):
+        train([corpus], db, VOCAB + 20, [], extend=extend, workers=1)
+        merging = [v for phase, v in checkpoint_digests(db) if phase != "counting"]
+        assert merging and set(merging) == {digest.words_digest(words_of(db))}
+
+
 def test_the_digest_is_stable_and_sees_every_change():
     # recorded in files: it must never change with the platform or the Python version
     rows = [(1, b"the", 10), (2, b" cat", 3)]

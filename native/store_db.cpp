@@ -179,6 +179,54 @@ class StoreDb {
         return run_bulk(st, PackedWordRows(data, size, first_id));  // `packed` is immutable, held by the caller
     }
 
+    // A bulk statement over n rows given as columns (ColumnRows): each column an int (the row's
+    // number from it), a tuple (bytes of little-endian uint32, stride, at) or a tuple (blob bytes,
+    // bytes of n + 1 little-endian int64 offsets, ascending from 0 to its length). Checked whole
+    // before any row is written.
+    size_t bulk_columns(const std::string &sql, size_t n, nb::list columns) {
+        Busy busy(this);
+        sqlite3_stmt *st = prepare(sql);
+        Reset reset(st);
+        std::vector<ColumnRows::Column> cols;
+        for (nb::handle h : columns) cols.push_back(column_of(h, n));
+        return run_bulk(st, ColumnRows(n, std::move(cols)));  // the buffers are held by the caller
+    }
+
+  private:
+    static ColumnRows::Column column_of(nb::handle h, size_t n) {
+        using Column = ColumnRows::Column;
+        Column c{};
+        if (nb::isinstance<nb::int_>(h)) {
+            c.kind = Column::kIndex;
+            c.start = nb::cast<i64>(h);
+            return c;
+        }
+        const nb::tuple t = nb::cast<nb::tuple>(h);
+        const nb::bytes data = nb::cast<nb::bytes>(t[0]);
+        c.data = static_cast<const uint8_t *>(data.data());
+        if (nb::isinstance<nb::bytes>(t[1])) {  // a blob column
+            const nb::bytes off = nb::cast<nb::bytes>(t[1]);
+            if (off.size() != 8 * (n + 1)) throw nb::value_error("bulk_columns: a blob column needs n + 1 offsets");
+            c.kind = Column::kBlob;
+            c.offsets = static_cast<const uint8_t *>(off.data());
+            i64 prev = 0;
+            for (size_t i = 0; i <= n; ++i) {
+                const i64 o = ColumnRows::i64_at(c.offsets, i);
+                if (o < prev || o > i64(data.size()) || (i == 0 && o != 0) || o - prev > i64(INT32_MAX))
+                    throw nb::value_error("bulk_columns: blob offsets must rise from 0 within the blob bytes");
+                prev = o;
+            }
+            return c;
+        }
+        c.kind = Column::kU32;
+        c.stride = nb::cast<size_t>(t[1]);
+        c.at = nb::cast<size_t>(t[2]);
+        if (c.stride == 0 || c.at >= c.stride || (n > 0 && 4 * ((n - 1) * c.stride + c.at + 1) > data.size()))
+            throw nb::value_error("bulk_columns: a uint32 column is shorter than its rows");
+        return c;
+    }
+
+  public:
     // A bulk statement over a counting flush's count deltas (WordIds.add_native's buffer: n int64
     // ids ascending, then n int64 deltas): rows (p1 delta, p2 id), keyed by id for bpe_store_lookup.
     size_t bulk_deltas(const std::string &sql, nb::bytes deltas) {
@@ -416,6 +464,9 @@ void register_store_db(nb::module_ &m) {
              nb::arg("first_id"),
              "Run sql once over the words of packed counts as bpe_store_rows (p1 id from first_id, p2 bytes, "
              "p3 count).")
+        .def("bulk_columns", &StoreDb::bulk_columns, nb::arg("sql"), nb::arg("n"), nb::arg("columns"),
+             "Run sql once over n rows given as columns as bpe_store_rows (p1, p2, ... = columns 1, 2, ...): "
+             "an int (the row number from it), (uint32 bytes, stride, at) or (blob bytes, n + 1 int64 offsets).")
         .def("bulk_deltas", &StoreDb::bulk_deltas, nb::arg("sql"), nb::arg("deltas"),
              "Run sql once over count deltas (WordIds.add_native) as bpe_store_rows (p1 delta, p2 id).")
         .def("read_word_rows", &StoreDb::read_word_rows, nb::arg("sql"),

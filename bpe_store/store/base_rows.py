@@ -10,6 +10,7 @@ gives model ids. A store without a base has no such rows; its model ids are its 
 
 from __future__ import annotations
 
+import itertools
 import sys
 from array import array
 from collections.abc import Sequence
@@ -73,8 +74,7 @@ def write_base(store, rows: BaseRows) -> tuple[int, Any]:
         w.execute("INSERT INTO base (id, kind, source, sha256, merges, tokens, next_id, shift)"
                   " VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
                   (rows.kind, rows.source, rows.sha256, len(rows.merges), len(rows.model_ids), rows.next_id, shift))
-        w.executemany("INSERT INTO base_ids (id, model_id) VALUES (?, ?)", list(enumerate(rows.model_ids)),
-                      "INSERT INTO base_ids (id, model_id) SELECT p1, p2 FROM bpe_store_rows")
+        _write_ids(w, rows.model_ids)
         hashed = _write_merges(w, rows.merges, first)
         # Why without the CHECK: vocab.kind's ``IN ('special', 'byte', 'merge')`` cost SQLite ~0.7 us
         # a row (~0.14 CPU s of o200k_base's 200 K rows, more than the rows' own b-tree work), and
@@ -82,14 +82,40 @@ def write_base(store, rows: BaseRows) -> tuple[int, Any]:
         # the INSERT is compiled without the check, and with it again after.
         w.execute("PRAGMA ignore_check_constraints = ON")
         try:
-            w.executemany("INSERT INTO vocab (id, bytes, kind) VALUES (?, ?, 'merge')",
-                          list(enumerate(rows.merge_bytes, first)),
-                          "INSERT INTO vocab (id, bytes, kind) SELECT p1, p2, 'merge' FROM bpe_store_rows")
+            tokens = rows.merge_bytes
+            w.columns("INSERT INTO vocab (id, bytes, kind) VALUES (?, ?, 'merge')", len(tokens),
+                      [first, (b"".join(tokens), _offsets(tokens))], lambda: enumerate(tokens, first),
+                      "INSERT INTO vocab (id, bytes, kind) SELECT p1, p2, 'merge' FROM bpe_store_rows")
         finally:
             w.execute("PRAGMA ignore_check_constraints = OFF")
         w.execute("INSERT INTO checkpoints (at, phase, chunks_counted, merges_done, elapsed_s, write_s, merge_digest)"
                   " VALUES (?, 'counting', 0, ?, 0, NULL, ?)", (now(), len(rows.merges), hashed.hexdigest()))
     return len(rows.merges), hashed
+
+
+def _write_ids(w: BulkWriter, model_ids: list[int]) -> None:
+    """``base_ids``: the model id of each store id 0, 1, ... (a uint32 column natively)."""
+    statement = "INSERT INTO base_ids (id, model_id) VALUES (?, ?)"
+    try:
+        packed = _le(array("I", model_ids)).tobytes()
+    except OverflowError:  # an id of 2^32 or more (no tokenizer has one): as tuples
+        w.executemany(statement, list(enumerate(model_ids)), "INSERT INTO base_ids (id, model_id) SELECT p1, p2 "
+                      "FROM bpe_store_rows")
+        return
+    w.columns(statement, len(model_ids), [0, (packed, 1, 0)], lambda: enumerate(model_ids),
+              "INSERT INTO base_ids (id, model_id) SELECT p1, p2 FROM bpe_store_rows")
+
+
+def _le(a: array) -> array:
+    """``a`` little-endian (the byte order of ``bulk_columns``' buffers)."""
+    if sys.byteorder != "little":  # pragma: no cover
+        a.byteswap()
+    return a
+
+
+def _offsets(blobs: list[bytes]) -> bytes:
+    """The n + 1 int64 offsets of ``blobs`` joined (``bulk_columns``' blob column)."""
+    return _le(array("q", itertools.accumulate(map(len, blobs), initial=0))).tobytes()
 
 
 def _write_merges(w: BulkWriter, merges: list[tuple[int, int, int]], first: int) -> Any:
@@ -102,8 +128,9 @@ def _write_merges(w: BulkWriter, merges: list[tuple[int, int, int]], first: int)
     packed = getattr(merges, "packed", None)
     n = len(merges)
     if packed is not None and w.native and array("I", packed)[2::3] == array("I", range(first, first + n)):
-        w.executemany(statement, merges, f'INSERT INTO merges (rank, "left", "right", token, count) '
-                      f"SELECT p3 - {int(first)}, p1, p2, p3, 0 FROM bpe_store_rows")
+        w.columns(statement, n, [(packed, 3, 0), (packed, 3, 1), (packed, 3, 2)], lambda: (),
+                  f'INSERT INTO merges (rank, "left", "right", token, count) '
+                  f"SELECT p3 - {int(first)}, p1, p2, p3, 0 FROM bpe_store_rows")
         return _packed_digest(packed, n)
     merge_rows = [(k, a, b, t, 0) for k, (a, b, t) in enumerate(merges)]
     w.executemany(statement, merge_rows, 'INSERT INTO merges (rank, "left", "right", token, count) '

@@ -5,7 +5,7 @@ connection (rows bound from native buffers) or, as the fallback, ``executemany``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -78,6 +78,17 @@ class BulkWriter:
             self.ndb.bulk(bulk, rows)
         else:
             self.ndb.executemany(statement, rows)
+
+    def columns(self, statement: str, n: int, columns: list, rows: Callable[[], Iterable[tuple]], bulk: str) -> None:
+        """``statement`` for each of ``n`` rows given as ``columns`` (``_core.StoreDb.bulk_columns``:
+        an int, the row number from it; ``(uint32 bytes, stride, at)``; ``(blob bytes, n + 1 int64
+        offsets)``), ``bulk`` reading them from ``bpe_store_rows``, on the native connection; the
+        fallback runs ``statement`` over ``rows()``, the same rows as tuples. Why: no Python tuple a
+        row (a base's 600 K rows)."""
+        if self.ndb is None:
+            self.store.executemany(statement, rows())
+        else:
+            self.ndb.bulk_columns(bulk, n, columns)
 
     def insert_words(self, statement: str, bulk: str,
                      rows: list[tuple[int, bytes | bytearray, int]] | WordCounter) -> None:

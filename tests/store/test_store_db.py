@@ -83,6 +83,23 @@ def test_native_and_fallback_write_the_same_store(tmp_path, corpus, monkeypatch,
     assert tables(tmp_path / "native-True.db") == tables(tmp_path / "native-False.db")
 
 
+@pytest.mark.parametrize("base", ["store", "tiktoken"])
+def test_native_and_fallback_write_the_same_based_store(tmp_path, corpus, trained_store, monkeypatch, base):
+    """A base's rows (its ids, merges and tokens: ``bulk_columns`` natively, tuples in the
+    fallback) and the run after them: the same store either way, for a store base and a ranks
+    base (whose merges come packed)."""
+    from bpe_store.tokenizer.export import export_store
+
+    spec = trained_store
+    if base == "tiktoken":
+        export_store(trained_store, "tiktoken", tmp_path / "tk")
+        spec = tmp_path / "tk"
+    for native in (True, False):
+        monkeypatch.setenv(native_connection.ENV, "1" if native else "0")
+        train([corpus], tmp_path / f"native-{native}.db", 340, [], extend=spec, checkpoint_merges=10, workers=1)
+    assert tables(tmp_path / "native-True.db") == tables(tmp_path / "native-False.db")
+
+
 def test_a_native_resume_of_a_fallback_store_is_identical(tmp_path, corpus, monkeypatch):
     """Stores are one format: a run stopped on one path and resumed on the other ends the same."""
     full = train([corpus], tmp_path / "full.db", 420, SPECIAL, checkpoint_merges=20)
@@ -516,6 +533,50 @@ def test_packed_words_are_written_whole_or_not_at_all(tmp_path):
     assert con.execute("SELECT count(*) FROM words").fetchone() == (4,)
     ndb.close()
     con.close()
+
+
+def test_rows_given_as_columns_are_the_rows_as_tuples(tmp_path):
+    """``bulk_columns`` (a base's ids, merges and tokens): row numbers from a start, uint32s read
+    with a stride (packed triples), blobs cut by offsets (empty ones too, and bytes past 127)
+    store what the same rows as tuples store; a column shorter than its rows or offsets out of
+    order are refused before any row is written; the fallback writer runs the tuples."""
+    from array import array
+
+    db, con = _table_db(tmp_path)
+    blobs = [b"ab", b"", bytes(range(256)), b"z"]
+    triples = [(7, 8, 2**32 - 1), (0, 1, 2), (5, 5, 5), (9, 10, 11)]
+    packed = array("I", [x for t in triples for x in t]).tobytes()
+    offsets = array("q", [0, 2, 2, 258, 259]).tobytes()
+    ndb = native_connection.connect(db, busy_timeout_ms=0, synchronous="OFF", cache_kib=0, journal_size_limit=1 << 20)
+    sql = "INSERT INTO t (id, a, b) SELECT p1, p2 * 10 + p3, p4 FROM bpe_store_rows"
+    assert ndb.bulk_columns(sql, 4, [40, (packed, 3, 2), (packed, 3, 1), (b"".join(blobs), offsets)]) == 4
+    want = [(40 + i, t[2] * 10 + t[1], b) for i, (t, b) in enumerate(zip(triples, blobs))]
+    assert con.execute("SELECT id, a, b FROM t ORDER BY id").fetchall() == want
+    short = array("q", [0, 2, 1, 258, 259]).tobytes()
+    for columns in ([50, (packed[:-4], 3, 2)], [50, (packed, 3, 3)], [50, (b"".join(blobs), short)],
+                    [50, (b"".join(blobs), offsets[:-8])], [50, (b"xy", offsets)]):
+        with pytest.raises(ValueError, match="bulk_columns"):
+            ndb.bulk_columns("INSERT INTO t (id, a) SELECT p1, p2 FROM bpe_store_rows", 4, columns)
+    assert con.execute("SELECT count(*) FROM t").fetchone() == (4,)
+    ndb.close()
+    con.execute("DELETE FROM t")
+    fallback = BulkWriter(_Driver(con), None)
+    fallback.columns("INSERT INTO t (id, a, b) VALUES (?, ?, ?)", 4, [], lambda: want, sql)
+    assert con.execute("SELECT id, a, b FROM t ORDER BY id").fetchall() == want
+    con.close()
+
+
+class _Driver:
+    """The ``Statements`` of a ``BulkWriter`` over a plain ``sqlite3`` connection."""
+
+    def __init__(self, con):
+        self.con = con
+
+    def sql(self, statement, params=None):  # pragma: no cover - not called here
+        return self.con.execute(statement, params or ())
+
+    def executemany(self, statement, rows):
+        self.con.executemany(statement, rows)
 
 
 @pytest.mark.parametrize("changed", [[], [1], [3, 4], [1, 2, 3, 4, 5, 6, 7, 8], [2, 5, 8], [9]])

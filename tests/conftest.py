@@ -40,12 +40,13 @@ collect_ignore = ["tiktoken_suite"]
 #: The files that run longest, queued first, longest first: pytest-xdist hands out whole files
 #: (``--dist loadfile``; ``--no-loadscope-reorder`` keeps this order, where xdist would queue the
 #: files with the most tests first), and a long one begun last would leave the other worker idle at
-#: the end. Measured with ``--durations`` on 2 cores (docs/development.md); every other file takes
-#: less than the last of these.
-LONGEST_FILES = ("test_merge_engine.py", "test_extend.py", "test_portable_pattern.py", "test_ray_count.py",
-                 "test_ray_tree.py", "test_from_tiktoken.py", "test_native_sanitizers.py", "test_wal_reader.py",
-                 "test_api.py", "test_sql_formats.py", "test_reference_diff.py", "test_pattern_scanners.py",
-                 "test_scanner.py", "test_tiktoken_suite.py", "test_tokenizer_pickle.py")
+#: the end. Measured per test (CPU and wall) in a whole run on 2 cores (docs/development.md); the
+#: Ray files (one unit) wait on their cluster more than they compute. Every other file takes less
+#: than the last of these.
+LONGEST_FILES = ("test_portable_pattern.py", "test_ray_count.py", "test_ray_tree.py", "test_native_sanitizers.py",
+                 "test_extend.py", "test_wal_reader.py", "test_from_tiktoken.py", "test_merge_engine.py",
+                 "test_scanner.py", "test_superword_store.py", "test_sql_formats.py", "test_pattern_scanners.py",
+                 "test_temporaries.py", "test_tokenizer_roundtrip.py", "test_regex_threads.py")
 #: Files that run as one unit, one after the other on one worker: each starts a Ray cluster (two
 #: workers; three raylets), and two clusters at once on 2 cores starve each other's health checks.
 ONE_UNIT = {"test_ray_count.py": "Ray clusters", "test_ray_tree.py": "Ray clusters"}

@@ -26,7 +26,8 @@ except ImportError:  # pragma: no cover - a source tree without the built extens
 NAMES = ("ChunkCounts", "Encoder", "MergeEngine", "Splitter", "SqliteError", "StoreDb", "WordCounter", "WordIds",
          "WordRows", "add_counts", "count_chunk", "count_file_range", "count_strings", "count_words",
          "jsonl_texts", "pack_counts", "release_chunk_memory", "release_free_memory", "store_db_load",
-         "TiktokenRanks", "tiktoken_base_merges", "tiktoken_merge_splits", "utf8_valid", "words_digest", "write_query",
+         "TiktokenRanks", "tiktoken_base_merges", "tiktoken_merge_splits", "utf8_valid", "words_digest",
+         "words_digest_packed", "write_query",
          "MergeLog", "read_merge_log")
 
 #: The core, or None where it is not built.

@@ -196,6 +196,27 @@ def test_only_the_native_face_imports_the_core():
     assert found, "the face itself imports the core"
 
 
+def _core_names_read(tree: ast.AST) -> set[str]:
+    """The names ``tree`` reads from the core: ``core.X``, ``native_core.X``, ``native.core.X``,
+    ``_core.X`` (and ``self._core.X``, the encoder's methods among them)."""
+    def is_core(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Name) and node.id in ("core", "native_core", "_core")) or \
+            (isinstance(node, ast.Attribute) and node.attr in ("core", "_core"))
+    return {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and is_core(node.value)}
+
+
+def test_every_core_name_the_package_reads_is_checked_by_the_face():
+    """A build older than its sources must fail at import with the ImportError naming what it lacks
+    (``native.NAMES``), not with an AttributeError in the middle of a run: every module-level name
+    of the core that the package reads is in ``NAMES``."""
+    from bpe_store import native
+
+    if not native.BUILT:
+        pytest.skip("the native core is not built")
+    read = set().union(*(_core_names_read(ast.parse(p.read_text(encoding="utf-8"))) for p in PACKAGE.rglob("*.py")))
+    assert sorted(n for n in read if hasattr(native.core, n) and n not in native.NAMES) == []
+
+
 def test_the_core_check_sees_an_import_of_the_core():
     tree = ast.parse("from .. import _core\nif TYPE_CHECKING:\n    from .._core import WordIds\n"
                      "def f():\n    from .._core import Encoder\n")

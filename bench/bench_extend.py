@@ -14,6 +14,7 @@ process tree): extend o200k_base by 16K on zhwiki-20M beside a fresh 16K trainin
     python bench/bench_extend.py compression --out /work/big/extend
     python bench/bench_extend.py speed --out /work/big/extend [--peers [--reuse-peer tinybpe]]
     python bench/bench_extend.py engine --out /work/big/extend   # after speed: the engine's build alone
+    python bench/bench_extend.py phases --out /work/big/extend   # after speed: CPU s by stage
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ def _appended(ext: Path, n_base: int, fresh: Path, n: int):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["compression", "speed", "engine"])
+    ap.add_argument("what", choices=["compression", "speed", "engine", "phases"])
     ap.add_argument("--out", type=Path, default=Path("/work/big/extend"))
     ap.add_argument("--bases", default="o200k_base,cl100k_base")
     ap.add_argument("--data", default="zh,ru,mixed")
@@ -195,6 +196,8 @@ def main() -> None:
         compression(a.out, a.bases.split(","), a.data.split(","))
     elif a.what == "engine":
         print(json.dumps(run_job([ENGINE, str(a.out / "s-20k.db"), str(a.out / "s-16k.db"), "5"])))
+    elif a.what == "phases":
+        phases(a.out)
     else:
         speed(a.out, a.peers, set(a.reuse_peer))
     print(json.dumps({"load": os.getloadavg()}))
@@ -256,6 +259,42 @@ for _ in range(int(sys.argv[3])):
     del e
 print(len(rows), "words", len(log), "merges; (CPU s, wall s):", runs, "best", min(runs))
 """
+#: Where a job's CPU goes: the import, then each stage of ``train``'s progress events (the stage
+#: named is the one that begins; its CPU s is what the process and its children used since the one
+#: before), in the process. Stages overlap with the writes' thread (the last counting flush is
+#: written while the engine is built): a stage's CPU is all the process did meanwhile.
+PHASES = """
+import os, resource, sys, time, json
+def cpu():
+    r, q = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime + q.ru_utime + q.ru_stime
+c0 = cpu()
+from bpe_store import train
+out = [["import", round(cpu() - c0, 3)]]
+last = [cpu(), "call"]
+def progress(e):
+    if e.get("stage") != last[1]:
+        c = cpu()
+        out.append([last[1] + " -> " + e["stage"], round(c - last[0], 3)])
+        last[0], last[1] = c, e["stage"]
+train([sys.argv[1]], sys.argv[2], int(sys.argv[4]), [], extend=sys.argv[3], workers=2, progress=progress)
+out.append([last[1] + " -> returned", round(cpu() - last[0], 3)])
+print(json.dumps(out))
+"""
+
+
+def phases(out: Path) -> None:
+    """CPU s by stage (PHASES) of the 16K store's extension to 20K (``speed`` made the store),
+    three runs."""
+    from bpe_store.formats.bases import load_base
+
+    zh, base16 = CORPORA / "zhwiki-20M.txt", out / "s-16k.db"
+    size = str(load_base(str(base16)).n_tokens + 20000 - 16384)
+    for _ in range(3):
+        r = run_job([PHASES, str(zh), str(_fresh_db(out / "s-phases.db")), str(base16), size])
+        print(json.dumps({"16K store -> 20K, CPU s by stage": json.loads(r.pop("out")), "job": r}), flush=True)
+
+
 #: A store continued to a larger vocabulary on its own corpus (a resume with a larger --vocab-size).
 CONTINUE = """
 import sys

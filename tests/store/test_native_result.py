@@ -57,3 +57,25 @@ def test_a_store_the_native_check_refuses_gives_none(tmp_path, trained_store):
         assert merge_log.read_result(store) is None
     with sqlite3.connect(pristine) as con:
         assert con.execute("SELECT count(*) FROM merges").fetchone()[0] > 3
+
+
+@needs_native
+@pytest.mark.parametrize("which", ["trained_store", "based_store"])
+@pytest.mark.parametrize("at", [None, 0, 17])
+def test_a_store_base_is_read_natively(request, which, at, monkeypatch):
+    """``--extend run.db[@T]`` reads the store through the native merge-log reader
+    (``store_tokenizer``), not the driver's rows: the base is the one the Python read gives."""
+    from bpe_store.formats.bases import load_base
+    from bpe_store.store import result
+
+    db = request.getfixturevalue(which)
+    spec = str(db) if at is None else f"{db}@{at}"
+    with monkeypatch.context() as m:
+        m.setattr(merge_log, "read_result", lambda *args, **kwargs: None)  # the Python read
+        want = load_base(spec)
+
+    def no_python_read(*args, **kwargs):
+        raise AssertionError("read through the driver")
+
+    monkeypatch.setattr(result, "read_result", no_python_read)
+    assert load_base(spec) == want

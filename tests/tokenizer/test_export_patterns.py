@@ -6,6 +6,8 @@ merging by rank on stores trained from random corpora.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 
 import pytest
@@ -14,7 +16,7 @@ from cli_helpers import one_error_line, run_main
 from conftest import EN, RU, ZH, corpus_slice, fixture_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_portable_pattern import NAMED, TARGETED, generated, onig_pieces
+from test_portable_pattern import NAMED, TARGETED, generated, onig_class_members
 
 from bpe_store.formats.portable_pattern import _ALL_CHARS
 from bpe_store.text.pretokenize import PATTERNS
@@ -23,7 +25,8 @@ from bpe_store.tokenizer.tokenizer import Tokenizer
 from bpe_store.training.train import train, train_bpe
 
 tokenizers = pytest.importorskip("tokenizers")
-transformers = pytest.importorskip("transformers")
+if importlib.util.find_spec("transformers") is None:  # imported when used: 1.9 CPU s each xdist worker paid to collect
+    pytest.skip("could not import 'transformers'", allow_module_level=True)
 pytest.importorskip("tiktoken")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 EOT = "<|endoftext|>"
@@ -50,7 +53,7 @@ def exported(request, tmp_path_factory):
     export_store(db, "hf", d / "hf")
     export_store(db, "tiktoken", d / "tt")
     hf = tokenizers.Tokenizer.from_file(str(d / "hf" / "tokenizer.json"))
-    auto = transformers.AutoTokenizer.from_pretrained(str(d / "hf"))
+    auto = auto_tokenizer(str(d / "hf"))
     enc = load_tiktoken(d / "tt")
     loaders = {
         "tokenizers": lambda t: hf.encode(t).ids,
@@ -60,10 +63,10 @@ def exported(request, tmp_path_factory):
     if name == "gpt2":
         export_store(db, "gpt2", d / "g")
         files = Tokenizer.from_files(d / "g" / "vocab.json", d / "g" / "merges.txt", [EOT])
-        auto2 = transformers.AutoTokenizer.from_pretrained(str(d / "g"))
+        auto2 = auto_tokenizer(str(d / "g"))
         loaders["gpt2 files"] = files.encode
         # ByteLevel's built-in regex: Oniguruma's Unicode tables (test_gpt2_files_lack_new_letters)
-        loaders["gpt2 AutoTokenizer"] = lambda t: (auto2(t)["input_ids"] if not _ONIG_LACKS.intersection(t)
+        loaders["gpt2 AutoTokenizer"] = lambda t: (auto2(t)["input_ids"] if not onig_lacks().intersection(t)
                                                    else ours.encode(t))
     else:
         with pytest.raises(ExportError, match="no place for a pre-tokenization pattern"):
@@ -71,8 +74,18 @@ def exported(request, tmp_path_factory):
     return name, ours, loaders
 
 
-#: Letters and digits to ``regex`` that Oniguruma's older Unicode tables do not know.
-_ONIG_LACKS = set(regex.findall(r"[\p{L}\p{N}]", _ALL_CHARS)) - set("".join(onig_pieces(_ALL_CHARS, r"[\p{L}\p{N}]")))
+def auto_tokenizer(path: str):
+    """``transformers.AutoTokenizer.from_pretrained(path)``."""
+    import transformers
+
+    return transformers.AutoTokenizer.from_pretrained(path)
+
+
+@functools.cache
+def onig_lacks() -> set[str]:
+    """Letters and digits to ``regex`` that Oniguruma's older Unicode tables do not know; made when
+    first asked, not at import (~2.5 CPU s that every xdist worker paid to collect the file)."""
+    return set(regex.findall(r"[\p{L}\p{N}]", _ALL_CHARS)) - set(onig_class_members(_ALL_CHARS, r"[\p{L}\p{N}]+"))
 
 
 def test_gpt2_files_lack_new_letters(tmp_path):
@@ -85,11 +98,11 @@ def test_gpt2_files_lack_new_letters(tmp_path):
     export_store(tmp_path / "run.db", "gpt2", tmp_path / "g")
     export_store(tmp_path / "run.db", "hf", tmp_path / "hf")
     text = "a\U000107bbb x\U00010940"
-    assert _ONIG_LACKS.issuperset("\U000107bb\U00010940") and len(_ONIG_LACKS) > 10_000
+    assert onig_lacks().issuperset("\U000107bb\U00010940") and len(onig_lacks()) > 10_000
     files = Tokenizer.from_files(tmp_path / "g" / "vocab.json", tmp_path / "g" / "merges.txt", [EOT])
-    hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    hf = auto_tokenizer(str(tmp_path / "hf"))
     assert files.encode(text) == ours.encode(text) == hf(text)["input_ids"]
-    auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "g"))
+    auto = auto_tokenizer(str(tmp_path / "g"))
     assert auto(text)["input_ids"] != ours.encode(text)
 
 

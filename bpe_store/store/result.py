@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -206,10 +206,13 @@ def read_result_ids(store: Store, vocab_size: int | None = None, *, checked: boo
     ), triples
 
 
-def store_tokenizer(db_path: str | os.PathLike, at: int | None = None
+def store_tokenizer(db_path: str | os.PathLike, at: int | None = None,
+                    read: Callable[[Store, int | None], TrainResult | None] | None = None
                     ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str], str]:
     """``(vocab {model id: bytes}, merges, special tokens, pattern)`` of a store with merges,
-    its first ``at`` merges when given; InputError / StoreError for a store without them."""
+    its first ``at`` merges when given; InputError / StoreError for a store without them.
+    ``read``: a faster reader of the result tried first (``merge_log.read_result``, which sits
+    above this module), read_result where it gives None."""
     p = Path(db_path)
     if not p.exists():
         raise StoreError(f"{p}: no such store")
@@ -221,10 +224,6 @@ def store_tokenizer(db_path: str | os.PathLike, at: int | None = None
                              f"`bpe-store train ... --db {p}` first")
         if at is not None and at > (held := store.count_merges()):  # the result is read (and checked) once
             raise InputError(f"{p} holds {held} merges, not {at}")
-        from .merge_log import read_result as read_natively
-
         size = None if at is None else len(specials) + 256 + at
-        # natively where it can (checked as result_check checks): a 16 K store's rows through the
-        # driver and checked in Python were ~0.1 CPU s of extending it (``--extend run.db``)
-        result = read_natively(store, size) or read_result(store, size)
+        result = (read is not None and read(store, size)) or read_result(store, size)
         return result.vocab, result.merges, specials, run["pattern"]

@@ -64,7 +64,8 @@ def test_a_store_the_native_check_refuses_gives_none(tmp_path, trained_store):
 @pytest.mark.parametrize("at", [None, 0, 17])
 def test_a_store_base_is_read_natively(request, which, at, monkeypatch):
     """``--extend run.db[@T]`` reads the store through the native merge-log reader
-    (``store_tokenizer``), not the driver's rows: the base is the one the Python read gives."""
+    (``store_tokenizer(..., read=merge_log.read_result)``), not the driver's rows: the base is the
+    one the Python read gives."""
     from bpe_store.formats.bases import load_base
     from bpe_store.store import result
 

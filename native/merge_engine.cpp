@@ -7,6 +7,8 @@
 #include <malloc.h>
 #endif
 
+#include <nanobind/stl/string.h>
+
 #include <string>
 
 namespace bpe::merge {
@@ -79,6 +81,7 @@ size_t MergeEngine::index_entries() const {
 namespace nb = nanobind;
 
 static void bind_inspection(nb::class_<bpe::merge::MergeEngine> &engine);
+static void bind_words_file(nb::class_<bpe::merge::MergeEngine> &engine);
 
 void register_merge_engine(nb::module_ &m) {
     using namespace bpe::merge;
@@ -134,6 +137,19 @@ void register_merge_engine(nb::module_ &m) {
         .def("take_changes", &MergeEngine::take_changes,
              "Changes since the last take: ({word index: tokens}, {(left, right): count, 0 if gone}).");
     bind_inspection(engine);
+    bind_words_file(engine);
+}
+
+// Stage 2's words file (merge_words_file.cpp): an engine from it, and the words written to it.
+static void bind_words_file(nb::class_<bpe::merge::MergeEngine> &engine) {
+    using namespace bpe::merge;
+    engine.def(nb::init<const std::string &, u64, nb::list, u32, u32, i64, u64, u32, nb::bytes>(), nb::arg("path"),
+               nb::arg("tag"), nb::arg("token_bytes"), nb::arg("n_specials"), nb::arg("first_merge_id"),
+               nb::arg("next_rank"), nb::arg("max_token_length"), nb::arg("max_words"), nb::arg("replay"),
+               "The same from a words file (save_words) named tag, then replay (the merges logged since its "
+               "words); ValueError when the file is not one, damaged, or named otherwise.")
+        .def("save_words", &MergeEngine::save_words, nb::arg("path"), nb::arg("tag"), nb::arg("merges"),
+             "Write the words as they are (after a replay of that many merges) to path, named tag.");
 }
 
 // The engine's read-only views: counts, digests, sizes (for tests, status and memory reports).

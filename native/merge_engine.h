@@ -69,6 +69,7 @@
 //   replay_cuts.h    where a word may be cut so that its parts replay alone (and are cached)
 //   merge_prune.cpp  after a replay (SuperBPE's stage 2, a base): the arena packed, rare pairs left out
 //   merge_sorted_pairs.cpp  the pruned pair count, by sorting the pairs' occurrences
+//   merge_words_file.cpp  the words saved to a file after a replay, and an engine built from it
 //   merge_loop.cpp   the merge loop: the heap, applying a merge to its words
 //   merge_rows.cpp   the changes since the last take: checkpoint rows, changed words and pairs
 //   merge_engine.cpp inspection, and the Python face (register_merge_engine)
@@ -172,8 +173,14 @@ class MergeEngine {
     MergeEngine(WordRows &rows, nb::list token_bytes, u32 n_specials, u32 first_merge_id, i64 next_rank,
                 i64 min_count, u64 max_token_length, nb::bytes replay, u32 max_words = 0);
 
+    // The same from a words file (save_words, named `tag`), then `replay`: the merges logged
+    // since the words it holds (merge_words_file.cpp).
+    MergeEngine(const std::string &path, u64 tag, nb::list token_bytes, u32 n_specials, u32 first_merge_id,
+                i64 next_rank, u64 max_token_length, u32 max_words, nb::bytes replay);
+    void save_words(const std::string &path, u64 tag, u64 merges);
+
     // ---- catching up with logged merges (merge_replay.cpp) ----------------------------------
-    void build(u32 n_specials, nb::bytes replay);
+    void build(u32 n_specials, nb::bytes replay, bool from_file = false);
     void forget_stored_pairs();
     void replay_words(const std::vector<u32> &log, u32 base);
 
@@ -226,6 +233,7 @@ class MergeEngine {
     template <class Rows>
     void load_rows(const Rows &rows, u32 n_specials);
     void load_words(nb::list rows, u32 n_specials);
+    void load_words_file(const std::string &path, u64 tag);
     void alloc_arena(size_t total, size_t words);
     void build_pairs(u32 n_specials);
     static constexpr u32 kDenseSide = 256;  // build_pairs' dense table: pairs of two byte tokens
@@ -243,8 +251,8 @@ class MergeEngine {
     void unprune();
     u32 slot_gained(u32 x, u32 y, u64 key);
     // ---- the pruned pair count by sorting (merge_sorted_pairs.cpp) --------------------------
-    std::vector<u32> sorted_parts(size_t budget) const;
-    void count_part(u32 lo, u32 hi, std::vector<Occurrence> &a, std::vector<Occurrence> &b,
+    std::vector<u32> sorted_parts(size_t budget, std::vector<size_t> &sizes) const;
+    void count_part(u32 lo, u32 hi, size_t size, std::vector<Occurrence> &a, std::vector<Occurrence> &b,
                     SortedPart &out) const;
     void count_pairs_sorted();
     std::vector<std::pair<u64, i64>> live_pairs(size_t top = 0) const;

@@ -242,10 +242,12 @@ u32 replay_word(const ReplayLog &log, u32 *p, u32 len, std::vector<u32> &rk) {
 }  // namespace
 
 // The loaded words, caught up with `replay` if it holds merges, then their pairs counted.
-void MergeEngine::build(u32 n_specials, nb::bytes replay) {
+// from_file: the words came from a words file (merge_words_file.cpp), which a replay made: they
+// are packed and their pairs counted pruned even when nothing is replayed now.
+void MergeEngine::build(u32 n_specials, nb::bytes replay, bool from_file) {
     const size_t n = replay.size() / 12;
     if (replay.size() % 12 != 0) throw nb::value_error("replay must hold (left, right, token) u32 triples");
-    if (n == 0) {
+    if (n == 0 && !from_file) {
         build_pairs(n_specials);
         return;
     }
@@ -263,7 +265,7 @@ void MergeEngine::build(u32 n_specials, nb::bytes replay) {
     }
     {
         nb::gil_scoped_release unlocked;
-        replay_words(log, n_specials);
+        if (n != 0) replay_words(log, n_specials);
         // After any replay, as in SuperBPE's stage 2 (merge_prune.cpp, exact): the arena packed
         // and the rare pairs given no slot. Why every replay: a run extending a base, or a store
         // continued past its end, replays thousands of merges on words that were bytes, so the

@@ -60,8 +60,8 @@ void radix_sort(std::vector<Occurrence> &a, std::vector<Occurrence> &b, unsigned
 }  // namespace
 
 // The first left id of each part, then tb_.size(): parts of at most `budget` occurrences of
-// pairs that may be merged (one id alone may hold more).
-std::vector<u32> MergeEngine::sorted_parts(size_t budget) const {
+// pairs that may be merged (one id alone may hold more); `sizes`: each part's occurrences.
+std::vector<u32> MergeEngine::sorted_parts(size_t budget, std::vector<size_t> &sizes) const {
     std::vector<u64> per_left(tb_.size(), 0);
     for (size_t o = 0; o < ar_.size(); o = next_word(o)) {
         const u32 *p = &ar_[o + kHdr];
@@ -73,20 +73,23 @@ std::vector<u32> MergeEngine::sorted_parts(size_t budget) const {
     for (u32 id = 0; id < per_left.size(); ++id) {
         if (sum > 0 && sum + per_left[id] > budget) {
             cuts.push_back(id);
+            sizes.push_back(sum);
             sum = 0;
         }
         sum += per_left[id];
     }
     cuts.push_back(u32(per_left.size()));
+    sizes.push_back(sum);
     return cuts;
 }
 
 // The pairs whose left token is in [lo, hi): their records sorted, then each pair's count and, for
 // those at or above the floor, its key, count and distinct words (in arena order) into `out`.
-void MergeEngine::count_part(u32 lo, u32 hi, std::vector<Occurrence> &a, std::vector<Occurrence> &b,
-                             SortedPart &out) const {
+void MergeEngine::count_part(u32 lo, u32 hi, size_t size, std::vector<Occurrence> &a,
+                             std::vector<Occurrence> &b, SortedPart &out) const {
     const u64 width = tb_.size();
     a.clear();
+    a.reserve(size);  // exactly: no copy as it grows, no page touched twice
     for (size_t o = 0; o < ar_.size(); o = next_word(o)) {
         const u32 *p = &ar_[o + kHdr];
         const u32 n = ar_[o + kLen], c = ar_[o + kCount];
@@ -120,7 +123,8 @@ void MergeEngine::count_part(u32 lo, u32 hi, std::vector<Occurrence> &a, std::ve
 void MergeEngine::count_pairs_sorted() {
     const char *bound = std::getenv("BPE_STORE_SORTED_PART");
     const size_t budget = bound ? size_t(std::strtoull(bound, nullptr, 10)) : kPartOccurrences;
-    const std::vector<u32> cuts = sorted_parts(std::max<size_t>(budget, 1));
+    std::vector<size_t> sizes;
+    const std::vector<u32> cuts = sorted_parts(std::max<size_t>(budget, 1), sizes);
     const size_t parts = cuts.size() - 1;
     std::vector<SortedPart> out(parts);
     std::atomic<size_t> next{0};
@@ -128,7 +132,7 @@ void MergeEngine::count_pairs_sorted() {
     auto work = [&](int t) {
         try {
             std::vector<Occurrence> a, b;
-            for (size_t k; (k = next++) < parts;) count_part(cuts[k], cuts[k + 1], a, b, out[k]);
+            for (size_t k; (k = next++) < parts;) count_part(cuts[k], cuts[k + 1], sizes[k], a, b, out[k]);
         } catch (...) {
             failed[t] = std::current_exception();
             next = parts;  // the other thread stops too

@@ -35,6 +35,7 @@ import array
 import gc
 import heapq
 import itertools
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -416,12 +417,7 @@ class NativeMergeEngine:
                  first_merge_id: int, next_rank: int, min_frequency: int = 1,
                  max_token_length: int | None = None, replay: Replay = (), max_words: int = 0):
         core = native.core
-        log = getattr(replay, "packed", None)  # a ranks base's merges as it read them (store.base_rows.Triples)
-        if log is None:
-            merges = array.array("I", itertools.chain.from_iterable(replay))  # 200 K merges: no list of 600 K
-            if sys.byteorder == "big":  # pragma: no cover
-                merges.byteswap()  # the engine reads little-endian uint32
-            log = merges.tobytes()
+        log = _packed_log(replay)
         if hasattr(rows, "pack"):  # a WordCounter: its words as ids 1, 2, ... (see new_engine)
             self._e = core.MergeEngine(rows.pack(), 1, list(token_bytes), n_specials, first_merge_id, next_rank,
                                        min_frequency, max_token_length or 0, max_words, log)
@@ -436,6 +432,23 @@ class NativeMergeEngine:
                                        min_frequency, max_token_length or 0, log, max_words)
         self.token_bytes: dict[int, bytes] = {i: b for i, b in enumerate(token_bytes) if b is not None}
         self.bad_word: int = self._e.bad_word
+
+    @classmethod
+    def from_words_file(cls, path: str | os.PathLike, tag: int, token_bytes: Sequence[bytes | None], n_specials: int,
+                        first_merge_id: int, next_rank: int, max_token_length: int | None, max_words: int,
+                        replay: Replay) -> NativeMergeEngine:
+        """The engine from a words file (``save_words``, ``training.stage2_words``) named ``tag``,
+        then ``replay``: the merges logged since its words. ValueError: not such a file."""
+        self = cls.__new__(cls)
+        self._e = native.core.MergeEngine(os.fspath(path), tag, list(token_bytes), n_specials, first_merge_id,
+                                          next_rank, max_token_length or 0, max_words, _packed_log(replay))
+        self.token_bytes = {i: b for i, b in enumerate(token_bytes) if b is not None}
+        self.bad_word = -1
+        return self
+
+    def save_words(self, path: str | os.PathLike, tag: int, merges: int) -> None:
+        """Write the words as they are (they reflect ``merges`` merges) to ``path``, named ``tag``."""
+        self._e.save_words(os.fspath(path), tag, merges)
 
     @property
     def exhausted(self) -> bool:
@@ -494,6 +507,18 @@ class NativeMergeEngine:
 
     def pair_digest(self) -> PairDigest:
         return self._e.pair_digest()
+
+
+def _packed_log(replay: Replay) -> bytes:
+    """``replay``'s ``(left, right, token)`` triples as the native engine reads them: little-endian
+    uint32, packed."""
+    log = getattr(replay, "packed", None)  # a ranks base's merges as it read them (store.base_rows.Triples)
+    if log is None:
+        merges = array.array("I", itertools.chain.from_iterable(replay))  # 200 K merges: no list of 600 K
+        if sys.byteorder == "big":  # pragma: no cover
+            merges.byteswap()  # the engine reads little-endian uint32
+        log = merges.tobytes()
+    return log
 
 
 def release_free_memory() -> None:

@@ -13,6 +13,7 @@ from ..store import words_digest
 from ..store.params import RunParams
 from ..store.result import result_check
 from ..store.store import Store
+from . import stage2_words
 from .job import Job
 from .merge import Engine, new_engine, release_free_memory, uses_native
 
@@ -60,8 +61,10 @@ def last_checkpoint_deferred(store: Store) -> bool:
     return state is not None and state < store.sql("SELECT count(*) FROM merges").scalar()
 
 
-def load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engine:
-    """Rebuild the merge engine from the store and check the store is consistent."""
+def load_engine(store: Store, params: RunParams, engine: str = "auto", words_file: bool = False) -> Engine:
+    """Rebuild the merge engine from the store and check the store is consistent. ``words_file``
+    (a superword store's run, not a check): start from its stage-2 words file when there is a
+    usable one, else write one after the build (``stage2_words``)."""
     n_special = len(params.special_tokens)
     vocab = store.load_vocab()
     merges = store.load_merges()
@@ -78,6 +81,11 @@ def load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engine
         raise StoreError(f"{store.path}: the store is inconsistent (its words reflect {state} merges of "
                          f"{len(merges)}); start over with --restart")
     replay = [(left, right, token) for _rank, left, right, token, _count in merges[state or 0:]]
+    words_file = words_file and params.superword_from is not None and state == 0 and uses_native(engine)
+    if words_file:  # stage 2: its words as stage 1's replay left them, and the merges logged since
+        merger = stage2_words.load(store, params, token_bytes, replay, n_special, first)
+        if merger is not None:
+            return merger
     # packed: no Python tuple per word
     rows = store.load_word_rows(packed=uses_native(engine), tokens=state is not None)
     words_digest.check(store, rows)  # a count or word edited since counting ended: other merges
@@ -92,6 +100,8 @@ def load_engine(store: Store, params: RunParams, engine: str = "auto") -> Engine
         raise StoreError(f"{store.path}: the store is inconsistent (word {word} does not "
                          "spell its bytes); start over with --restart")
     del rows
+    if words_file:  # before any merge changes the words (a resume's replay: every logged merge)
+        stage2_words.save(store, params, merger, replay)
     # the store holds the top pairs only (a finished run; stage 2, STAGE2_NEXT_PAIRS), or none
     if not merger.rewrite_pairs and (state is None or store.pairs_merges() is None
                                      or params.superword_from is not None):
@@ -197,7 +207,8 @@ def _superword_pairs(job: Job) -> Engine:
     job.store.start_merging(None, job.elapsed())
     release_free_memory()
     job.pairs_unwritten = True
-    return load_engine(job.store, job.params, job.options.engine)
+    stage2_words.remove(job.store.path)  # another run's: these words were just counted
+    return load_engine(job.store, job.params, job.options.engine, words_file=True)
 
 
 def _start_merging(job: Job, pairs: dict[tuple[int, int], int] | None, elapsed_s: float,
@@ -223,7 +234,7 @@ def run_merge(job: Job, engine: Engine | str) -> None:
         if (run["phase"] == "done" and (run["stop_reason"] == "no_pairs" or done_now >= target)
                 and not last_checkpoint_deferred(store)):
             return  # a finished store: nothing to do (a larger vocab size set phase back to merging)
-    merger = load_engine(store, job.params, engine) if isinstance(engine, str) else engine
+    merger = load_engine(store, job.params, engine, words_file=True) if isinstance(engine, str) else engine
     if job.params.superword_from is not None and not merger.exhausted:  # the first superword pairs
         job.writes.wait()
         store.write_next_pairs(merger.next_pairs(STAGE2_NEXT_PAIRS), merger.next_rank)
@@ -359,6 +370,8 @@ def _checkpoint(job: Job, merger: Engine, merges: list, stopping: bool = False) 
         drop_state=final,
     )
     job.logged_at = time.monotonic()
+    if final and job.params.superword_from is not None:
+        stage2_words.remove(job.store.path)  # a finished store is never resumed from it
     job.emit(stage="checkpoint", phase="merging", done=merger.next_rank, total=target,
              words=len(word_rows), pairs=len(deletes) + len(inserts) + len(updates), write_s=write_s,
              **job.store.wal)  # wal_bytes, wal_blocked: a reader keeping the WAL from being emptied

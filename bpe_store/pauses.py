@@ -22,7 +22,8 @@ def pause_for_tests(point: str) -> None:
     kill -9 just there. Points: ``create`` (a store half built), ``published`` (a new store under
     its name, not yet opened), ``flush:N`` / ``checkpoint:N`` / ``merge_log:N`` (inside the N-th
     such transaction, its rows written), ``encode:written`` (an encode's outputs begun),
-    ``export:staged`` (an export's files written in its staging folder), ``upgrade:REVISION`` (``db
+    ``export:staged`` (an export's files written in its staging folder), ``engine:rows`` (a merge
+engine about to be built from the store's words, not a stage-2 words file), ``upgrade:REVISION`` (``db
     upgrade``: that migration applied, inside the upgrade's one transaction). The pause lasts
     ``BPE_STORE_TEST_PAUSE_SECONDS`` (default 120): a short one holds a run still for a signal."""
     if os.environ.get("BPE_STORE_TEST_PAUSE") == point:

@@ -37,22 +37,28 @@ static_assert(sizeof(Occurrence) == 16, "16 bytes a record");
 constexpr size_t kPartOccurrences = size_t(1) << 24;
 
 // Sorts `a` by its keys' low `bits` bits, stably (least significant digit first, 11 bits a pass),
-// with `b` as the buffer; the result is in `a`.
+// with `b` as the buffer; the result is in `a`. Why every digit's counts in one read first: a pass
+// then reads the records once (to move them), not twice; and a digit all keys share moves nothing.
 void radix_sort(std::vector<Occurrence> &a, std::vector<Occurrence> &b, unsigned bits) {
     constexpr unsigned kDigit = 11;
     constexpr size_t kBuckets = size_t(1) << kDigit;
+    const unsigned passes = (bits + kDigit - 1) / kDigit;
+    std::vector<size_t> at(size_t(passes) * kBuckets, 0);
+    for (const Occurrence &o : a)
+        for (unsigned d = 0; d < passes; ++d) ++at[d * kBuckets + ((o.key >> (d * kDigit)) & (kBuckets - 1))];
     b.resize(a.size());
-    std::vector<size_t> at(kBuckets);
-    for (unsigned shift = 0; shift < bits; shift += kDigit) {
-        std::fill(at.begin(), at.end(), 0);
-        for (const Occurrence &o : a) ++at[(o.key >> shift) & (kBuckets - 1)];
-        size_t sum = 0;
-        for (size_t &x : at) {
-            const size_t n = x;
-            x = sum;
+    for (unsigned d = 0; d < passes; ++d) {
+        size_t *pos = &at[d * kBuckets], sum = 0;
+        bool moves = true;
+        for (size_t k = 0; k < kBuckets; ++k) {
+            moves = moves && pos[k] != a.size();
+            const size_t n = pos[k];
+            pos[k] = sum;
             sum += n;
         }
-        for (const Occurrence &o : a) b[at[(o.key >> shift) & (kBuckets - 1)]++] = o;
+        if (!moves) continue;  // one bucket holds every key: the order stays
+        const unsigned shift = d * kDigit;
+        for (const Occurrence &o : a) b[pos[(o.key >> shift) & (kBuckets - 1)]++] = o;
         a.swap(b);
     }
 }

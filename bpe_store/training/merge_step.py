@@ -9,6 +9,7 @@ import sys
 import time
 
 from ..errors import Interrupted, StoreError
+from ..pauses import pause_for_tests as _test_pause
 from ..store import words_digest
 from ..store.params import RunParams
 from ..store.result import result_check
@@ -86,6 +87,7 @@ def load_engine(store: Store, params: RunParams, engine: str = "auto", words_fil
         merger = stage2_words.load(store, params, token_bytes, replay, n_special, first)
         if merger is not None:
             return merger
+    _test_pause("engine:rows")  # tests: the engine is built from the store's words, not a words file
     # packed: no Python tuple per word
     rows = store.load_word_rows(packed=uses_native(engine), tokens=state is not None)
     words_digest.check(store, rows)  # a count or word edited since counting ended: other merges

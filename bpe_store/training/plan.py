@@ -286,5 +286,6 @@ def _preflight(job: Job, store: Store, grow: bool) -> Engine | None:
         # a resume reads the words back and checks them: say so, it can take seconds
         job.emit(stage="loading", phase="merging", total=params.num_merges,
                  done=store.count_merges(), words=store.count_words())
-        return load_engine(store, params, job.options.engine)
+        # a superword store's stage 2 starts from its words file when it has one (stage2_words)
+        return load_engine(store, params, job.options.engine, words_file=True)
     return None

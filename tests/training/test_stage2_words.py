@@ -5,6 +5,7 @@ uninterrupted run, and the file is gone once the run is done."""
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -83,8 +84,11 @@ def test_a_killed_stage_two_resumes_from_its_words_file_to_identical_merges(tmp_
             assert _from_file(db) is None
         else:
             words.unlink()
-        rc = subprocess.run(cmd, cwd=ROOT, timeout=300).returncode
-        assert rc == 0 and not words.exists()
+        # the resume says (a pause point of no length) when it builds the engine from the store's words
+        env = {**os.environ, "BPE_STORE_TEST_PAUSE": "engine:rows", "BPE_STORE_TEST_PAUSE_SECONDS": "0"}
+        r = subprocess.run(cmd, cwd=ROOT, timeout=300, env=env, stderr=subprocess.PIPE, text=True)
+        assert r.returncode == 0 and not words.exists(), r.stderr
+        assert ("paused at engine:rows" in r.stderr) == (how != "as written"), (how, r.stderr)
         r = train([corpus], db, 257 + 600, [SPECIAL], superword_from=400, superword_base=base)
         runs[how] = (r.merges, r.merge_counts)
     assert all(v == (expected.merges, expected.merge_counts) for v in runs.values()), runs.keys()

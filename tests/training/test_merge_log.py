@@ -76,16 +76,22 @@ def test_replaying_utf8_words_part_by_part_equals_merging_them(kind, word_counts
     replay_equals_merging(word_counts, kind, n, cut)
 
 
-@needs_native
-@pytest.mark.parametrize("name", [ZH, RU])
-def test_replaying_a_corpus_slice_part_by_part_equals_merging_it(name):
-    """Real text: Han runs are the words the character cuts are for."""
+def _replayed_slice(name: str):
+    """``(the engine merged to 1,200, its merges, the engine merged to 1,000, an engine built by
+    replaying those 1,000)`` over the GPT-2 words of a 300 KB slice of a corpus, all native."""
     words: dict[bytes, int] = {}
     for w in regex.findall(resolve_pattern("gpt2"), fixture_text(name, 300_000)):
         words[w.encode()] = words.get(w.encode(), 0) + 1
     whole, merges = merged(words, "native", 1200)
     at_k, _ = merged(words, "native", 1000)
-    replayed = built(words, "native", merges, 1000)
+    return whole, merges, at_k, built(words, "native", merges, 1000)
+
+
+@needs_native
+@pytest.mark.parametrize("name", [ZH, RU])
+def test_replaying_a_corpus_slice_part_by_part_equals_merging_it(name):
+    """Real text: Han runs are the words the character cuts are for."""
+    whole, merges, at_k, replayed = _replayed_slice(name)
     assert replayed.pair_counts() == at_k.pair_counts()
     assert listed(replayed.take_checkpoint_rows())[0] == listed(at_k.take_checkpoint_rows())[0]
     assert replayed.step(200) == merges[1000:]
@@ -98,12 +104,7 @@ def test_a_replayed_engine_gives_rare_pairs_no_slot_and_merges_on_the_same(name)
     times no slot (merge_prune.cpp; a run extending a base starts so). Merging on from there,
     pruned, with no checkpoint in between, gives the merges, pair counts and kept top pairs of
     the words merged all along."""
-    words: dict[bytes, int] = {}
-    for w in regex.findall(resolve_pattern("gpt2"), fixture_text(name, 300_000)):
-        words[w.encode()] = words.get(w.encode(), 0) + 1
-    whole, merges = merged(words, "native", 1200)
-    at_k, _ = merged(words, "native", 1000)
-    replayed = built(words, "native", merges, 1000)
+    whole, merges, at_k, replayed = _replayed_slice(name)
     live = at_k.pair_counts()
     assert replayed._e.pair_slots < len(live) / 2  # most pairs are rare: no slot
     assert replayed._e.memory["tokens"] < at_k._e.memory["tokens"]  # packed: no padding of the bytes

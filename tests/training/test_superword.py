@@ -149,6 +149,20 @@ def test_long_pieces_replay_stage_one_natively_as_in_python(seed):
             _engine_superword(text, 256 + t + 30, [], t, "python")
 
 
+def _replayed_stage2_engines(seed: int, common: list[str], t: int, docs: int
+                             ) -> tuple[dict[bytes, int], dict[str, object]]:
+    """Stage 2's pieces of random text over ``common`` words and ``t`` made-up ones, and both
+    engines built on them after replaying ``t`` stage-1 merges (at most 4 words a token)."""
+    rng = random.Random(seed)
+    words = common + ["".join(rng.choice("abcdefgh") for _ in range(rng.randint(2, 6))) for _ in range(t)]
+    text = "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(3, 30))) for _ in range(docs))
+    tb, stage1 = _stage1(text, [], t, "native")
+    pieces = count_words(text, [], STAGE2_PATTERN)
+    rows = [(i + 1, p, c, None) for i, (p, c) in enumerate(pieces.items())]
+    return pieces, {e: new_engine(rows, list(tb), 0, 256, len(stage1), e, replay=stage1, max_words=4)
+                    for e in ("native", "python")}
+
+
 @pytest.mark.skipif(not native_available(), reason="the native engine is not built")
 @pytest.mark.parametrize("part", [None, "64"])
 def test_stage_two_engine_packs_its_words_and_gives_rare_pairs_no_slot(part, monkeypatch):
@@ -159,15 +173,7 @@ def test_stage_two_engine_packs_its_words_and_gives_rare_pairs_no_slot(part, mon
     # occurrences a part) hundreds, taken by two threads, with the same result
     if part is not None:
         monkeypatch.setenv("BPE_STORE_SORTED_PART", part)
-    rng = random.Random(7)
-    words = ["the", "of", "and"] + ["".join(rng.choice("abcdefgh") for _ in range(rng.randint(2, 6)))
-                                     for _ in range(300)]
-    text = "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(3, 30))) for _ in range(400))
-    tb, stage1 = _stage1(text, [], 300, "native")
-    pieces = count_words(text, [], STAGE2_PATTERN)
-    rows = [(i + 1, p, c, None) for i, (p, c) in enumerate(pieces.items())]
-    engines = {e: new_engine(rows, list(tb), 0, 256, len(stage1), e, replay=stage1, max_words=4)
-               for e in ("native", "python")}
+    pieces, engines = _replayed_stage2_engines(7, ["the", "of", "and"], 300, 400)
     native = engines["native"]
     memory = native._e.memory
     assert memory["tokens"] < 2 * sum(len(p) for p in pieces)  # was 4 bytes a byte
@@ -197,15 +203,7 @@ def test_next_pairs_are_the_merges_to_come_in_both_engines():
     # stage 2 writes next_pairs at its checkpoints (merge_step.STAGE2_NEXT_PAIRS): the best live
     # pairs in the heap's order, the first the next merge; the native engine takes them off its
     # heap and puts them back, which must not change a merge, and stops above its pruning floor
-    rng = random.Random(3)
-    words = ["the", "of", "and", "in"] + ["".join(rng.choice("abcdefgh") for _ in range(rng.randint(2, 6)))
-                                          for _ in range(200)]
-    text = "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(3, 30))) for _ in range(300))
-    tb, stage1 = _stage1(text, [], 200, "native")
-    pieces = count_words(text, [], STAGE2_PATTERN)
-    rows = [(i + 1, p, c, None) for i, (p, c) in enumerate(pieces.items())]
-    engines = {e: new_engine(rows, list(tb), 0, 256, len(stage1), e, replay=stage1, max_words=4)
-               for e in ("native", "python")}
+    _, engines = _replayed_stage2_engines(3, ["the", "of", "and", "in"], 200, 300)
     for _ in range(25):
         native, python = engines["native"].next_pairs(40), engines["python"].next_pairs(40)
         by_count = sorted(engines["python"].pair_counts().items(), key=lambda pc: -pc[1])
